@@ -1,0 +1,23 @@
+"""Shared pytest fixtures: the repo root on sys.path, and GPT-2's BPE ranks for offline tests."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+@pytest.fixture(scope="session")
+def gpt2_rank_file():
+    """GPT-2's ranks as a .tiktoken file (scripts/fetch_gpt2_ranks.sh puts them in .cache/).
+
+    Skipped where the file is absent, unless REQUIRE_GPT2_RANKS=1 (CI sets it) makes that a failure.
+    """
+    path = Path(os.environ.get("GPT2_TIKTOKEN", REPO / ".cache" / "gpt2.tiktoken"))
+    if not path.is_file():
+        if os.environ.get("REQUIRE_GPT2_RANKS") == "1":
+            pytest.fail(f"{path} is missing: run scripts/fetch_gpt2_ranks.sh")
+        pytest.skip(f"{path} is missing: run scripts/fetch_gpt2_ranks.sh")
+    return str(path)
