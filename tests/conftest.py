@@ -4,9 +4,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+# Tiny models gain nothing from threads, and two test workers on 2 cores would fight over them.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

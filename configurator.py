@@ -1,0 +1,147 @@
+"""
+Every setting a run can have, with its default, and the one way to change them:
+
+    python train.py config/train_gpt3_6b.py --batch_size=2 --wandb_log=False
+
+Config files are plain Python assignments, applied in order, then --key=value overrides.
+train.py, scripts/plan.py and scripts/bench.py all resolve a config through load_config(),
+so they can never disagree about what a config means. Every key must already exist in
+DEFAULTS and keep its type (an int is accepted where a float is expected); anything else
+is an error that names the key, never a silent new global. Names starting with '_' in a
+config file are that file's private helpers (e.g. `_tokens = 300e9`) and are ignored.
+"""
+import ast
+import difflib
+import sys
+import types
+from pathlib import Path
+
+DEFAULTS = dict(
+    # I/O
+    out_dir="out",
+    eval_interval=2000,  # iterations between evaluations on the validation batches
+    log_interval=1,
+    eval_iters=200,  # validation batches per evaluation (the same batches every time)
+    eval_only=False,  # evaluate once and exit
+    init_from="auto",  # 'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', or a ckpt path
+    checkpoint_interval=1000,  # iterations between checkpoints, independent of eval
+    checkpoint_minutes=0.0,  # also save when this much wall-clock time passed since the last save (0: off)
+    keep_last_n=3,  # checkpoints kept, newest by iteration number (<= 0: keep all)
+    # wandb
+    wandb_log=False,
+    wandb_project="gpt3",
+    wandb_run_name="run",
+    # data
+    dataset="openwebtext",
+    data_dir="",  # folder with train.bin / val.bin; '' means data/<dataset>
+    gradient_accumulation_steps=40,  # micro-batches per optimizer step
+    batch_size=12,  # sequences per micro-batch
+    block_size=1024,
+    seed=1337,
+    # model
+    n_layer=12,
+    n_head=12,
+    n_embd=768,
+    vocab_size=50304,  # GPT-2's 50257 padded to a multiple of 64
+    dropout=0.0,
+    bias=False,
+    gradient_checkpointing=False,  # recompute each block's activations in backward (needed at 6.7B)
+    recompute_blocks=-1,  # with checkpointing: recompute blocks 0..k-1 only; -1 = all
+    # AdamW
+    learning_rate=6e-4,
+    max_iters=600000,  # optimizer steps in the whole run
+    weight_decay=1e-1,
+    beta1=0.9,
+    beta2=0.95,
+    grad_clip=1.0,  # clip the global gradient norm to this (0: off)
+    max_nonfinite_steps=10,  # consecutive steps with a non-finite loss or gradient that stop the run
+    # learning-rate schedule: linear warmup, cosine decay to min_lr
+    decay_lr=True,
+    warmup_iters=2000,
+    lr_decay_iters=600000,
+    min_lr=6e-5,
+    # system
+    backend="nccl",  # torch.distributed backend (RCCL answers to 'nccl' on ROCm)
+    device="auto",  # 'auto' (a GPU if there is one, else cpu), 'cpu', 'cuda', 'cuda:1', 'mps'
+    dtype="bfloat16",  # 'bfloat16' autocast over fp32 weights, 'float16' (with a grad scaler) or 'float32'
+    compile=False,  # torch.compile the model (off by default: the safe choice on ROCm)
+    peak_tflops=0.0,  # the GPU's peak dense bf16 TFLOPS for MFU; 0 means look it up from the device
+)
+
+
+class ConfigError(Exception):
+    """A config problem, described in one line the user can act on."""
+
+
+def _check_type(key, value, source):
+    expected = type(DEFAULTS[key])
+    if expected is float and type(value) is int:
+        return float(value)
+    if type(value) is not expected:
+        raise ConfigError(
+            f"{source}: {key} must be {expected.__name__} (default {DEFAULTS[key]!r}), "
+            f"got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def _unknown_key(key, source):
+    close = difflib.get_close_matches(key, DEFAULTS.keys(), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; see configurator.py for the valid keys"
+    return ConfigError(f"{source}: unknown config key '{key}'{hint}")
+
+
+def _parse_value(key, raw):
+    """'3' → 3, 'False' → False, '1e-4' → 0.0001; for a str key, unquoted text is the string itself."""
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+    if isinstance(DEFAULTS[key], str) and not isinstance(value, str):
+        return raw
+    return value
+
+
+def _read_config_file(path):
+    if not Path(path).is_file():
+        raise ConfigError(f"config file not found: {path}")
+    scope = {}
+    try:
+        exec(compile(Path(path).read_text(), path, "exec"), scope)
+    except Exception as e:  # a user's file: report where it broke, in one line
+        raise ConfigError(f"{path}: {type(e).__name__}: {e}") from None
+    values = {}
+    for key, value in scope.items():
+        if key.startswith("_") or isinstance(value, types.ModuleType):
+            continue
+        if key not in DEFAULTS:
+            raise _unknown_key(key, path)
+        values[key] = _check_type(key, value, path)
+    return values
+
+
+def load_config(argv):
+    """Resolve argv (config files and --key=value overrides, in order) over DEFAULTS into a namespace."""
+    config = dict(DEFAULTS)
+    for arg in argv:
+        if arg.startswith("--"):
+            key, sep, raw = arg[2:].partition("=")
+            if not sep:
+                raise ConfigError(f"override '{arg}' needs a value: write --{key}=VALUE")
+            if key not in DEFAULTS:
+                raise _unknown_key(key, "command line")
+            config[key] = _check_type(key, _parse_value(key, raw), "command line")
+        else:
+            config.update(_read_config_file(arg))
+    if not config["data_dir"]:
+        config["data_dir"] = str(Path("data") / config["dataset"])
+    return types.SimpleNamespace(**config)
+
+
+def load_config_or_exit(argv):
+    """load_config for scripts: a bad config is one line on stderr and exit status 2."""
+    try:
+        return load_config(argv)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        sys.exit(2)

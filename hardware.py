@@ -1,0 +1,89 @@
+"""
+What GPU this is, what it can do, and the FLOPs arithmetic behind MFU.
+
+MFU (model FLOPs utilisation) = model FLOPs per second / the GPU's peak dense bf16 FLOPS.
+Model FLOPs per token are 6N + 12 * n_layer * n_embd * block_size (forward + backward of
+every weight, plus attention scores), N excluding position embeddings. Recomputing
+activations under gradient checkpointing runs the blocks' forward a second time: that work
+counts in HFU (hardware FLOPs utilisation) but not in MFU, so the two stay comparable
+across runs with different checkpointing.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    peak_tflops: float  # dense bf16, no sparsity
+    memory_gb: float  # GB = 1e9 bytes, as the vendors count
+
+
+# Keys are what plan.py's --gpu accepts. Peaks from the vendors' data sheets.
+GPUS = {
+    "mi325x": GPU("AMD Instinct MI325X", 1307.4, 256),
+    "mi300x": GPU("AMD Instinct MI300X", 1307.4, 192),
+    "mi300a": GPU("AMD Instinct MI300A", 980.6, 128),
+    "mi250x": GPU("AMD Instinct MI250X (one GCD)", 191.5, 64),  # PyTorch sees each half as a device
+    "h200": GPU("NVIDIA H200", 989.4, 141),
+    "h100": GPU("NVIDIA H100 SXM", 989.4, 80),
+    "h100-pcie": GPU("NVIDIA H100 PCIe", 756.0, 80),
+    "a100": GPU("NVIDIA A100 80GB", 312.0, 80),
+    "a100-40gb": GPU("NVIDIA A100 40GB", 312.0, 40),
+}
+
+# ROCm names are not always informative ('AMD Instinct MI300X VF', or a generic
+# 'AMD Radeon Graphics'), so the gfx architecture and compute-unit count decide:
+# gfx942 is the MI300 series, 304 CUs for MI300X (and MI325X, same peak), 228 for MI300A.
+_GFX_CUS = {("gfx942", 304): "mi300x", ("gfx942", 228): "mi300a", ("gfx90a", 110): "mi250x"}
+
+# Substrings of the device name, most specific first.
+_NAME_PATTERNS = [
+    ("mi325x", "mi325x"), ("mi300x", "mi300x"), ("mi300a", "mi300a"), ("mi250x", "mi250x"),
+    ("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100"),
+    ("a100-sxm4-40gb", "a100-40gb"), ("a100-pcie-40gb", "a100-40gb"), ("a100", "a100"),
+]
+
+
+def identify_gpu(name, gfx_arch=None, compute_units=None):
+    """The GPUS key for a device, or None when it is not one we know the peak of."""
+    if gfx_arch:
+        key = _GFX_CUS.get((gfx_arch.split(":")[0], compute_units))
+        if key:
+            return key
+    lowered = name.lower()
+    for pattern, key in _NAME_PATTERNS:
+        if pattern in lowered:
+            return key
+    return None
+
+
+def local_gpu(device_index=0):
+    """(description, GPUS key or None) for the visible GPU; (None, None) without one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, None
+    props = torch.cuda.get_device_properties(device_index)
+    gfx = getattr(props, "gcnArchName", None) if torch.version.hip else None
+    key = identify_gpu(props.name, gfx, props.multi_processor_count)
+    description = props.name + (f" ({gfx}, {props.multi_processor_count} CUs)" if gfx else "")
+    return description, key
+
+
+def flops_per_token(n_params, n_layer, n_embd, block_size):
+    """Model FLOPs to train on one token: 6N for the weights' forward and backward, plus
+    12 * L * C * T for attention scores and their use (N without position embeddings)."""
+    return 6 * n_params + 12 * n_layer * n_embd * block_size
+
+
+def recompute_flops_per_token(block_params, n_recomputed, n_embd, block_size):
+    """Extra FLOPs per token when n_recomputed blocks run their forward again in backward:
+    2 per weight plus 4 * C * T for attention, per block."""
+    return n_recomputed * (2 * block_params + 4 * n_embd * block_size)
+
+
+def utilisation(flops_per_tok, tokens_per_second, peak_tflops):
+    """Fraction of peak reached; None when the peak is unknown."""
+    if not peak_tflops:
+        return None
+    return flops_per_tok * tokens_per_second / (peak_tflops * 1e12)

@@ -1,0 +1,227 @@
+"""
+The GPT-2 / GPT-3 architecture in one file.
+
+Pre-LayerNorm transformer blocks, fused-QKV causal self-attention through
+scaled_dot_product_attention, a 4x GELU MLP, learned position embeddings and a
+token embedding tied to the LM head. Optional per-block gradient checkpointing
+trades compute for memory: at 6.7B the fp32 weights, gradients and AdamW moments
+already take 106.5 GB, so activations must be recomputed to fit one GPU.
+
+This file knows nothing about files, data or devices beyond what a forward pass needs.
+"""
+import inspect
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for faster matmuls
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True  # bias in Linear and LayerNorm layers, as GPT-2; False is a little faster and as good
+    gradient_checkpointing: bool = False
+    # With checkpointing on: how many blocks recompute their activations in backward,
+    # counted from the first block (blocks 0..k-1); -1 means all of them. Blocks past k
+    # keep their activations, which costs memory and saves their forward recompute.
+    recompute_blocks: int = -1
+
+    def __post_init__(self):
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+
+    def num_recomputed_blocks(self):
+        if not self.gradient_checkpointing:
+            return 0
+        if self.recompute_blocks < 0:
+            return self.n_layer
+        return min(self.recompute_blocks, self.n_layer)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1, and we keep one code path)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.dropout = config.dropout
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, kv_cache=None):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if kv_cache is not None:
+            k, v = kv_cache.append(k, v)
+        # With a cache, the T new queries sit at the end of a longer key sequence: query i may
+        # see every cached key plus new keys up to i, which is_causal (top-left aligned) would
+        # get wrong when T > 1, so the mask is explicit then.
+        past = k.size(2) - T
+        if past == 0:
+            mask, causal = None, True
+        elif T == 1:
+            mask, causal = None, False
+        else:
+            mask = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(diagonal=past)
+            causal = False
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.dropout if self.training else 0.0
+        )
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, kv_cache=None):
+        x = x + self.attn(self.ln_1(x), kv_cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+class KVCache:
+    """Keys and values of one layer for the tokens seen so far, so generation runs one new token per step."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def append(self, k, v):
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.size(2)
+
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying: one matrix, counted once
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled by 1/sqrt(2*n_layer), since each block adds two of them
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def get_num_params(self, non_embedding=True):
+        """Parameters counted once (tied weights too). non_embedding=True leaves out the position
+        embeddings, as nanoGPT does; the token embedding stays in, since it is also the LM head."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def forward(self, idx, targets=None, kv_caches=None):
+        """idx (B, T) token ids → (logits, loss). With targets, logits cover every position and loss
+        is the mean cross-entropy; without, only the last position's logits are computed.
+        kv_caches (one KVCache per block) is for generation: idx then holds only the new tokens."""
+        B, T = idx.size()
+        past = len(kv_caches[0]) if kv_caches is not None else 0
+        if past + T > self.config.block_size:
+            raise ValueError(f"sequence of length {past + T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        n_recompute = self.config.num_recomputed_blocks() if self.training else 0
+        for i, block in enumerate(self.transformer.h):
+            if i < n_recompute and torch.is_grad_enabled():
+                # Only the block's input is kept; its insides are recomputed in backward.
+                # preserve_rng_state (the default) replays dropout masks exactly.
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x, kv_caches[i] if kv_caches is not None else None)
+        x = self.transformer.ln_f(x)
+        if targets is None:
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW with weight decay on 2-D tensors (matmul weights, embeddings) and none on
+        biases and LayerNorm gains. Fused kernels on GPU (ROCm reports device type 'cuda' too)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+        extra = {"fused": True} if fused else {"foreach": device_type != "cpu"}
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
+        """Continue idx (B, T) by max_new_tokens sampled tokens. With use_cache each step feeds
+        only the new token through the model; once the context reaches block_size the cache is
+        rebuilt from the last block_size tokens (a sliding window)."""
+        caches = None
+        fed = 0  # how many tokens of idx the caches hold
+        for _ in range(max_new_tokens):
+            if use_cache and caches is not None and idx.size(1) <= self.config.block_size:
+                logits, _ = self(idx[:, fed:], kv_caches=caches)
+            else:
+                window = idx[:, -self.config.block_size:]
+                caches = [KVCache() for _ in self.transformer.h] if use_cache else None
+                logits, _ = self(window, kv_caches=caches)
+            fed = idx.size(1)
+            logits = logits[:, -1, :] / max(temperature, 1e-8)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx

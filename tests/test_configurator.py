@@ -1,0 +1,90 @@
+"""configurator.py: config files and --key=value overrides, and every way they can be wrong."""
+import subprocess
+import sys
+
+import pytest
+
+from configurator import DEFAULTS, ConfigError, load_config
+from conftest import REPO
+
+
+def write(tmp_path, text, name="cfg.py"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_and_derived_data_dir():
+    cfg = load_config([])
+    assert cfg.batch_size == DEFAULTS["batch_size"]
+    assert cfg.data_dir == "data/openwebtext"
+    assert load_config(["--dataset=pile"]).data_dir == "data/pile"
+
+
+def test_file_then_overrides_in_order(tmp_path):
+    path = write(tmp_path, "batch_size = 4\n_tokens = 300e9\nmax_iters = round(_tokens / 1e6)\nimport math\n")
+    cfg = load_config([path, "--batch_size=2", "--learning_rate=3e-4", "--compile=True"])
+    assert (cfg.batch_size, cfg.max_iters, cfg.learning_rate, cfg.compile) == (2, 300000, 3e-4, True)
+    assert not hasattr(cfg, "_tokens")
+
+
+def test_int_accepted_for_float_and_strings_need_no_quotes():
+    cfg = load_config(["--learning_rate=1", "--wandb_run_name=2024", "--init_from=out/ckpt_10.pt"])
+    assert cfg.learning_rate == 1.0 and isinstance(cfg.learning_rate, float)
+    assert cfg.wandb_run_name == "2024"
+    assert cfg.init_from == "out/ckpt_10.pt"
+
+
+def test_value_containing_equals_sign():
+    assert load_config(["--wandb_run_name=lr=3e-4,bs=8"]).wandb_run_name == "lr=3e-4,bs=8"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--batch_sise=4"], "unknown config key 'batch_sise'; did you mean batch_size"),
+        (["--batch_size=4.5"], "batch_size must be int"),
+        (["--compile=1"], "compile must be bool"),
+        (["--dropout=high"], "dropout must be float"),
+        (["--batch_size"], "needs a value"),
+        (["config/does_not_exist.py"], "config file not found: config/does_not_exist.py"),
+    ],
+)
+def test_bad_overrides_are_errors(argv, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        load_config(argv)
+
+
+def test_config_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config key 'n_layers'; did you mean n_layer"):
+        load_config([write(tmp_path, "n_layers = 4\n")])
+    with pytest.raises(ConfigError, match="n_layer must be int"):
+        load_config([write(tmp_path, "n_layer = '4'\n")])
+    with pytest.raises(ConfigError, match="ZeroDivisionError"):
+        load_config([write(tmp_path, "n_layer = 1 / 0\n")])
+
+
+@pytest.mark.parametrize("name", ["train_gpt3_125m", "train_gpt3_350m", "train_gpt3_760m", "train_gpt3_1_3b",
+                                  "train_gpt3_2_7b", "train_gpt3_6b", "train_tiny"])
+def test_shipped_configs_load(name):
+    cfg = load_config([str(REPO / "config" / f"{name}.py")])
+    assert cfg.n_embd % cfg.n_head == 0
+    assert cfg.lr_decay_iters <= cfg.max_iters
+
+
+def test_6b_config_is_self_consistent():
+    cfg = load_config([str(REPO / "config" / "train_gpt3_6b.py")])
+    assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size) == (32, 32, 4096, 2048)
+    assert cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size == 1_310_720
+    assert cfg.max_iters == cfg.lr_decay_iters == 228_882  # 300e9 tokens
+    assert cfg.gradient_checkpointing and not cfg.compile and cfg.keep_last_n == 3
+
+
+def test_script_reports_one_line_and_exits_nonzero():
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys, configurator; configurator.load_config_or_exit(sys.argv[1:])",
+         "--n_lyer=3"], cwd=REPO, capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "n_lyer" in result.stderr and "n_layer" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,114 @@
+"""model.py: gradient checkpointing is exact and saves memory, parameter counts, meta build, generate."""
+import pytest
+import torch
+
+from model import GPT, GPTConfig
+
+TINY = dict(block_size=32, vocab_size=96, n_layer=4, n_head=4, n_embd=64, bias=True)
+
+
+def loss_and_grads(config, seed=0):
+    torch.manual_seed(seed)
+    model = GPT(config)
+    model.train()
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, config.vocab_size, (3, config.block_size), generator=g)
+    targets = torch.randint(0, config.vocab_size, (3, config.block_size), generator=g)
+    torch.manual_seed(seed + 1)  # the same dropout masks in both runs
+    _, loss = model(idx, targets)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+@pytest.mark.parametrize("recompute_blocks", [-1, 2])
+def test_checkpointing_gives_same_loss_and_gradients(dropout, recompute_blocks):
+    plain = GPTConfig(**TINY, dropout=dropout)
+    ckpt = GPTConfig(**TINY, dropout=dropout, gradient_checkpointing=True, recompute_blocks=recompute_blocks)
+    loss_a, grads_a = loss_and_grads(plain)
+    loss_b, grads_b = loss_and_grads(ckpt)
+    assert torch.equal(loss_a, loss_b)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def saved_activation_bytes(config):
+    """Bytes autograd keeps for backward in one forward pass, parameters excluded."""
+    torch.manual_seed(0)
+    model = GPT(config)
+    param_ptrs = {p.data_ptr() for p in model.parameters()}
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        if t.data_ptr() not in param_ptrs:
+            total += t.numel() * t.element_size()
+        return t
+
+    idx = torch.randint(0, config.vocab_size, (4, config.block_size))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _, loss = model(idx, idx)
+    loss.backward()
+    return total
+
+
+def test_checkpointing_keeps_far_fewer_activations():
+    config = dict(TINY, n_layer=8, dropout=0.1)
+    full = saved_activation_bytes(GPTConfig(**config))
+    ckpt = saved_activation_bytes(GPTConfig(**config, gradient_checkpointing=True))
+    half = saved_activation_bytes(GPTConfig(**config, gradient_checkpointing=True, recompute_blocks=4))
+    # Per block, only the input (B*T*C floats) is kept instead of dozens of tensors.
+    assert ckpt * 5 < full
+    assert ckpt < half < full
+
+
+def test_gpt3_6b_parameter_count_on_meta():
+    config = GPTConfig(block_size=2048, vocab_size=50304, n_layer=32, n_head=32, n_embd=4096, bias=False)
+    with torch.device("meta"):
+        model = GPT(config)
+    assert model.get_num_params(non_embedding=False) == 6_657_150_976
+    assert model.get_num_params() == 6_648_762_368
+    assert model.lm_head.weight.is_meta
+
+
+def test_generate_shape_and_top_k():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY)).eval()
+    idx = torch.zeros((2, 5), dtype=torch.long)
+    out = model.generate(idx, max_new_tokens=40, top_k=1)  # runs past block_size 32: sliding window
+    assert out.shape == (2, 45)
+    assert torch.equal(out[:, :5], idx)
+    # top_k=1 is greedy decoding: every token is the argmax of the model's own prediction
+    for t in range(5, 45):
+        logits, _ = model(out[:, max(0, t - 32):t])
+        assert torch.equal(logits[:, -1].argmax(-1), out[:, t])
+
+
+def test_generate_top_k_restricts_choices():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY)).eval()
+    idx = torch.zeros((1, 1), dtype=torch.long)
+    logits, _ = model(idx)
+    allowed = set(torch.topk(logits[0, -1], 3).indices.tolist())
+    seen = {model.generate(idx, 1, temperature=2.0, top_k=3)[0, -1].item() for _ in range(50)}
+    assert seen <= allowed and len(seen) > 1
+
+
+def test_kv_cache_matches_full_recompute():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY)).eval()
+    idx = torch.randint(0, 96, (2, 7))
+    torch.manual_seed(5)
+    cached = model.generate(idx, 30, use_cache=True)
+    torch.manual_seed(5)
+    uncached = model.generate(idx, 30, use_cache=False)
+    assert torch.equal(cached, uncached)
+
+
+def test_configure_optimizers_decays_only_matrices():
+    model = GPT(GPTConfig(**TINY))
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and all(p.dim() == 1 for p in no_decay["params"])
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.get_num_params(False)
