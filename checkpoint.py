@@ -1,0 +1,300 @@
+"""
+Checkpoints that survive kills, full disks and weeks of resumes.
+
+A checkpoint is out_dir/ckpt_<N>.pt, N = completed optimizer steps, no zero padding.
+- A save writes a temp file (.ckpt_<N>.pt.tmp-<pid>, a name discovery never matches), fsyncs it
+  and renames it, so a file named ckpt_<N>.pt is always complete.
+- Rotation orders checkpoints by N, never by name, and deletes old ones only after the new one is
+  complete.
+- Loading falls back past unreadable checkpoints, and raises CheckpointError instead of returning
+  "nothing" when checkpoints exist but none loads (the trainer would restart from scratch).
+- Loading uses weights_only=True: a checkpoint is data, and loading it must not run code from the
+  file. So a checkpoint may hold only tensors and plain Python values (dicts, lists, tuples, ints,
+  floats, strs, bools, None): store RNG state as torch.get_rng_state() or plain values, never as
+  np.random.get_state(). save_checkpoint checks this before it publishes a file.
+Only the process that saves (rank 0) should call the functions that change out_dir.
+"""
+
+import errno
+import operator
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+
+import torch
+from torch.utils.serialization import config as serialization_config
+
+# no sign and no zero padding, so each step has exactly one name (ckpt_010.pt is not step 10)
+_CKPT_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)\.pt')
+_TEMP_RE = re.compile(r'\.ckpt_[0-9]+\.pt\.tmp-[0-9]+')
+ROLLED_BACK_DIR = 'rolled_back'  # roll_back_to moves checkpoints here; discovery never looks inside
+REQUIRED_KEYS = ('model', 'iter_num')
+
+
+class CheckpointError(Exception):
+    """A checkpoint could not be written or read; str() says which file, why, and what to do."""
+
+
+def checkpoint_path(out_dir, iter_num):
+    # a negative or float step would give a name discovery ignores: a save that is never resumed
+    n = operator.index(iter_num)
+    if n < 0:
+        raise ValueError(f"iter_num must be >= 0, got {n}")
+    return os.path.join(out_dir, f'ckpt_{n}.pt')
+
+
+def _scan(out_dir, pattern):
+    """(match, entry) for each file directly in out_dir whose whole name matches pattern."""
+    if not os.path.isdir(out_dir):
+        return
+    for entry in os.scandir(out_dir):
+        m = pattern.fullmatch(entry.name)
+        if m and entry.is_file():
+            yield m, entry
+
+
+def list_checkpoints(out_dir):
+    """[(N, path)] of the checkpoints in out_dir, newest (largest N) first; [] if there is no out_dir.
+
+    The one place that knows what a checkpoint looks like on disk. Temp files, other names
+    (ckpt_best.pt, ckpt_010.pt, ckpt_-1.pt) and subfolders such as rolled_back/ are not checkpoints.
+    """
+    found = [(int(m.group(1)), entry.path) for m, entry in _scan(out_dir, _CKPT_RE)]
+    return sorted(found, reverse=True)
+
+
+def _gb(nbytes):
+    return f"{nbytes / 1e9:.2f} GB"
+
+
+def _fsync_dir(path):
+    # a rename, create or delete is durable only once the folder's own entry list is on disk
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_if_exists(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+# --- fault injection for tests: CKPT_FAULT=kill_after_temp_write|kill_before_rotate|disk_full ---
+def _fault(point):
+    if os.environ.get('CKPT_FAULT') == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _DiskFullAfterFirstWrite:
+    """CKPT_FAULT=disk_full: a file whose disk fills up once some bytes are on it."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, data):
+        if self.f.tell() > 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.f.write(data)
+
+    def flush(self):
+        self.f.flush()
+# --- end of fault injection ---
+
+
+def _tensor_bytes(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.nbytes
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _os_error_in(e):
+    # torch.save reports a failed write to our file as a RuntimeError raised while handling the OSError
+    while e is not None and not isinstance(e, OSError):
+        e = e.__context__
+    return e
+
+
+def _write_and_sync(state, tmp, path):
+    """torch.save state into tmp and force it onto the disk; CheckpointError if the disk refuses."""
+    try:
+        # no CRC32 per record: mmap loads never check it, and computing it costs ~0.5 s/GB of CPU
+        # (minutes of stalled training per 80 GB save); torch.load reads such files either way
+        with open(tmp, 'wb') as f, serialization_config.patch({'save.compute_crc32': False}):
+            disk_full = os.environ.get('CKPT_FAULT') == 'disk_full'  # fault injection, see above
+            torch.save(state, _DiskFullAfterFirstWrite(f) if disk_full else f)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes must be on disk before a ckpt_<N>.pt name points at them
+    except Exception as e:
+        os_error = _os_error_in(e)
+        if os_error is None:
+            raise
+        out_dir = os.path.dirname(path) or '.'
+        raise CheckpointError(
+            f"could not write {path}: {os_error}. It needs about {_gb(_tensor_bytes(state))}, "
+            f"{_gb(shutil.disk_usage(out_dir).free)} is free there; older checkpoints are untouched. "
+            f"Free space (or move out_dir to a larger disk) and rerun the same command to resume.") from e
+
+
+def _one_line(e):
+    """torch's load errors run to many lines; keep the clause that says what is wrong."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()] or ['']
+    why = next((line for line in lines if 'WeightsUnpickler error' in line), lines[0])
+    return f"{type(e).__name__}: {why.split('. ')[0]}"
+
+
+def _check_zip_frame(path):
+    # torch.save writes a zip archive, which starts with a file header and ends with an end record.
+    # Checking both names the common faults; torch itself blames mmap or says "Invalid argument".
+    with open(path, 'rb') as f:
+        head = f.read(4)
+        f.seek(max(0, os.fstat(f.fileno()).st_size - 22))
+        tail = f.read(4)
+    if head != b'PK\x03\x04':
+        raise ValueError("not a zip archive written by torch.save (empty or other data)")
+    if tail != b'PK\x05\x06':
+        raise ValueError("incomplete: the zip archive has no end record (truncated?)")
+
+
+def _torch_load(path):
+    _check_zip_frame(path)
+    # weights_only: a checkpoint is data, and loading it must not run code from the file.
+    # mmap: tensors stay in the file's pages until used, so an 80 GB checkpoint needs neither 80 GB
+    # of RAM up front nor a second copy on the GPU.
+    return torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+
+
+def _check_loads(tmp, path):
+    # a file weights_only refuses is worthless at resume: fail at the first save, not weeks later
+    try:
+        _torch_load(tmp)
+    except Exception as e:
+        raise CheckpointError(
+            f"not saving {path}: it would not load back ({_one_line(e)}). A checkpoint may hold only "
+            f"tensors and plain Python values: store RNG state as torch.get_rng_state(), "
+            f"not np.random.get_state().") from e
+
+
+def _rotate(out_dir, iter_num, keep_last_n, log):
+    if keep_last_n <= 0:
+        return
+    # only up to the one just written: never delete it in favour of a newer, maybe unreadable one
+    older = [(n, path) for n, path in list_checkpoints(out_dir) if n <= iter_num]
+    for _, path in older[keep_last_n:]:
+        os.remove(path)
+        log(f"removed {path} (keep_last_n={keep_last_n})")
+
+
+def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
+    """Write state to out_dir/ckpt_<iter_num>.pt atomically, then keep only the newest keep_last_n.
+
+    keep_last_n <= 0 keeps every checkpoint. Checkpoints numbered above iter_num are never deleted
+    (they exist only if the newest was unreadable at resume, or were put back by hand).
+    Raises CheckpointError when the file cannot be written; older checkpoints are then untouched.
+    Returns the path written.
+    """
+    path = checkpoint_path(out_dir, iter_num)
+    tmp = os.path.join(out_dir, f'.{os.path.basename(path)}.tmp-{os.getpid()}')
+    os.makedirs(out_dir, exist_ok=True)
+    log(f"saving {path} ...")
+    t0 = time.time()
+    try:
+        _write_and_sync(state, tmp, path)
+        _check_loads(tmp, path)
+        _fault('kill_after_temp_write')
+        os.replace(tmp, path)  # atomic: the name shows the old file (or none) or the complete new one
+    finally:
+        _remove_if_exists(tmp)  # after a failure; nothing left to remove once renamed
+    _fsync_dir(out_dir)  # the rename must be durable before rotation deletes older checkpoints
+    log(f"saved {path} ({_gb(os.path.getsize(path))}) in {time.time() - t0:.1f}s")
+    _fault('kill_before_rotate')
+    _rotate(out_dir, iter_num, keep_last_n, log)
+    return path
+
+
+def remove_stale_temp_files(out_dir, log=print):
+    """Delete the temp files of killed saves (each as large as a checkpoint); returns their paths.
+
+    Call at start-up, before the first save: a temp file is in use only while its save runs.
+    """
+    removed = []
+    for _, entry in _scan(out_dir, _TEMP_RE):
+        size = entry.stat().st_size
+        os.remove(entry.path)
+        log(f"removed {entry.path} ({_gb(size)}), left by an interrupted save")
+        removed.append(entry.path)
+    return removed
+
+
+def load_checkpoint(path, log=print, required_keys=REQUIRED_KEYS):
+    """The dict saved in path, on CPU and memory-mapped; CheckpointError if it is unusable."""
+    log(f"loading {path} ...")
+    t0 = time.time()
+    try:
+        state = _torch_load(path)
+    except Exception as e:  # RuntimeError (zip), UnpicklingError (weights_only), OSError, ...
+        raise CheckpointError(f"cannot load {path}: {_one_line(e)}") from e
+    if not isinstance(state, dict):
+        raise CheckpointError(f"cannot load {path}: it holds a {type(state).__name__}, not a dict")
+    missing = [k for k in required_keys if k not in state]
+    if missing:
+        raise CheckpointError(f"cannot load {path}: it lacks the keys {missing}")
+    log(f"loaded {path} in {time.time() - t0:.1f}s")
+    return state
+
+
+def load_newest(out_dir, log=print, required_keys=REQUIRED_KEYS):
+    """(state, path) of the newest checkpoint that loads, or None if out_dir has no checkpoints.
+
+    Unusable checkpoints are reported and skipped. If some exist but none loads, CheckpointError:
+    returning None would make the trainer start from scratch over the run's history.
+    """
+    checkpoints = list_checkpoints(out_dir)
+    if not checkpoints:
+        return None
+    for _, path in checkpoints:
+        try:
+            return load_checkpoint(path, log, required_keys), path
+        except CheckpointError as e:
+            log(f"WARNING: {e}; falling back to an older checkpoint")
+    raise CheckpointError(
+        f"none of the {len(checkpoints)} checkpoints in {out_dir} loads (see the warnings above); "
+        f"not starting from scratch over them: repair or move them away, or use another out_dir")
+
+
+def roll_back_to(path, log=print):
+    """Make path the newest checkpoint: move every newer one into out_dir/rolled_back/<time>_to_<N>_<id>/.
+
+    Nothing is deleted (move a file back into out_dir to undo). Returns the moved files' new paths.
+    """
+    out_dir = os.path.dirname(path) or '.'
+    m = _CKPT_RE.fullmatch(os.path.basename(path))
+    if not (m and os.path.isfile(path)):
+        raise CheckpointError(f"cannot roll back to {path}: it is not an existing out_dir/ckpt_<N>.pt")
+    target = int(m.group(1))
+    newer = [p for n, p in list_checkpoints(out_dir) if n > target]
+    if not newer:
+        log(f"{path} is already the newest checkpoint; nothing to roll back")
+        return []
+    parent = os.path.join(out_dir, ROLLED_BACK_DIR)
+    os.makedirs(parent, exist_ok=True)
+    # a fresh folder per roll back, so rolling back twice past the same step overwrites nothing
+    dest = tempfile.mkdtemp(prefix=time.strftime('%Y%m%d-%H%M%S') + f'_to_{target}_', dir=parent)
+    moved = []
+    for p in newer:
+        moved.append(os.path.join(dest, os.path.basename(p)))
+        os.rename(p, moved[-1])
+        log(f"moved {p} to {moved[-1]}")
+    for d in (dest, parent, out_dir):
+        _fsync_dir(d)  # else after a power cut the rolled-back checkpoints could reappear and be resumed
+    return moved

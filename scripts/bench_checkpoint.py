@@ -1,0 +1,76 @@
+"""
+Throughput of save_checkpoint against the disk's own: a plain open/write/fsync of the same bytes.
+Not a test. The target is save_checkpoint at >= 0.7x the plain write.
+
+    python scripts/bench_checkpoint.py --mb 1000 --dir /path/on/the/checkpoint/disk
+"""
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checkpoint import save_checkpoint  # noqa: E402
+
+
+def make_state(mb, n_tensors):
+    # random floats, so a compressing filesystem cannot make either side look faster
+    numel = mb * 2**20 // 4 // n_tensors
+    model = {f'h.{i}.weight': torch.randn(numel) for i in range(n_tensors)}
+    return {'model': model, 'iter_num': 0}
+
+
+def plain_write(tensors, path):
+    with open(path, 'wb') as f:
+        for t in tensors:
+            f.write(t.numpy())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def report(label, seconds, nbytes):
+    gbs = nbytes / 1e9 / statistics.median(seconds)
+    print(f"{label + ':':19s}{gbs:.2f} GB/s (median of " + ", ".join(f"{t:.2f}s" for t in seconds) + ")")
+    return gbs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--mb', type=int, default=1000, help='size of the state in MiB')
+    parser.add_argument('--tensors', type=int, default=100, help='number of tensors the state is split into')
+    parser.add_argument('--dir', default=None, help='a folder on the disk to measure (default: the temp dir)')
+    parser.add_argument('--repeats', type=int, default=3)
+    args = parser.parse_args()
+
+    state = make_state(args.mb, args.tensors)
+    tensors = list(state['model'].values())
+    nbytes = sum(t.nbytes for t in tensors)
+    work = tempfile.mkdtemp(prefix='bench_checkpoint_', dir=args.dir)
+    print(f"{nbytes / 1e9:.2f} GB in {len(tensors)} tensors, writing in {work}")
+    plain, saves = [], []
+    try:
+        for i in range(args.repeats):  # alternate, so both see the same disk and page-cache state
+            plain_path = os.path.join(work, 'plain.bin')
+            plain.append(timed(lambda: plain_write(tensors, plain_path)))
+            os.remove(plain_path)
+            saves.append(timed(lambda: save_checkpoint(state, work, i, keep_last_n=1, log=lambda *a: None)))
+    finally:
+        shutil.rmtree(work)
+    plain_gbs = report('plain write+fsync', plain, nbytes)
+    save_gbs = report('save_checkpoint', saves, nbytes)
+    print(f"ratio: {save_gbs / plain_gbs:.2f}x (target >= 0.70x)")
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,270 @@
+"""checkpoint.py: atomic saves, numeric rotation, fallback past broken files, kills mid-save, full disks."""
+import glob
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import checkpoint
+from checkpoint import CheckpointError, checkpoint_path, list_checkpoints, load_checkpoint, load_newest, \
+    remove_stale_temp_files, roll_back_to, save_checkpoint
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def quiet(*args):
+    pass
+
+
+def make_state(n):
+    return {'model': {'w': torch.full((64, 64), float(n))}, 'iter_num': n}
+
+
+def save(out_dir, n, keep_last_n=0):
+    return save_checkpoint(make_state(n), str(out_dir), n, keep_last_n, log=quiet)
+
+
+def steps(out_dir):
+    return [n for n, _ in list_checkpoints(str(out_dir))]
+
+
+def assert_holds_step(path, n):
+    state = load_checkpoint(path, log=quiet)
+    assert state['iter_num'] == n and torch.equal(state['model']['w'], make_state(n)['model']['w'])
+
+
+def test_checkpoint_path():
+    assert checkpoint_path('out', 120) == os.path.join('out', 'ckpt_120.pt')
+    assert checkpoint_path('out', np.int64(7)) == os.path.join('out', 'ckpt_7.pt')
+    with pytest.raises(ValueError):
+        checkpoint_path('out', -1)
+    with pytest.raises(TypeError):
+        checkpoint_path('out', 5.0)  # ckpt_5.0.pt would never be found again
+
+
+def test_list_is_numeric_newest_first_and_ignores_other_names(tmp_path):
+    for name in ['ckpt_9.pt', 'ckpt_10.pt', 'ckpt_100.pt', 'ckpt_2.pt', 'ckpt_0.pt',
+                 # not checkpoints: other names, temp files, zero padding (ckpt_010.pt would be a
+                 # second name for step 10), a sign, a folder, and anything in rolled_back/
+                 'ckpt_best.pt', 'ckpt_10.pt.tmp', '.ckpt_11.pt.tmp-123', 'ckpt_-1.pt', 'ckpt_010.pt',
+                 'ckpt_+5.pt', 'ckpt_5.PT', 'xckpt_5.pt', 'ckpt_5.pt.bak', 'ckpt_٣.pt']:
+        (tmp_path / name).write_bytes(b'')
+    (tmp_path / 'ckpt_7.pt').mkdir()
+    (tmp_path / 'rolled_back').mkdir()
+    (tmp_path / 'rolled_back' / 'ckpt_1000.pt').write_bytes(b'')
+    assert list_checkpoints(str(tmp_path)) == [(n, str(tmp_path / f'ckpt_{n}.pt')) for n in [100, 10, 9, 2, 0]]
+    assert list_checkpoints(str(tmp_path / 'missing')) == []
+
+
+def test_rotation_keeps_newest_n_by_number_not_name(tmp_path):
+    for n in range(1, 11):
+        save(tmp_path, n, keep_last_n=3)
+    assert steps(tmp_path) == [10, 9, 8]  # lexically ckpt_10.pt < ckpt_8.pt; it must survive
+    for n in [99, 100, 1000]:
+        save(tmp_path, n, keep_last_n=3)
+    assert steps(tmp_path) == [1000, 100, 99]
+    assert set(os.listdir(tmp_path)) == {'ckpt_1000.pt', 'ckpt_100.pt', 'ckpt_99.pt'}
+
+
+@pytest.mark.parametrize('keep_last_n', [0, -1])
+def test_keep_last_n_not_positive_keeps_all(tmp_path, keep_last_n):
+    for n in [9, 10, 100]:
+        save(tmp_path, n, keep_last_n)
+    assert steps(tmp_path) == [100, 10, 9]
+
+
+def test_rotation_never_deletes_the_new_checkpoint_for_a_newer_one(tmp_path):
+    # the newest was unreadable, the trainer resumed from 900 and now saves 950 with keep_last_n=1
+    save(tmp_path, 900)
+    (tmp_path / 'ckpt_1000.pt').write_bytes(b'broken')
+    save(tmp_path, 950, keep_last_n=1)
+    assert steps(tmp_path) == [1000, 950]
+    save(tmp_path, 1000, keep_last_n=1)  # replaces the broken file with a good one
+    assert steps(tmp_path) == [1000]
+    assert_holds_step(checkpoint_path(str(tmp_path), 1000), 1000)
+
+
+def test_loaded_tensors_and_values_equal_saved(tmp_path):
+    state = {
+        'model': {'w': torch.randn(8, 16), 'b': torch.randn(16, dtype=torch.bfloat16)},
+        'optimizer': {'state': {0: {'step': torch.tensor(3.0), 'exp_avg': torch.randn(8, 16)}},
+                      'param_groups': [{'lr': 6e-4, 'betas': (0.9, 0.95), 'params': [0], 'fused': None}]},
+        'iter_num': 120, 'best_val_loss': 2.5, 'config': {'name': 'gpt3', 'compile': True},
+        'rng': {'torch': torch.get_rng_state(), 'python': (3, (1, 2, 3), None), 'numpy_seed': 1337},
+    }
+    logs = []
+    path = save_checkpoint(state, str(tmp_path), 120, 3, log=logs.append)
+    assert path == checkpoint_path(str(tmp_path), 120)
+    assert logs[0] == f"saving {path} ..." and logs[-1].startswith(f"saved {path} (0.00 GB) in ")
+    logs.clear()
+    loaded = load_checkpoint(path, log=logs.append)
+    assert logs[0] == f"loading {path} ..." and logs[-1].startswith(f"loaded {path} in ")
+
+    def assert_same(a, b):
+        assert type(a) is type(b)
+        if isinstance(a, torch.Tensor):
+            assert a.device.type == 'cpu' and a.dtype == b.dtype and torch.equal(a, b)
+        elif isinstance(a, dict):
+            assert a.keys() == b.keys()
+            for k in a:
+                assert_same(a[k], b[k])
+        elif isinstance(a, (list, tuple)):
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                assert_same(x, y)
+        else:
+            assert a == b
+    assert_same(loaded, state)
+
+
+def test_no_checkpoints_returns_none(tmp_path):
+    assert load_newest(str(tmp_path / 'missing'), log=quiet) is None
+    (tmp_path / 'ckpt_best.pt').write_bytes(b'not a checkpoint by name')
+    assert load_newest(str(tmp_path), log=quiet) is None
+
+
+def test_truncated_newest_falls_back_and_reports(tmp_path):
+    save(tmp_path, 1)
+    path2 = save(tmp_path, 2)
+    with open(path2, 'r+b') as f:
+        f.truncate(os.path.getsize(path2) // 2)
+    logs = []
+    state, path = load_newest(str(tmp_path), log=logs.append)
+    assert path == checkpoint_path(str(tmp_path), 1) and state['iter_num'] == 1
+    warnings = [line for line in logs if line.startswith('WARNING')]
+    assert len(warnings) == 1 and path2 in warnings[0] and 'truncated' in warnings[0]
+    assert '\n' not in warnings[0]
+
+
+def test_garbage_named_like_a_checkpoint_falls_back(tmp_path):
+    save(tmp_path, 40)
+    (tmp_path / 'ckpt_50.pt').write_bytes(b'garbage, not a zip')
+    logs = []
+    state, path = load_newest(str(tmp_path), log=logs.append)
+    assert state['iter_num'] == 40
+    assert any('ckpt_50.pt' in line and 'not a zip' in line for line in logs)
+
+
+def test_wrong_content_does_not_load(tmp_path):
+    torch.save([1, 2], tmp_path / 'ckpt_1.pt')
+    torch.save({'model': {}}, tmp_path / 'ckpt_2.pt')
+    with pytest.raises(CheckpointError, match='not a dict'):
+        load_checkpoint(str(tmp_path / 'ckpt_1.pt'), log=quiet)
+    with pytest.raises(CheckpointError, match='iter_num'):
+        load_checkpoint(str(tmp_path / 'ckpt_2.pt'), log=quiet)
+    assert load_checkpoint(str(tmp_path / 'ckpt_2.pt'), log=quiet, required_keys=('model',)) == {'model': {}}
+    with pytest.raises(CheckpointError, match='No such file'):
+        load_checkpoint(str(tmp_path / 'ckpt_3.pt'), log=quiet)
+
+
+def test_all_broken_raises_instead_of_starting_from_scratch(tmp_path):
+    (tmp_path / 'ckpt_10.pt').write_bytes(b'')
+    torch.save({'iter_num': 20}, tmp_path / 'ckpt_20.pt')
+    logs = []
+    with pytest.raises(CheckpointError, match='none of the 2 checkpoints') as info:
+        load_newest(str(tmp_path), log=logs.append)
+    assert '\n' not in str(info.value)
+    assert len([line for line in logs if line.startswith('WARNING')]) == 2
+
+
+def test_numpy_rng_state_is_refused(tmp_path):
+    # np.random.get_state() pickles numpy objects, which weights_only=True refuses to load: the trainer
+    # must store RNG state as tensors or plain values, or no checkpoint of the run would ever resume
+    state = dict(make_state(7), rng=np.random.get_state())
+    torch.save(state, tmp_path / 'ckpt_7.pt')  # as if written without checkpoint.py
+    with pytest.raises(CheckpointError, match='numpy') as info:
+        load_checkpoint(str(tmp_path / 'ckpt_7.pt'), log=quiet)
+    assert '\n' not in str(info.value)
+    with pytest.raises(CheckpointError, match='would not load back.*numpy'):
+        save_checkpoint(dict(state, iter_num=8), str(tmp_path), 8, 3, log=quiet)
+    assert os.listdir(tmp_path) == ['ckpt_7.pt']  # refused before publishing, temp file removed
+
+
+def test_disk_full_raises_and_keeps_older_checkpoints(tmp_path, monkeypatch):
+    save(tmp_path, 1)
+    save(tmp_path, 2)
+    monkeypatch.setenv('CKPT_FAULT', 'disk_full')
+    with pytest.raises(CheckpointError, match='No space left on device') as info:
+        save(tmp_path, 3, keep_last_n=1)
+    message = str(info.value)
+    assert checkpoint_path(str(tmp_path), 3) in message and 'free' in message and 'rerun' in message
+    assert '\n' not in message
+    assert sorted(os.listdir(tmp_path)) == ['ckpt_1.pt', 'ckpt_2.pt']  # no temp file, no rotation
+    assert_holds_step(checkpoint_path(str(tmp_path), 1), 1)
+    assert_holds_step(checkpoint_path(str(tmp_path), 2), 2)
+
+
+SAVE_IN_CHILD = """
+import sys, torch, checkpoint
+n = int(sys.argv[2])
+checkpoint.save_checkpoint({'model': {'w': torch.full((64, 64), float(n))}, 'iter_num': n}, sys.argv[1], n, 2)
+"""
+
+
+@pytest.mark.parametrize('fault', ['kill_after_temp_write', 'kill_before_rotate'])
+def test_sigkill_during_save_leaves_every_checkpoint_loadable(tmp_path, fault):
+    for n in [1, 2, 3]:
+        save(tmp_path, n, keep_last_n=2)
+    child = subprocess.run([sys.executable, '-c', SAVE_IN_CHILD, str(tmp_path), '4'], cwd=REPO,
+                           env=dict(os.environ, CKPT_FAULT=fault, PYTHONPATH=REPO), capture_output=True)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    for path in glob.glob(str(tmp_path / 'ckpt_*.pt')):
+        load_checkpoint(path, log=quiet)
+    assert_holds_step(checkpoint_path(str(tmp_path), 3), 3)  # the previous newest is intact
+    temps = glob.glob(str(tmp_path / '.ckpt_4.pt.tmp-*'))
+    if fault == 'kill_after_temp_write':
+        assert steps(tmp_path) == [3, 2] and len(temps) == 1
+        assert load_newest(str(tmp_path), log=quiet)[1] == checkpoint_path(str(tmp_path), 3)
+    else:
+        assert steps(tmp_path) == [4, 3, 2] and temps == []  # renamed, not yet rotated
+        assert_holds_step(checkpoint_path(str(tmp_path), 4), 4)
+    logs = []
+    assert remove_stale_temp_files(str(tmp_path), log=logs.append) == temps
+    assert len(logs) == len(temps) and all('GB' in line for line in logs)
+    save(tmp_path, 5, keep_last_n=2)
+    survivors = ['ckpt_4.pt', 'ckpt_5.pt'] if fault == 'kill_before_rotate' else ['ckpt_3.pt', 'ckpt_5.pt']
+    assert sorted(os.listdir(tmp_path)) == survivors
+
+
+def test_remove_stale_temp_files_touches_only_temp_files(tmp_path):
+    save(tmp_path, 1)
+    for name in ['.ckpt_2.pt.tmp-123', '.ckpt_30.pt.tmp-9']:
+        (tmp_path / name).write_bytes(b'x' * 1000)
+    for name in ['ckpt_2.pt.tmp', 'notes.txt', '.ckpt_2.pt.tmp-abc']:
+        (tmp_path / name).write_bytes(b'keep')
+    removed = remove_stale_temp_files(str(tmp_path), log=quiet)
+    assert sorted(os.path.basename(p) for p in removed) == ['.ckpt_2.pt.tmp-123', '.ckpt_30.pt.tmp-9']
+    assert sorted(os.listdir(tmp_path)) == ['.ckpt_2.pt.tmp-abc', 'ckpt_1.pt', 'ckpt_2.pt.tmp', 'notes.txt']
+    assert remove_stale_temp_files(str(tmp_path / 'missing'), log=quiet) == []
+
+
+def test_roll_back_moves_newer_aside_and_rotation_leaves_them(tmp_path):
+    for n in [1, 2, 3, 4, 5]:
+        save(tmp_path, n)
+    logs = []
+    moved = roll_back_to(checkpoint_path(str(tmp_path), 3), log=logs.append)
+    assert [os.path.basename(p) for p in moved] == ['ckpt_5.pt', 'ckpt_4.pt'] and len(logs) == 2
+    assert all(os.path.dirname(os.path.dirname(p)) == str(tmp_path / checkpoint.ROLLED_BACK_DIR) for p in moved)
+    assert steps(tmp_path) == [3, 2, 1]
+    assert load_newest(str(tmp_path), log=quiet)[1] == checkpoint_path(str(tmp_path), 3)
+    for n in [4, 5, 6]:  # training resumes from 3 and saves the same step numbers again
+        save(tmp_path, n, keep_last_n=2)
+    assert steps(tmp_path) == [6, 5]
+    assert_holds_step(moved[0], 5)
+    assert_holds_step(moved[1], 4)
+    # rolling back past the same steps again overwrites nothing that was moved before
+    again = roll_back_to(checkpoint_path(str(tmp_path), 5), log=quiet)
+    assert [os.path.basename(p) for p in again] == ['ckpt_6.pt'] and os.path.exists(moved[0])
+    assert roll_back_to(checkpoint_path(str(tmp_path), 5), log=quiet) == []
+
+
+def test_roll_back_to_a_non_checkpoint_raises(tmp_path):
+    save(tmp_path, 1)
+    for path in [tmp_path / 'ckpt_2.pt', tmp_path / 'ckpt_best.pt']:
+        with pytest.raises(CheckpointError, match='cannot roll back'):
+            roll_back_to(str(path), log=quiet)
+    assert steps(tmp_path) == [1]

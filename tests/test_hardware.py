@@ -1,0 +1,53 @@
+"""hardware.py: the right peak for the right GPU, and the FLOPs arithmetic behind MFU."""
+import pytest
+import torch
+
+import hardware
+from model import GPT, GPTConfig
+
+
+@pytest.mark.parametrize(
+    "name, gfx, cus, key, peak",
+    [
+        ("AMD Instinct MI300X", "gfx942:sramecc+:xnack-", 304, "mi300x", 1307.4),
+        ("AMD Instinct MI300X VF", "gfx942", 304, "mi300x", 1307.4),
+        ("AMD Radeon Graphics", "gfx942:sramecc+:xnack-", 304, "mi300x", 1307.4),  # generic ROCm name
+        ("AMD Radeon Graphics", "gfx942", 228, "mi300a", 980.6),
+        ("AMD Instinct MI325X", "gfx942", 304, "mi300x", 1307.4),
+        ("AMD Instinct MI250X/MI250", "gfx90a", 110, "mi250x", 191.5),
+        ("NVIDIA H200", None, 132, "h200", 989.4),
+        ("NVIDIA H100 80GB HBM3", None, 132, "h100", 989.4),
+        ("NVIDIA H100 PCIe", None, 114, "h100-pcie", 756.0),
+        ("NVIDIA A100-SXM4-80GB", None, 108, "a100", 312.0),
+        ("NVIDIA A100-SXM4-40GB", None, 108, "a100-40gb", 312.0),
+    ],
+)
+def test_identify_gpu(name, gfx, cus, key, peak):
+    assert hardware.identify_gpu(name, gfx, cus) == key
+    assert hardware.GPUS[key].peak_tflops == peak
+
+
+def test_unknown_gpu_is_not_guessed():
+    assert hardware.identify_gpu("NVIDIA GeForce RTX 4090") is None
+    assert hardware.identify_gpu("AMD Radeon Graphics", "gfx1100", 48) is None
+    assert hardware.utilisation(1e9, 1e4, 0.0) is None
+
+
+def test_6b_flops_per_token():
+    config = GPTConfig(block_size=2048, vocab_size=50304, n_layer=32, n_head=32, n_embd=4096, bias=False)
+    with torch.device("meta"):
+        model = GPT(config)
+    fpt = hardware.flops_per_token(model.get_num_params(), 32, 4096, 2048)
+    assert fpt == 6 * 6_648_762_368 + 12 * 32 * 4096 * 2048
+    assert fpt == pytest.approx(4.311e10, rel=1e-3)
+    # 300B tokens of it: ~1.29e22 FLOPs, about 286 days at 40% MFU on one MI300X
+    days = fpt * 300e9 / (0.4 * hardware.GPUS["mi300x"].peak_tflops * 1e12) / 86400
+    assert fpt * 300e9 == pytest.approx(1.29e22, rel=0.01) and 280 < days < 290
+    block = sum(p.numel() for p in model.transformer.h[0].parameters())
+    extra = hardware.recompute_flops_per_token(block, 32, 4096, 2048)
+    assert 0.3 < extra / fpt < 0.34  # full recompute costs about a third more
+
+
+def test_utilisation():
+    # 1e10 FLOPs/token at 1e4 tokens/s on a 1000-TFLOPS part: 10%
+    assert hardware.utilisation(1e10, 1e4, 1000.0) == pytest.approx(0.1)
