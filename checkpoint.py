@@ -13,6 +13,12 @@ A checkpoint is out_dir/ckpt_<N>.pt, N = completed optimizer steps, no zero padd
   floats, strs, bools, None): store RNG state as torch.get_rng_state() or plain values, never as
   np.random.get_state(). save_checkpoint checks this before it publishes a file.
 Only the process that saves (rank 0) should call the functions that change out_dir.
+
+Under FSDP a checkpoint is a folder out_dir/ckpt_<N>/ instead, written by every rank with
+torch.distributed.checkpoint (model and optimizer shards, resharded on load) plus
+trainer_state.pt (everything else, as in a .pt file). It is written under a temp name and
+renamed when complete, so the same rules hold: discovery, rotation, fallback and roll back
+treat both forms alike, ordered by N.
 """
 
 import errno
@@ -25,11 +31,17 @@ import tempfile
 import time
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_model_state_dict, set_state_dict)
 from torch.utils.serialization import config as serialization_config
 
 # no sign and no zero padding, so each step has exactly one name (ckpt_010.pt is not step 10)
 _CKPT_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)\.pt')
-_TEMP_RE = re.compile(r'\.ckpt_[0-9]+\.pt\.tmp-[0-9]+')
+_SHARDED_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)')
+_TEMP_RE = re.compile(r'\.ckpt_[0-9]+(\.pt\.tmp-[0-9]+|\.tmp-sharded)')  # a .pt's, a sharded folder's
+TRAINER_STATE = 'trainer_state.pt'  # in a sharded checkpoint: all but the model and optimizer
 ROLLED_BACK_DIR = 'rolled_back'  # roll_back_to moves checkpoints here; discovery never looks inside
 REQUIRED_KEYS = ('model', 'iter_num')
 
@@ -47,27 +59,35 @@ def checkpoint_path(out_dir, iter_num):
 
 
 def _scan(out_dir, pattern):
-    """(match, entry) for each file directly in out_dir whose whole name matches pattern."""
+    """(match, entry) for each file or folder directly in out_dir whose whole name matches pattern."""
     if not os.path.isdir(out_dir):
         return
     for entry in os.scandir(out_dir):
         m = pattern.fullmatch(entry.name)
-        if m and entry.is_file():
+        if m:
             yield m, entry
 
 
 def list_checkpoints(out_dir):
     """[(N, path)] of the checkpoints in out_dir, newest (largest N) first; [] if there is no out_dir.
 
-    The one place that knows what a checkpoint looks like on disk. Temp files, other names
-    (ckpt_best.pt, ckpt_010.pt, ckpt_-1.pt) and subfolders such as rolled_back/ are not checkpoints.
+    The one place that knows what a checkpoint looks like on disk: files ckpt_<N>.pt and sharded
+    folders ckpt_<N>/. Temp files, other names (ckpt_best.pt, ckpt_010.pt, ckpt_-1.pt) and
+    subfolders such as rolled_back/ are not checkpoints.
     """
-    found = [(int(m.group(1)), entry.path) for m, entry in _scan(out_dir, _CKPT_RE)]
+    found = [(int(m.group(1)), entry.path) for m, entry in _scan(out_dir, _CKPT_RE) if entry.is_file()]
+    found += [(int(m.group(1)), entry.path) for m, entry in _scan(out_dir, _SHARDED_RE) if entry.is_dir()]
     return sorted(found, reverse=True)
 
 
 def _gb(nbytes):
     return f"{nbytes / 1e9:.2f} GB"
+
+
+def _size(path):
+    if os.path.isdir(path):
+        return sum(entry.stat().st_size for entry in os.scandir(path))
+    return os.path.getsize(path)
 
 
 def _fsync_dir(path):
@@ -79,11 +99,12 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def _remove_if_exists(path):
-    try:
+def _remove(path):
+    """Remove a checkpoint or temp file, or a sharded one's folder; nothing if it is not there."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
         os.remove(path)
-    except FileNotFoundError:
-        pass
 
 
 # --- fault injection for tests: CKPT_FAULT=kill_after_temp_write|kill_before_rotate|disk_full ---
@@ -191,7 +212,7 @@ def _rotate(out_dir, iter_num, keep_last_n, log):
     # only up to the one just written: never delete it in favour of a newer, maybe unreadable one
     older = [(n, path) for n, path in list_checkpoints(out_dir) if n <= iter_num]
     for _, path in older[keep_last_n:]:
-        os.remove(path)
+        _remove(path)
         log(f"removed {path} (keep_last_n={keep_last_n})")
 
 
@@ -214,9 +235,9 @@ def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
         _fault('kill_after_temp_write')
         os.replace(tmp, path)  # atomic: the name shows the old file (or none) or the complete new one
     finally:
-        _remove_if_exists(tmp)  # after a failure; nothing left to remove once renamed
+        _remove(tmp)  # after a failure; nothing left to remove once renamed
     _fsync_dir(out_dir)  # the rename must be durable before rotation deletes older checkpoints
-    log(f"saved {path} ({_gb(os.path.getsize(path))}) in {time.time() - t0:.1f}s")
+    log(f"saved {path} ({_gb(_size(path))}) in {time.time() - t0:.1f}s")
     _fault('kill_before_rotate')
     _rotate(out_dir, iter_num, keep_last_n, log)
     return path
@@ -229,8 +250,8 @@ def remove_stale_temp_files(out_dir, log=print):
     """
     removed = []
     for _, entry in _scan(out_dir, _TEMP_RE):
-        size = entry.stat().st_size
-        os.remove(entry.path)
+        size = _size(entry.path)
+        _remove(entry.path)
         log(f"removed {entry.path} ({_gb(size)}), left by an interrupted save")
         removed.append(entry.path)
     return removed
@@ -240,13 +261,18 @@ def load_checkpoint(path, log=print, required_keys=REQUIRED_KEYS):
     """The dict saved in path, on CPU and memory-mapped; CheckpointError if it is unusable."""
     log(f"loading {path} ...")
     t0 = time.time()
+    sharded = os.path.isdir(path)
     try:
-        state = _torch_load(path)
+        state = _torch_load(os.path.join(path, TRAINER_STATE) if sharded else path)
+        if sharded:
+            _check_shards(path)
     except Exception as e:  # RuntimeError (zip), UnpicklingError (weights_only), OSError, ...
         raise CheckpointError(f"cannot load {path}: {_one_line(e)}") from e
     if not isinstance(state, dict):
         raise CheckpointError(f"cannot load {path}: it holds a {type(state).__name__}, not a dict")
-    missing = [k for k in required_keys if k not in state]
+    if sharded:
+        state["sharded_path"] = path  # the model and optimizer stay on disk until restore()
+    missing = [k for k in required_keys if k not in state and not (sharded and k in ("model", "optimizer"))]
     if missing:
         raise CheckpointError(f"cannot load {path}: it lacks the keys {missing}")
     log(f"loaded {path} in {time.time() - t0:.1f}s")
@@ -277,11 +303,12 @@ def roll_back_to(path, log=print):
 
     Nothing is deleted (move a file back into out_dir to undo). Returns the moved files' new paths.
     """
+    path = os.path.normpath(path)
     out_dir = os.path.dirname(path) or '.'
-    m = _CKPT_RE.fullmatch(os.path.basename(path))
-    if not (m and os.path.isfile(path)):
-        raise CheckpointError(f"cannot roll back to {path}: it is not an existing out_dir/ckpt_<N>.pt")
-    target = int(m.group(1))
+    numbers = {p: n for n, p in list_checkpoints(out_dir)}
+    if path not in numbers:
+        raise CheckpointError(f"cannot roll back to {path}: it is not an existing out_dir/ckpt_<N>.pt or ckpt_<N>/")
+    target = numbers[path]
     newer = [p for n, p in list_checkpoints(out_dir) if n > target]
     if not newer:
         log(f"{path} is already the newest checkpoint; nothing to roll back")
@@ -298,3 +325,96 @@ def roll_back_to(path, log=print):
     for d in (dest, parent, out_dir):
         _fsync_dir(d)  # else after a power cut the rolled-back checkpoints could reappear and be resumed
     return moved
+
+
+# -----------------------------------------------------------------------------
+# the model and optimizer in a checkpoint: whole tensors in a .pt file, or shards in a folder
+
+def full_state(model, optimizer):
+    """(model, optimizer) state dicts for a .pt checkpoint: whole tensors, and optimizer state keyed
+    by parameter name (as torch.distributed.checkpoint.state_dict makes it, not by index), so a .pt
+    file and a sharded folder hold the same names and each converts into the other."""
+    return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+
+
+def _barrier():
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _check_shards(path):
+    # usable only if the metadata reads and every shard file holds the bytes it points at;
+    # a truncated shard would otherwise fail halfway through loading over the live model
+    metadata = dcp.FileSystemReader(path).read_metadata()
+    needed = {}
+    for info in metadata.storage_data.values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    for name, end in needed.items():
+        shard = os.path.join(path, name)
+        if not os.path.isfile(shard) or os.path.getsize(shard) < end:
+            raise ValueError(f"shard {name} is missing or cut short")
+
+
+def save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n, log=print):
+    """Every rank calls this: write out_dir/ckpt_<iter_num>/ with torch.distributed.checkpoint (each
+    rank its own shards), then rank 0 adds trainer_state.pt, renames the folder into place and
+    rotates. Under its final name the folder is always complete. Returns the path."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    path = os.path.join(out_dir, f'ckpt_{operator.index(iter_num)}')
+    tmp = os.path.join(out_dir, f'.ckpt_{iter_num}.tmp-sharded')
+    if rank == 0:
+        _remove(tmp)
+        os.makedirs(tmp)
+        log(f"saving {path}/ ...")
+    _barrier()
+    t0 = time.time()
+    model_sd, optimizer_sd = get_state_dict(model, optimizer)
+    try:
+        dcp.save({"model": model_sd, "optimizer": optimizer_sd}, checkpoint_id=tmp)  # .metadata goes last
+        if rank == 0:
+            _write_and_sync(trainer_state, os.path.join(tmp, TRAINER_STATE), path)
+    except BaseException as e:  # dcp's CheckpointException derives from BaseException
+        if rank == 0:
+            _remove(tmp)
+        if isinstance(e, (CheckpointError, KeyboardInterrupt)):
+            raise
+        raise CheckpointError(f"could not write {path}: {_one_line(e)}; older checkpoints are untouched. "
+                              f"Check free space in {out_dir} and rerun the same command to resume.") from e
+    if rank == 0:
+        _fsync_dir(tmp)
+        _fault('kill_after_temp_write')
+        _remove(path)  # only there if it was unreadable at resume: a folder cannot be renamed over
+        os.replace(tmp, path)
+        _fsync_dir(out_dir)
+        log(f"saved {path}/ ({_gb(_size(path))}) in {time.time() - t0:.1f}s")
+        _rotate(out_dir, iter_num, keep_last_n, log)
+    _barrier()
+    return path
+
+
+def restore(state, model, optimizer=None):
+    """Load a checkpoint's model (and optimizer, if given) into live objects, plain or FSDP-sharded.
+
+    A .pt holds whole tensors, which set_state_dict shards as needed; a sharded folder is read with
+    torch.distributed.checkpoint, which reshards to however many processes load it (one included).
+    A folder that fails here may have overwritten part of the model: the caller must not go on."""
+    if "sharded_path" not in state:
+        model_sd, optimizer_sd = state["model"], state.get("optimizer")
+        options = StateDictOptions(full_state_dict=True)
+    else:
+        if optimizer is None:
+            target = {"model": get_model_state_dict(model)}
+        else:
+            target = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer)))
+        try:
+            dcp.load(target, checkpoint_id=state["sharded_path"])
+        except BaseException as e:  # dcp's CheckpointException derives from BaseException
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise CheckpointError(f"cannot load {state['sharded_path']}: {_one_line(e)}") from e
+        model_sd, optimizer_sd = target["model"], target.get("optimizer")
+        options = StateDictOptions()
+    if optimizer is None:
+        set_model_state_dict(model, model_sd, options=options)
+    else:
+        set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optimizer_sd, options=options)

@@ -61,7 +61,8 @@ DEFAULTS = dict(
     lr_decay_iters=600000,
     min_lr=6e-5,
     # system
-    backend="nccl",  # torch.distributed backend (RCCL answers to 'nccl' on ROCm)
+    strategy="ddp",  # under torchrun: 'ddp' (each GPU holds everything) or 'fsdp' (FSDP2 shards it all)
+    backend="auto",  # torch.distributed backend: 'auto' is nccl on GPUs (RCCL answers to it on ROCm), gloo on CPU
     device="auto",  # 'auto' (a GPU if there is one, else cpu), 'cpu', 'cuda', 'cuda:1', 'mps'
     dtype="bfloat16",  # 'bfloat16' autocast over fp32 weights, 'float16' (with a grad scaler) or 'float32'
     compile=False,  # torch.compile the model (off by default: the safe choice on ROCm)

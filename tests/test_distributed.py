@@ -1,0 +1,136 @@
+"""train.py under torchrun with 2 CPU processes (gloo): DDP and FSDP2 match one process,
+sharded checkpoints resume exactly, convert between world sizes, and survive SIGTERM.
+
+Each launch costs seconds on 2 cores, so the runs are few and shared between tests."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import REPO
+from test_train import TINY, ckpts, data_dir  # noqa: F401  (data_dir is a fixture)
+
+# no dropout: masks differ between one process and two, and these tests compare across them
+ARGS = [a for a in TINY if not a.startswith(("--dropout", "--gradient_accumulation_steps"))] + [
+    "--dropout=0.0", "--gradient_accumulation_steps=4", "--checkpoint_interval=4"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def run(out_dir, data_dir, *overrides, nproc=1, check=True):
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    command = (launcher if nproc > 1 else [sys.executable]) + [
+        "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=ENV, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"exit {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}")
+    return result
+
+
+def losses(out_dir):
+    lines = (out_dir / "train.log").read_text().splitlines()
+    found = {int(line.split(":")[0][5:]): float(line.split("loss ")[1].split(",")[0])
+             for line in lines if line.startswith("iter ") and ": loss " in line}
+    return [found[n] for n in sorted(found)]
+
+
+def final_weights(out_dir, n):
+    """The model of checkpoint n, whichever form it has, loaded as sample.py would."""
+    import checkpoint
+    from model import GPT, GPTConfig
+
+    state = checkpoint.load_checkpoint(str(out_dir / (f"ckpt_{n}" if (out_dir / f"ckpt_{n}").is_dir()
+                                                      else f"ckpt_{n}.pt")), log=lambda m: None)
+    model = GPT(GPTConfig(**state["model_args"]))
+    checkpoint.restore(state, model)
+    return model.state_dict()
+
+
+def assert_close(a, b, exact=False):
+    assert a.keys() == b.keys()
+    for k in a:
+        if exact:
+            assert torch.equal(a[k], b[k]), k
+        else:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, data_dir):  # noqa: F811
+    out = tmp_path_factory.mktemp("single")
+    run(out, data_dir, "--max_iters=8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def fsdp(tmp_path_factory, data_dir):  # noqa: F811
+    """A 2-process FSDP2 run stopped at 4 by max_iters, then resumed to 8."""
+    out = tmp_path_factory.mktemp("fsdp")
+    run(out, data_dir, "--max_iters=4", "--strategy=fsdp", nproc=2)
+    shutil.copytree(out, out.parent / "fsdp_at_4")
+    run(out, data_dir, "--max_iters=8", "--strategy=fsdp", nproc=2)
+    return out
+
+
+def test_ddp_matches_one_process(tmp_path, data_dir, single):  # noqa: F811
+    out = tmp_path / "ddp"
+    result = run(out, data_dir, "--max_iters=8", nproc=2)
+    assert "per GPU" in result.stdout
+    assert losses(out) == pytest.approx(losses(single), abs=2e-4)
+    assert_close(final_weights(out, 8), final_weights(single, 8))
+
+
+def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single, fsdp):  # noqa: F811
+    assert ckpts(fsdp) == [] and sorted(p.name for p in fsdp.glob("ckpt_*")) == ["ckpt_4", "ckpt_8"]
+    assert losses(fsdp) == pytest.approx(losses(single), abs=2e-4)
+    assert_close(final_weights(fsdp, 8), final_weights(single, 8))
+    uninterrupted = tmp_path / "fsdp_uninterrupted"
+    run(uninterrupted, data_dir, "--max_iters=8", "--strategy=fsdp", nproc=2)
+    assert_close(final_weights(fsdp, 8), final_weights(uninterrupted, 8), exact=True)
+
+
+def test_world_size_changes_both_ways(tmp_path, data_dir, single, fsdp):  # noqa: F811
+    # sharded by 2 processes, resumed by 1
+    out = tmp_path / "two_to_one"
+    shutil.copytree(fsdp.parent / "fsdp_at_4", out)
+    result = run(out, data_dir, "--max_iters=8")
+    assert "resuming after 4 completed steps" in result.stdout and "not bit-exact" in result.stdout
+    assert_close(final_weights(out, 8), final_weights(single, 8))
+    # one process's .pt, resumed by 2 FSDP processes
+    out = tmp_path / "one_to_two"
+    out.mkdir()
+    shutil.copy(single / "ckpt_4.pt", out)
+    run(out, data_dir, "--max_iters=8", "--strategy=fsdp", nproc=2)
+    assert_close(final_weights(out, 8), final_weights(single, 8))
+
+
+def test_incomplete_sharded_checkpoint_is_skipped(tmp_path, data_dir, fsdp):  # noqa: F811
+    out = tmp_path / "broken"
+    shutil.copytree(fsdp, out)
+    shard = next((out / "ckpt_8").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    result = run(out, data_dir, "--max_iters=8", "--strategy=fsdp", nproc=2)
+    assert "cut short" in result.stdout and "resuming after 4 completed steps" in result.stdout
+
+
+def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):  # noqa: F811
+    out = tmp_path / "sigterm"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    proc = subprocess.Popen(
+        launcher + ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out}",
+                    "--strategy=fsdp", "--max_iters=100000", "--checkpoint_interval=100000"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.time() + 120
+    while "iter 2:" not in ((out / "train.log").read_text() if (out / "train.log").exists() else ""):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=120)
+    assert "stopped by SIGTERM after" in stdout
+    [folder] = out.glob("ckpt_*")
+    n = int(folder.name[5:])
+    assert n >= 2 and final_weights(out, n)

@@ -1,0 +1,217 @@
+"""train.py end to end, as a user runs it: a subprocess on a tiny model and tiny token bins.
+
+The guarantees a weeks-long run relies on: resume is bit-exact, signals save and exit 0,
+kills and full disks during a save lose nothing, rotation is numeric, poisoned steps never
+reach a checkpoint, and bad input stops with one clear line.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+
+VOCAB = 64
+TINY = [
+    "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", f"--vocab_size={VOCAB}", "--batch_size=4",
+    "--gradient_accumulation_steps=3", "--dropout=0.1", "--learning_rate=3e-3", "--min_lr=3e-4",
+    "--warmup_iters=2", "--lr_decay_iters=40", "--eval_interval=5", "--eval_iters=2", "--log_interval=1",
+    "--checkpoint_interval=4", "--keep_last_n=10", "--device=cpu", "--dtype=float32", "--wandb_log=False",
+]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """Token bins with learnable structure: a few repeated 'sentences' of ids."""
+    folder = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    sentences = [rng.integers(0, VOCAB, size=rng.integers(5, 12)) for _ in range(20)]
+    for split, n in (("train", 3000), ("val", 300)):
+        ids = np.concatenate([sentences[i] for i in rng.integers(0, len(sentences), size=n)])
+        ids.astype(np.uint16).tofile(folder / f"{split}.bin")
+    return str(folder)
+
+
+def train(out_dir, data_dir, *overrides, env=None, check=True):
+    result = subprocess.run(
+        [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+         f"--out_dir={out_dir}", *overrides],
+        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
+        timeout=300,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"train.py exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def ckpts(out_dir):
+    return sorted(int(p.name[5:-3]) for p in out_dir.glob("ckpt_*.pt"))
+
+
+def weights(path):
+    return torch.load(path, weights_only=True)["model"]
+
+
+def assert_same_weights(a, b):
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+
+
+def loss_lines(out_dir, first, last):
+    """The logged 'iter N: loss X' part for iterations first..last, from train.log."""
+    found = {}
+    for line in (out_dir / "train.log").read_text().splitlines():
+        if line.startswith("iter ") and ": loss " in line:
+            n = int(line.split(":")[0][5:])
+            found[n] = line.split(", time")[0]
+    return [found[n] for n in range(first, last + 1)]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_dir):
+    """One uninterrupted run to 12 steps that the interrupted ones must reproduce exactly."""
+    out = tmp_path_factory.mktemp("reference")
+    train(out, data_dir, "--max_iters=12")
+    return out
+
+
+def test_trains_logs_and_rotates_numerically(tmp_path, data_dir, reference):
+    log = (reference / "train.log").read_text()
+    losses = [float(line.split("loss ")[1].split(",")[0]) for line in log.splitlines() if line.startswith("iter ")]
+    assert len(losses) == 12 and losses[-1] < losses[0]
+    assert "mfu n/a" in log and "tok/s" in log and "eval iter 10: val loss" in log
+    # keep_last_n=3 with saves every 3 steps up to 12: 6, 9 and 12 stay (lexical order would drop 12)
+    out = tmp_path / "rot"
+    train(out, data_dir, "--max_iters=12", "--checkpoint_interval=3", "--keep_last_n=3")
+    assert ckpts(out) == [6, 9, 12]
+
+
+def test_stop_and_resume_is_bit_exact(tmp_path, data_dir, reference):
+    out = tmp_path / "run"
+    train(out, data_dir, "--max_iters=5")
+    assert ckpts(out) == [4, 5]
+    result = train(out, data_dir, "--max_iters=12")
+    assert "resuming after 5 completed steps" in result.stdout
+    assert_same_weights(out / "ckpt_12.pt", reference / "ckpt_12.pt")
+    assert loss_lines(out, 6, 12) == loss_lines(reference, 6, 12)
+    assert (out / "train.log").read_text().count("=== ") == 2  # appended across restarts
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signal_saves_and_resume_is_exact(tmp_path, data_dir, sig):
+    out = tmp_path / "sig"
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out}",
+         "--max_iters=100000", "--checkpoint_interval=100000", "--gradient_accumulation_steps=8"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    deadline = time.time() + 120
+    while "iter 2:" not in ((out / "train.log").read_text() if (out / "train.log").exists() else ""):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert f"stopped by {sig.name} after" in stdout and "Traceback" not in stderr
+    [k] = ckpts(out)
+    assert torch.load(out / f"ckpt_{k}.pt", weights_only=True)["iter_num"] == k >= 2
+    if sig == signal.SIGTERM:  # the stopped run, resumed, matches one that never stopped
+        ref = tmp_path / "ref"
+        common = ["--gradient_accumulation_steps=8", f"--max_iters={k + 2}"]
+        train(out, data_dir, *common)
+        train(ref, data_dir, *common)
+        assert_same_weights(out / f"ckpt_{k + 2}.pt", ref / f"ckpt_{k + 2}.pt")
+
+
+def test_kill_during_save_loses_nothing(tmp_path, data_dir, reference):
+    out = tmp_path / "kill"
+    train(out, data_dir, "--max_iters=4")
+    result = train(out, data_dir, "--max_iters=12", env={"CKPT_FAULT": "kill_after_temp_write"}, check=False)
+    assert result.returncode == -signal.SIGKILL
+    assert ckpts(out) == [4] and any(p.name.startswith(".ckpt_8") for p in out.iterdir())
+    result = train(out, data_dir, "--max_iters=12")
+    assert not any(p.name.startswith(".ckpt") for p in out.iterdir())  # the killed save's temp file is gone
+    assert_same_weights(out / "ckpt_12.pt", reference / "ckpt_12.pt")
+
+
+def test_truncated_newest_checkpoint_falls_back(tmp_path, data_dir, reference):
+    out = tmp_path / "trunc"
+    train(out, data_dir, "--max_iters=8")
+    newest = out / "ckpt_8.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    result = train(out, data_dir, "--max_iters=12")
+    assert "ckpt_8.pt" in result.stdout and "resuming after 4 completed steps" in result.stdout
+    assert_same_weights(out / "ckpt_12.pt", reference / "ckpt_12.pt")
+
+
+def test_disk_full_during_save_loses_nothing(tmp_path, data_dir):
+    out = tmp_path / "full"
+    train(out, data_dir, "--max_iters=4")
+    before = (out / "ckpt_4.pt").read_bytes()
+    result = train(out, data_dir, "--max_iters=8", env={"CKPT_FAULT": "disk_full"}, check=False)
+    assert result.returncode == 1 and "error:" in result.stdout and "Traceback" not in result.stderr
+    assert ckpts(out) == [4] and (out / "ckpt_4.pt").read_bytes() == before
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+
+def test_nonfinite_step_is_skipped_and_never_saved(tmp_path, data_dir):
+    out = tmp_path / "nan"
+    result = train(out, data_dir, "--max_iters=8", env={"TRAIN_FAULT_NAN_AT_ITERS": "3"})
+    assert "iter 3: non-finite loss nan" in result.stdout and "step skipped" in result.stdout
+    for k in ckpts(out):
+        assert all(torch.isfinite(t).all() for t in weights(out / f"ckpt_{k}.pt").values())
+    out = tmp_path / "nan_forever"
+    result = train(out, data_dir, "--max_iters=12", "--max_nonfinite_steps=3",
+                   env={"TRAIN_FAULT_NAN_AT_ITERS": "5,6,7,8,9,10,11,12"}, check=False)
+    assert result.returncode == 1 and "3 non-finite steps in a row" in result.stdout
+    assert ckpts(out) == [4]  # nothing saved after the poison began
+
+
+def test_roll_back_to_a_checkpoint(tmp_path, data_dir, reference):
+    out = tmp_path / "roll"
+    train(out, data_dir, "--max_iters=12")
+    train(out, data_dir, "--max_iters=12", f"--init_from={out / 'ckpt_4.pt'}")
+    assert ckpts(out) == [4, 8, 12]  # the old 8 and 12 were moved aside, then written again
+    moved = [p.name for p in out.rglob("ckpt_*.pt") if p.parent != out]
+    assert sorted(moved) == ["ckpt_12.pt", "ckpt_8.pt"]
+    assert_same_weights(out / "ckpt_12.pt", reference / "ckpt_12.pt")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--n_lyer=3"], "unknown config key 'n_lyer'; did you mean n_layer"),
+        (["--batch_size=two"], "batch_size must be int"),
+        (["--data_dir=/nonexistent/data"], "/nonexistent/data"),
+        (["--init_from=resume"], "has no checkpoint"),
+        (["--dtype=float16"], "dtype must be"),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, data_dir, overrides, message):
+    result = train(tmp_path / "bad", data_dir, "--max_iters=2", *overrides, check=False)
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_odd_sized_bin_is_refused(tmp_path):
+    (tmp_path / "train.bin").write_bytes(b"\x01\x00" * 100 + b"\x01")
+    (tmp_path / "val.bin").write_bytes(b"\x01\x00" * 100)
+    result = train(tmp_path / "out", tmp_path, "--max_iters=2", check=False)
+    assert result.returncode == 1 and "train.bin" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_existing_run_guards(tmp_path, data_dir):
+    out = tmp_path / "guard"
+    train(out, data_dir, "--max_iters=4")
+    result = train(out, data_dir, "--max_iters=8", "--init_from=scratch", check=False)
+    assert result.returncode == 1 and "holds 1 checkpoint" in result.stdout
+    result = train(out, data_dir, "--max_iters=8", "--n_embd=64", check=False)
+    assert result.returncode == 1 and "n_embd=64 conflicts with the checkpoint's n_embd=32" in result.stdout

@@ -1,0 +1,506 @@
+"""
+Train a GPT on one GPU (or the CPU), or on many with torchrun:
+
+    python train.py config/train_gpt3_6b.py [--key=value ...]
+    torchrun --nproc_per_node=8 train.py config/train_gpt3_6b.py [--strategy=fsdp]
+
+Reads top to bottom: config, setup (processes, log, device, checkpoint, data, model,
+optimizer), then the loop. Re-running the same command continues from the newest loadable
+checkpoint in out_dir; Ctrl+C, SIGTERM and SIGHUP stop after the current micro-batch with
+the state of the last completed step saved. Every printed line also goes to <out_dir>/train.log.
+"""
+import io
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import bins
+import checkpoint
+import configurator
+import hardware
+from model import GPT, GPTConfig
+
+# -----------------------------------------------------------------------------
+# config
+cfg = configurator.load_config_or_exit(sys.argv[1:])
+ARCHITECTURE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
+
+# one process, or one per GPU under torchrun (which sets RANK, LOCAL_RANK and WORLD_SIZE)
+distributed = "RANK" in os.environ
+rank = int(os.environ.get("RANK", 0))
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+world_size = int(os.environ.get("WORLD_SIZE", 1))
+master = rank == 0  # only rank 0 writes train.log, config.json, wandb and .pt checkpoints
+
+if master:
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    log_file = open(os.path.join(cfg.out_dir, "train.log"), "a")
+
+
+def log(message):
+    if master:
+        print(message, flush=True)
+        log_file.write(message + "\n")
+        log_file.flush()
+
+
+def fail(message):
+    """Stop the run with one line the user can act on."""
+    if master:
+        log(f"error: {message}")
+    else:
+        print(f"rank {rank} error: {message}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+if cfg.dtype not in ("bfloat16", "float32"):
+    fail(f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}")
+if cfg.strategy not in ("ddp", "fsdp"):
+    fail(f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}")
+if cfg.gradient_accumulation_steps % world_size:
+    fail(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must divide among {world_size} "
+         f"processes; the global batch is batch_size x gradient_accumulation_steps at any world size")
+log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
+    + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))
+
+# Signals only set a flag: the loop stops after the current micro-batch and saves the state
+# of the last completed optimizer step. At 6.7B a step takes ~100 s, longer than most
+# shutdown grace periods, so waiting for the step to end is not an option.
+stop_signal = None
+
+
+def request_stop(signum, frame):
+    global stop_signal
+    stop_signal = signum
+
+
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, request_stop)
+
+# -----------------------------------------------------------------------------
+# device, precision and process group
+if cfg.device == "auto":
+    device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+else:
+    device = cfg.device
+device_type = "cuda" if device.startswith("cuda") else device  # ROCm reports 'cuda' too
+if device_type == "cuda":
+    torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+# bf16 autocast computes in bf16 over fp32 master weights; no loss scaling needed.
+autocast = (
+    torch.autocast(device_type=device_type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
+)
+if distributed:
+    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type == "cuda" else "gloo")
+    # Ranks wait in a collective while rank 0 writes a checkpoint (minutes at 6.7B): allow for it.
+    dist.init_process_group(backend=backend, timeout=timedelta(minutes=60))
+
+
+def agree(flag):
+    """True on every rank if it is true on any: a stop or a save that only some ranks enter deadlocks."""
+    if not distributed:
+        return flag
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item() > 0
+
+
+# -----------------------------------------------------------------------------
+# what to start from: a checkpoint (resume, roll back) or scratch
+rolling_back = cfg.init_from not in ("auto", "resume", "scratch")
+if rolling_back and not os.path.exists(cfg.init_from):
+    fail(f"init_from: no such checkpoint {cfg.init_from}")
+if master:
+    checkpoint.remove_stale_temp_files(cfg.out_dir, log=log)
+    if rolling_back and os.path.samefile(os.path.dirname(os.path.abspath(cfg.init_from)), cfg.out_dir):
+        try:
+            checkpoint.roll_back_to(cfg.init_from, log=log)
+        except checkpoint.CheckpointError as e:
+            fail(str(e))
+if distributed:
+    dist.barrier()  # the others look at out_dir only once rank 0 has tidied it
+existing = checkpoint.list_checkpoints(cfg.out_dir)
+resume_state = None
+try:
+    if cfg.init_from == "scratch":
+        if existing:
+            fail(f"init_from='scratch' but {cfg.out_dir} holds {len(existing)} checkpoint(s) (newest "
+                 f"{os.path.basename(existing[0][1])}); use another out_dir, or init_from='auto' to continue")
+    elif cfg.init_from in ("auto", "resume"):
+        found = checkpoint.load_newest(cfg.out_dir, log=log)
+        if found is None and cfg.init_from == "resume":
+            fail(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to start from scratch")
+        resume_state = found[0] if found else None
+    else:
+        resume_state = checkpoint.load_checkpoint(cfg.init_from, log=log)
+except checkpoint.CheckpointError as e:
+    fail(str(e))
+
+model_args = {k: getattr(cfg, k) for k in ARCHITECTURE_KEYS}
+if resume_state is not None:
+    # The architecture comes from the checkpoint; a config that sets a different one is a mistake.
+    for key in ARCHITECTURE_KEYS:
+        saved, wanted = resume_state["model_args"][key], getattr(cfg, key)
+        if wanted != saved and wanted != configurator.DEFAULTS[key]:
+            fail(f"{key}={wanted!r} conflicts with the checkpoint's {key}={saved!r}; "
+                 f"drop the override or use a new out_dir")
+        model_args[key] = saved
+gptconf = GPTConfig(**model_args, dropout=cfg.dropout, gradient_checkpointing=cfg.gradient_checkpointing,
+                    recompute_blocks=cfg.recompute_blocks)
+
+# -----------------------------------------------------------------------------
+# data: uint16 token bins, sampled without replacement in a per-epoch permutation of windows
+try:
+    train_bin = bins.open_split(cfg.data_dir, "train", gptconf.block_size, gptconf.vocab_size)
+    val_bin = bins.open_split(cfg.data_dir, "val", gptconf.block_size, gptconf.vocab_size)
+except bins.BinError as e:
+    fail(str(e))
+meta = bins.read_meta(cfg.data_dir)
+encoding = meta["encoding"] if meta else None  # saved in checkpoints, so sample.py can decode
+# Every rank draws the same global batch and takes its share, so the sequence of global
+# batches does not depend on the number of processes.
+sampler = bins.WindowSampler(train_bin.num_windows(gptconf.block_size), cfg.seed)
+micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
+# Evaluation always uses the same validation windows, so val losses compare across time.
+val_windows = bins.WindowSampler(val_bin.num_windows(gptconf.block_size), cfg.seed).next_indices(
+    cfg.eval_iters * cfg.batch_size).reshape(cfg.eval_iters, cfg.batch_size)
+tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
+log(f"data: {cfg.data_dir}: {train_bin.num_tokens:,} train tokens ({tokens_per_iter:,} per step, "
+    f"{cfg.max_iters * tokens_per_iter / train_bin.num_tokens:.2f} epochs to max_iters), {val_bin.num_tokens:,} val")
+
+
+def get_batch(token_bin, indices):
+    try:
+        windows = torch.from_numpy(token_bin.windows(indices, gptconf.block_size))
+    except bins.BinError as e:
+        fail(str(e))
+    if device_type == "cuda":  # pinned memory lets the copy overlap with the GPU's work
+        windows = windows.pin_memory().to(device, non_blocking=True)
+    else:
+        windows = windows.to(device)
+    return windows[:, :-1], windows[:, 1:]
+
+
+# -----------------------------------------------------------------------------
+# model and optimizer
+torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+t0 = time.time()
+log(f"building the model ({gptconf.n_layer} layers, {gptconf.n_embd} wide) on {device} ...")
+with torch.device(device):  # built in place: at 6.7B a CPU build then a copy would take minutes
+    model = GPT(gptconf)
+n_params = model.get_num_params()
+log(f"built {model.get_num_params(non_embedding=False):,} parameters in {time.time() - t0:.1f}s")
+torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
+raw_model = model  # the plain module, whose state_dict has no wrapper prefixes
+if cfg.compile:  # per block, in place: state_dict keys stay the same, and checkpointing wraps it
+    for block in model.transformer.h:
+        block.compile()
+fsdp = distributed and cfg.strategy == "fsdp"
+if fsdp:  # shard parameters, gradients and AdamW state block by block across the ranks
+    for block in model.transformer.h:
+        fully_shard(block)
+    fully_shard(model)
+optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type)
+
+iter_num, best_val_loss, wandb_run_id = 0, float("inf"), None
+if resume_state is not None:
+    try:
+        checkpoint.restore(resume_state, model, optimizer)
+    except checkpoint.CheckpointError as e:  # the live model may be half overwritten: stop here
+        fail(f"{e}; move that checkpoint aside and rerun to resume from the one before")
+    iter_num = resume_state["iter_num"]
+    best_val_loss = resume_state["best_val_loss"]
+    wandb_run_id = resume_state["wandb_run_id"]
+    sampler.load_state_dict(resume_state["sampler"])
+    rngs = resume_state["rng"]  # one per rank of the run that saved it
+    if len(rngs) != world_size:
+        log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
+            f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
+    rng = rngs[rank % len(rngs)]
+    torch.set_rng_state(rng["torch"])
+    if device_type == "cuda" and rng["cuda"] is not None:
+        torch.cuda.set_rng_state(rng["cuda"])
+    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+    np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
+    log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
+    del resume_state  # the mmap'd tensors have been copied into the model and optimizer
+start_iter = iter_num
+if distributed and cfg.strategy == "ddp":
+    # gradient_as_bucket_view: gradients live in DDP's buckets instead of beside them (26.6 GB at 6.7B)
+    model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None, gradient_as_bucket_view=True)
+
+if master:
+    with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
+        json.dump(dict(vars(cfg), **model_args), f, indent=2)
+
+# MFU against the peak of the GPU we really have; unknown hardware says so instead of guessing.
+gpu_description, gpu_key = hardware.local_gpu(local_rank) if device_type == "cuda" else (None, None)
+peak_tflops = cfg.peak_tflops or (hardware.GPUS[gpu_key].peak_tflops if gpu_key else 0.0)
+if device_type == "cuda":
+    log(f"GPU: {gpu_description}; peak bf16 {peak_tflops or 'unknown (set peak_tflops for MFU)'} TFLOPS")
+model_flops = hardware.flops_per_token(n_params, gptconf.n_layer, gptconf.n_embd, gptconf.block_size)
+block_params = sum(p.numel() for p in raw_model.transformer.h[0].parameters())
+hardware_flops = model_flops + hardware.recompute_flops_per_token(
+    block_params, gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size)
+
+# -----------------------------------------------------------------------------
+# wandb: optional, and never allowed to hang or prompt inside tmux
+wandb_run = None
+if cfg.wandb_log and master:
+    import wandb
+
+    mode = os.environ.get("WANDB_MODE")
+    if mode is None and not wandb.login(prompt=False, verify=False):  # no prompt, no network
+        log("warning: no wandb credentials (wandb login / WANDB_API_KEY); logging offline, `wandb sync` later")
+        mode = "offline"
+    wandb_run_id = wandb_run_id or wandb.util.generate_id()
+    try:
+        wandb_run = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, id=wandb_run_id,
+                               resume="allow", config=vars(cfg), mode=mode,
+                               settings=wandb.Settings(init_timeout=60))
+    except Exception as e:  # no network, server trouble: the run matters more than the charts
+        log(f"warning: wandb.init failed ({type(e).__name__}: {e}); logging offline")
+        wandb_run = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, id=wandb_run_id,
+                               resume="allow", config=vars(cfg), mode="offline")
+
+
+# -----------------------------------------------------------------------------
+# helpers of the loop
+def get_lr(it):
+    """Linear warmup, then cosine decay to min_lr at lr_decay_iters, then min_lr."""
+    if not cfg.decay_lr:
+        return cfg.learning_rate
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if it >= cfg.lr_decay_iters:
+        return cfg.min_lr
+    ratio = (it - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
+
+
+@torch.no_grad()
+def evaluate():
+    # Every rank runs every batch: FSDP needs all ranks in each forward, and the val set is small.
+    model.eval()
+    losses = torch.zeros(cfg.eval_iters)
+    for k in range(cfg.eval_iters):
+        x, y = get_batch(val_bin, val_windows[k])
+        with autocast:
+            _, loss = model(x, y)
+        losses[k] = loss.item()
+    model.train()
+    return losses.mean().item()
+
+
+def sync_gradients(on):
+    """Reduce gradients across ranks only on a step's last micro-batch; the others accumulate locally."""
+    if fsdp:
+        model.set_requires_gradient_sync(on)
+    elif distributed:
+        model.require_backward_grad_sync = on
+
+
+def mean_over_ranks(t):
+    if distributed:
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    return t
+
+
+def rng_state():
+    """RNG states as tensors and plain types, so the checkpoint loads with weights_only=True."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
+        "numpy": [torch.from_numpy(keys.copy()), pos, has_gauss, gauss],
+        "python": [version, list(internal), gauss_next],
+    }
+
+
+def weights_are_finite():
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in raw_model.parameters()]
+    return not agree(not bool(torch.stack([torch.isfinite(p).all() for p in local]).all()))
+
+
+def save(step_start):
+    """Save the state after iter_num completed steps; step_start holds the sampler and RNG
+    states from the start of the step after it, which is where a resumed run begins."""
+    if not weights_are_finite():
+        fail(f"weights are not finite after step {iter_num}; not saving. Roll back with "
+             f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
+    rngs = [step_start["rng"]]
+    if distributed:  # every rank's own RNG streams, sent as bytes (pickled tensors do not survive the trip)
+        buffer, blobs = io.BytesIO(), [None] * world_size
+        torch.save(step_start["rng"], buffer)
+        dist.all_gather_object(blobs, buffer.getvalue())
+        rngs = [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
+    trainer_state = {
+        "model_args": model_args,
+        "iter_num": iter_num,
+        "best_val_loss": best_val_loss,
+        "config": vars(cfg),
+        "sampler": step_start["sampler"],
+        "rng": rngs,
+        "wandb_run_id": wandb_run_id,
+        "encoding": encoding,
+    }
+    try:
+        if fsdp:
+            checkpoint.save_sharded(raw_model, optimizer, trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n,
+                                    log=log)
+        elif master:
+            model_sd, optimizer_sd = checkpoint.full_state(raw_model, optimizer)
+            trainer_state.update(model=model_sd, optimizer=optimizer_sd)
+            checkpoint.save_checkpoint(trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n, log=log)
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
+
+
+def memory_text():
+    if device_type == "cuda":
+        return f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB"
+    import resource  # peak resident memory of this process, in KiB on Linux
+
+    return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.1f}GB RSS"
+
+
+def percent(fraction):
+    return "n/a" if fraction is None else f"{100 * fraction:.1f}%"
+
+
+def nan_injected(it):
+    """Fault injection for the tests: TRAIN_FAULT_NAN_AT_ITERS=3,4 poisons those steps' loss."""
+    wanted = os.environ.get("TRAIN_FAULT_NAN_AT_ITERS", "")
+    return str(it + 1) in wanted.split(",")
+
+
+# -----------------------------------------------------------------------------
+# the loop: iter_num counts completed optimizer steps, so `iter N` and ckpt_N.pt agree
+if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
+    t0 = time.time()
+    val_loss = evaluate()
+    log(f"eval iter {iter_num}: val loss {val_loss:.4f} ({time.time() - t0:.1f}s)")
+    if cfg.eval_only:
+        if distributed:
+            dist.destroy_process_group()
+        sys.exit(0)
+
+last_saved_iter = iter_num if start_iter > 0 else -1
+last_save_time = time.time()
+nonfinite_in_a_row = nonfinite_total = 0
+step_time_avg = None
+step_start = {"sampler": sampler.state_dict(), "rng": rng_state()}
+stopping = agree(stop_signal is not None)
+while iter_num < cfg.max_iters and not stopping:
+    lr = get_lr(iter_num)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    t0 = time.time()
+    loss_sum = torch.zeros((), device=device)
+    my_windows = sampler.next_indices(cfg.batch_size * cfg.gradient_accumulation_steps).reshape(
+        cfg.gradient_accumulation_steps, cfg.batch_size)[rank::world_size]
+    x, y = get_batch(train_bin, my_windows[0])
+    for micro_step in range(micro_steps):
+        last = micro_step == micro_steps - 1
+        sync_gradients(last)
+        with autocast:
+            _, loss = model(x, y)
+        if not last:  # fetch the next batch while the GPU works
+            x, y = get_batch(train_bin, my_windows[micro_step + 1])
+        (loss / micro_steps).backward()
+        loss_sum += loss.detach()  # no .item() here: a host sync per micro-batch stalls the GPU
+        stopping = agree(stop_signal is not None)
+        if stopping:
+            break
+    if stopping:
+        optimizer.zero_grad(set_to_none=True)  # the unfinished step is dropped; resume redraws its batches
+        break
+    loss_mean = mean_over_ranks(loss_sum / micro_steps)  # over the whole global batch
+    if nan_injected(iter_num):
+        loss_mean = loss_mean * float("nan")
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
+    if isinstance(grad_norm, DTensor):  # FSDP2 returns the norm as a DTensor
+        grad_norm = grad_norm.full_tensor()
+    loss_value, norm_value = torch.stack([loss_mean, grad_norm.float()]).tolist()
+    if math.isfinite(loss_value) and math.isfinite(norm_value):
+        optimizer.step()
+        nonfinite_in_a_row = 0
+    else:  # skip the update; the step still counts, and its batches are not seen again
+        nonfinite_in_a_row += 1
+        nonfinite_total += 1
+    optimizer.zero_grad(set_to_none=True)
+    dt = time.time() - t0
+    iter_num += 1
+    step_start = {"sampler": sampler.state_dict(), "rng": rng_state()}
+
+    if nonfinite_in_a_row:
+        log(f"iter {iter_num}: non-finite loss {loss_value} or grad norm {norm_value}: step skipped "
+            f"({nonfinite_in_a_row} in a row, {nonfinite_total} in all)")
+        if nonfinite_in_a_row >= cfg.max_nonfinite_steps:
+            fail(f"{nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back with "
+                 f"--init_from=<an earlier ckpt_N.pt> and a lower learning_rate")
+    if iter_num == start_iter + 1:
+        log(f"first step took {dt:.1f}s (includes warm-up{' and compilation' if cfg.compile else ''})")
+    else:
+        step_time_avg = dt if step_time_avg is None else 0.9 * step_time_avg + 0.1 * dt
+    if iter_num % cfg.log_interval == 0 and not nonfinite_in_a_row:
+        tokens_per_sec = tokens_per_iter / dt
+        mfu = hardware.utilisation(model_flops, tokens_per_sec / world_size, peak_tflops)  # per GPU
+        line = (f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.0f}ms, mfu {percent(mfu)}, "
+                f"tok/s {tokens_per_sec:,.0f}")
+        if distributed:
+            line += f" ({tokens_per_sec / world_size:,.0f} per GPU)"
+        line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {memory_text()}"
+        if gptconf.num_recomputed_blocks():
+            hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
+            line += f", hfu {percent(hfu)}"
+        if step_time_avg is not None:
+            line += f", eta {(cfg.max_iters - iter_num) * step_time_avg / 3600:.1f}h"
+        log(line)
+        if wandb_run:
+            wandb_run.log({"iter": iter_num, "train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
+                           "tokens_per_sec": tokens_per_sec, "mfu": mfu or 0.0}, step=iter_num)
+
+    if cfg.eval_interval > 0 and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
+        t_eval = time.time()
+        val_loss = evaluate()
+        best_val_loss = min(best_val_loss, val_loss)
+        log(f"eval iter {iter_num}: val loss {val_loss:.4f}, best {best_val_loss:.4f} ({time.time() - t_eval:.1f}s)")
+        if wandb_run:
+            wandb_run.log({"val/loss": val_loss}, step=iter_num)
+
+    # clocks differ between machines: a time-based save happens when any rank says so
+    time_to_save = agree(cfg.checkpoint_minutes > 0 and time.time() - last_save_time >= 60 * cfg.checkpoint_minutes)
+    if iter_num % cfg.checkpoint_interval == 0 or iter_num == cfg.max_iters or time_to_save:
+        save(step_start)
+        last_saved_iter, last_save_time = iter_num, time.time()
+    stopping = agree(stop_signal is not None)
+
+if stopping:
+    if iter_num != last_saved_iter and iter_num > start_iter:
+        save(step_start)
+    name = signal.Signals(stop_signal).name if stop_signal else "a signal to another rank"
+    log(f"stopped by {name} after {iter_num} completed steps; run the same command to continue")
+elif iter_num >= cfg.max_iters:
+    log(f"done: {iter_num} steps (max_iters); best val loss {best_val_loss:.4f}")
+if wandb_run:
+    wandb_run.finish()
+if distributed:
+    dist.barrier()
+    dist.destroy_process_group()
