@@ -134,3 +134,20 @@ def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):  
     [folder] = out.glob("ckpt_*")
     n = int(folder.name[5:])
     assert n >= 2 and final_weights(out, n)
+
+
+def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
+    def convert(source, dest):
+        subprocess.run([sys.executable, "scripts/convert_checkpoint.py", str(source), str(dest)],
+                       cwd=REPO, check=True, capture_output=True, env=ENV)
+
+    convert(fsdp / "ckpt_8", tmp_path / "single")
+    assert ckpts(tmp_path / "single") == [8]
+    convert(tmp_path / "single" / "ckpt_8.pt", tmp_path / "sharded")
+    assert (tmp_path / "sharded" / "ckpt_8" / ".metadata").is_file()
+    for out in (tmp_path / "single", tmp_path / "sharded"):
+        assert_close(final_weights(out, 8), final_weights(fsdp, 8), exact=True)
+    import checkpoint
+
+    state = checkpoint.load_checkpoint(str(tmp_path / "single" / "ckpt_8.pt"), log=lambda m: None)
+    assert state["iter_num"] == 8 and len(state["rng"]) == 2 and "exp_avg" in next(iter(state["optimizer"]["state"].values()))

@@ -1,0 +1,48 @@
+"""
+Turn a sharded checkpoint folder (FSDP, ckpt_<N>/) into a single ckpt_<N>.pt file, or the reverse:
+
+    python scripts/convert_checkpoint.py out/gpt3_6b/ckpt_1000 out/single/      # for sample.py, or one GPU
+    python scripts/convert_checkpoint.py out/gpt3_6b/ckpt_1000.pt out/sharded/  # to continue on many GPUs
+
+The result holds the same model, optimizer and trainer state, so training resumes from it exactly
+where the source left off. train.py and sample.py also read either form directly; converting
+is for moving a run between machines or tools. Runs in one process on the CPU: it needs host
+memory for the weights and AdamW moments (16 bytes per parameter, ~107 GB at 6.7B).
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import checkpoint  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", help="a ckpt_<N>/ folder or a ckpt_<N>.pt file")
+    parser.add_argument("dest_dir", help="the out_dir to write the other form into")
+    args = parser.parse_args()
+    if not os.path.exists(args.source):
+        sys.exit(f"error: no such checkpoint {args.source}")
+    try:
+        state = checkpoint.load_checkpoint(args.source)
+    except checkpoint.CheckpointError as e:
+        sys.exit(f"error: {e}")
+    model = GPT(GPTConfig(**state["model_args"]))
+    config = state["config"]
+    optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
+                                           (config["beta1"], config["beta2"]), "cpu")
+    checkpoint.restore(state, model, optimizer)
+    trainer_state = {k: v for k, v in state.items() if k not in ("model", "optimizer", "sharded_path")}
+    if "sharded_path" in state:
+        model_sd, optimizer_sd = checkpoint.full_state(model, optimizer)
+        checkpoint.save_checkpoint(dict(trainer_state, model=model_sd, optimizer=optimizer_sd),
+                                   args.dest_dir, state["iter_num"], keep_last_n=0)
+    else:
+        checkpoint.save_sharded(model, optimizer, trainer_state, args.dest_dir, state["iter_num"], keep_last_n=0)
+
+
+if __name__ == "__main__":
+    main()
