@@ -24,7 +24,7 @@ DEFAULTS = dict(
     eval_iters=200,  # validation batches per evaluation (the same batches every time)
     eval_only=False,  # evaluate once and exit
     init_from="auto",  # 'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', or a ckpt path
-    checkpoint_interval=1000,  # iterations between checkpoints, independent of eval
+    checkpoint_interval=1000,  # iterations between checkpoints, independent of eval; 0: never save (benchmarks)
     checkpoint_minutes=0.0,  # also save when this much wall-clock time passed since the last save (0: off)
     keep_last_n=3,  # checkpoints kept, newest by iteration number (<= 0: keep all)
     # wandb

@@ -401,6 +401,7 @@ if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
             dist.destroy_process_group()
         sys.exit(0)
 
+saving = cfg.checkpoint_interval > 0  # 0 turns checkpoints off, for benchmarks
 last_saved_iter = iter_num if start_iter > 0 else -1
 last_save_time = time.time()
 nonfinite_in_a_row = nonfinite_total = 0
@@ -487,13 +488,13 @@ while iter_num < cfg.max_iters and not stopping:
 
     # clocks differ between machines: a time-based save happens when any rank says so
     time_to_save = agree(cfg.checkpoint_minutes > 0 and time.time() - last_save_time >= 60 * cfg.checkpoint_minutes)
-    if iter_num % cfg.checkpoint_interval == 0 or iter_num == cfg.max_iters or time_to_save:
+    if saving and (iter_num % cfg.checkpoint_interval == 0 or iter_num == cfg.max_iters or time_to_save):
         save(step_start)
         last_saved_iter, last_save_time = iter_num, time.time()
     stopping = agree(stop_signal is not None)
 
 if stopping:
-    if iter_num != last_saved_iter and iter_num > start_iter:
+    if saving and iter_num != last_saved_iter and iter_num > start_iter:
         save(step_start)
     name = signal.Signals(stop_signal).name if stop_signal else "a signal to another rank"
     log(f"stopped by {name} after {iter_num} completed steps; run the same command to continue")
