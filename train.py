@@ -52,7 +52,10 @@ if master:
 
 def log(message):
     if master:
-        print(message, flush=True)
+        try:
+            print(message, flush=True)
+        except OSError:  # the terminal hung up (SSH dropped, tmux killed): train.log still gets it all
+            sys.stdout = open(os.devnull, "w")
         log_file.write(message + "\n")
         log_file.flush()
 

@@ -1,0 +1,136 @@
+"""
+Sample from a trained model:
+
+    python sample.py --out_dir=out/tiny --start="def " --num_samples=3 --max_new_tokens=256
+
+Loads the newest checkpoint in --out_dir that loads (the same numeric discovery and fallback
+past unreadable checkpoints as train.py), or the one --init_from names, and decodes with the
+encoding the data was prepared with: the data dir's meta.json, else the one the checkpoint
+recorded, else --encoding. Works offline; generation uses model.py's KV cache, so each new token
+costs one token's forward pass (with a sliding window past block_size).
+"""
+import argparse
+import os
+import sys
+from contextlib import nullcontext
+
+import torch
+
+import bins
+import checkpoint
+import tokenizer
+from model import GPT, GPTConfig
+
+REQUIRED_KEYS = ("model", "model_args")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("--out_dir", default="out", help="the run's folder of checkpoints (default: out)")
+    p.add_argument("--init_from", help="a checkpoint (ckpt_<N>.pt or ckpt_<N>/) instead of the newest in --out_dir")
+    p.add_argument("--start", default="\n", help="the prompt, or FILE:path to read it from a file")
+    p.add_argument("--num_samples", type=int, default=3)
+    p.add_argument("--max_new_tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.8, help="< 1 is more conservative, > 1 more random")
+    p.add_argument("--top_k", type=int, default=200, help="sample only among the k likeliest tokens (0: all)")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--device", default="auto", help="auto (a GPU if there is one), cpu, cuda, cuda:1")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto: bfloat16 autocast on a GPU that supports it, else float32")
+    p.add_argument("--encoding", help="override the recorded encoding: 'bytes', 'gpt2' or a .tiktoken rank file")
+    return p.parse_args(argv)
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def log(message):
+    print(message, file=sys.stderr)  # stdout carries only the samples
+
+
+def load_state(args):
+    """The checkpoint to sample from, as saved by train.py."""
+    try:
+        if args.init_from:
+            if not os.path.exists(args.init_from):
+                fail(f"--init_from: no such checkpoint {args.init_from}")
+            return checkpoint.load_checkpoint(args.init_from, log, REQUIRED_KEYS)
+        found = checkpoint.load_newest(args.out_dir, log, REQUIRED_KEYS)
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
+    if found is None:
+        fail(f"no checkpoint (ckpt_<N>.pt or ckpt_<N>/) in {args.out_dir}: train first, e.g. python train.py "
+             f"config/train_tiny.py (which writes out/tiny), or pass --out_dir / --init_from")
+    return found[0]
+
+
+def encoding_name(args, state):
+    """The encoding the model's data was prepared with: --encoding, meta.json, or the checkpoint's record."""
+    if args.encoding:
+        return args.encoding
+    data_dir = state.get("config", {}).get("data_dir")
+    meta = bins.read_meta(data_dir) if data_dir and os.path.isdir(data_dir) else None
+    name = (meta or {}).get("encoding") or state.get("encoding")
+    if not name:
+        fail("cannot tell which encoding the model was trained with (no meta.json beside its data and none in "
+             "the checkpoint): pass --encoding bytes, --encoding gpt2 or --encoding path/to/ranks.tiktoken")
+    return name
+
+
+def prompt_ids(args, enc, vocab_size):
+    text = args.start
+    if text.startswith("FILE:"):
+        try:
+            with open(text[5:], encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            fail(f"--start {text}: {e.strerror}")
+    ids = enc.encode_ordinary(text) or [enc.eot_token]  # an empty prompt starts a new document
+    if max(ids) >= vocab_size:
+        fail(f"the prompt encodes to id {max(ids)} but the model has only {vocab_size} ids: "
+             f"is --encoding {enc.name!r} the one it was trained with?")
+    return ids
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature <= 0 or args.top_k < 0:
+        fail("need --num_samples >= 1, --max_new_tokens >= 0, --temperature > 0 and --top_k >= 0")
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device_type = "cuda" if device.startswith("cuda") else device  # ROCm reports 'cuda' too
+    if device_type == "cuda" and not torch.cuda.is_available():
+        fail(f"--device {device}: PyTorch sees no GPU here; use --device cpu")
+    dtype = args.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    state = load_state(args)
+    try:
+        enc = tokenizer.get_encoding(encoding_name(args, state))
+    except ValueError as e:
+        fail(str(e))
+
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = GPT(GPTConfig(**state["model_args"]))
+    try:
+        checkpoint.restore(state, model)  # a ckpt_<N>.pt file or an FSDP run's ckpt_<N>/ folder
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
+    model.eval()
+    # the same bf16 autocast over fp32 weights as training, so the samples match what was evaluated
+    autocast = torch.autocast(device_type, dtype=torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+    idx = torch.tensor([prompt_ids(args, enc, model.config.vocab_size)], dtype=torch.long, device=device)
+    log(f"sampling {args.num_samples} x {args.max_new_tokens} tokens from step {state.get('iter_num')} "
+        f"({enc.name} encoding, {device}, {dtype})")
+    for _ in range(args.num_samples):
+        with autocast:
+            out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
+        # ids past the encoding (an untrained model's padded vocab) decode as '<|?ID|>' placeholders
+        print(enc.decode(out[0].tolist()))
+        print("---------------", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""
+Check a machine before spending GPU-hours on it:
+
+    python scripts/check_env.py config/train_gpt3_6b.py [--key=value ...]
+
+The GPU PyTorch sees (CUDA or ROCm/HIP, name, gfx arch, memory), bf16, which attention kernel
+really runs for the config's shapes, fused AdamW, free disk for the checkpoints, and the data
+bins. Each line starts with ok, WARN, FAIL, or -- for what this machine cannot check (on a
+CPU-only machine: everything about the GPU). Exits 1 if anything FAILs.
+"""
+import inspect
+import math
+import os
+import shutil
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bins  # noqa: E402  (needs the repo root on sys.path first)
+import checkpoint  # noqa: E402
+import configurator  # noqa: E402
+import hardware  # noqa: E402
+import plan  # noqa: E402  (scripts/plan.py, beside this file)
+
+failures = []
+
+
+def gb(nbytes):
+    return f"{nbytes / 1e9:,.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e9:.3f} GB"
+
+
+def report(status, message):
+    if status == "FAIL":
+        failures.append(message)
+    print(f"{status:<4}  {message}", flush=True)
+
+
+def check_torch():
+    if torch.version.hip:
+        build = f"ROCm/HIP {torch.version.hip}"
+    elif torch.version.cuda:
+        build = f"CUDA {torch.version.cuda}"
+    else:
+        build = "CPU only: install the ROCm (MI300X) or CUDA (H100/H200) wheel to train on a GPU"
+    report("ok" if torch.version.hip or torch.version.cuda else "WARN", f"torch {torch.__version__}, {build}")
+
+
+def check_gpu(cfg, needed_gb):
+    """The device, its memory against what plan.py says the config needs, and bf16. False without a GPU."""
+    if not torch.cuda.is_available():
+        report("--", "no GPU visible to PyTorch (CUDA and ROCm both answer through torch.cuda): cannot check "
+                     "the device, its memory, bf16 or fused AdamW; the attention check below runs on the CPU")
+        return False
+    props = torch.cuda.get_device_properties(0)
+    description, key = hardware.local_gpu()
+    arch = f"compute capability {props.major}.{props.minor}" if torch.version.cuda else ""
+    report("ok" if key else "WARN", f"{torch.cuda.device_count()} x {description} {arch}: "
+           + (f"peak bf16 {hardware.GPUS[key].peak_tflops:g} TFLOPS" if key else
+              "unknown peak: set --peak_tflops for MFU, and plan.py --gpu for the nearest known GPU"))
+    free, total = torch.cuda.mem_get_info(0)
+    status = "ok" if needed_gb * 1e9 <= free else "FAIL"
+    report(status, f"GPU memory: {gb(total)}, {gb(free)} free; this config needs about "
+                   f"{gb(needed_gb * 1e9)} (scripts/plan.py)")
+    bf16 = torch.cuda.is_bf16_supported()
+    if cfg.dtype == "bfloat16":
+        report("ok" if bf16 else "FAIL", f"bf16 {'supported' if bf16 else 'NOT supported'} (dtype={cfg.dtype})")
+    return True
+
+
+def attention_backend(device, dtype, n_head, head_dim, seq_len):
+    """The SDPA kernel that runs for model.py's attention call, read off the grad_fn it leaves."""
+    # q, k, v laid out as model.py lays them out: views of one (B, T, 3C) tensor, transposed
+    qkv = torch.randn(1, seq_len, 3 * n_head * head_dim, device=device, dtype=dtype, requires_grad=True)
+    q, k, v = (t.view(1, seq_len, n_head, head_dim).transpose(1, 2) for t in qkv.split(n_head * head_dim, dim=2))
+    name = type(F.scaled_dot_product_attention(q, k, v, is_causal=True).grad_fn).__name__
+    for kernel in ("Flash", "Efficient", "Cudnn"):
+        if kernel in name:
+            return kernel.lower()
+    return "math"
+
+
+def check_attention(cfg, on_gpu, math_extra_gb):
+    dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
+    head_dim = cfg.n_embd // cfg.n_head
+    if on_gpu:
+        backend = attention_backend("cuda", dtype, cfg.n_head, head_dim, cfg.block_size)
+        where = "on the GPU"
+    else:  # a short sequence keeps the CPU check quick; the kernel choice depends on head_dim and dtype
+        backend = attention_backend("cpu", dtype, 1, head_dim, min(cfg.block_size, 256))
+        where = "on the CPU (the GPU may choose differently: run this there)"
+    if backend == "math":
+        report("FAIL" if on_gpu else "WARN",
+               f"attention runs the math kernel {where} for head_dim {head_dim}, {cfg.dtype}: it keeps the "
+               f"T x T attention matrix, about {math_extra_gb:.1f} GB more for this config (scripts/plan.py)")
+    else:
+        report("ok", f"attention runs the {backend} kernel {where} for head_dim {head_dim}, {cfg.dtype}")
+
+
+def check_fused_adamw(on_gpu):
+    if not on_gpu:
+        report("--", "fused AdamW: needs a GPU to check (train.py uses the foreach AdamW on the CPU)")
+        return
+    if "fused" not in inspect.signature(torch.optim.AdamW).parameters:
+        report("FAIL", f"this torch {torch.__version__} has no fused AdamW: the foreach fallback needs ~4 B/param "
+                       f"of temporaries more than scripts/plan.py counts; upgrade torch")
+        return
+    p = torch.zeros(8, device="cuda", requires_grad=True)
+    p.grad = torch.ones_like(p)
+    try:
+        torch.optim.AdamW([p], fused=True).step()
+    except RuntimeError as e:
+        report("FAIL", f"fused AdamW does not run here: {str(e).splitlines()[0]}")
+        return
+    report("ok", "fused AdamW runs")
+
+
+def check_disk(cfg, checkpoint_gb):
+    """Room for keep_last_n checkpoints plus the one being written (rotation deletes only after it is complete)."""
+    existing = len(checkpoint.list_checkpoints(cfg.out_dir))
+    if cfg.keep_last_n <= 0:
+        saves = math.ceil(cfg.max_iters / cfg.checkpoint_interval)
+        need, why = max(saves - existing, 1), f"keep_last_n={cfg.keep_last_n} keeps every one of ~{saves} saves"
+    else:
+        need, why = max(cfg.keep_last_n + 1 - existing, 1), f"keep_last_n={cfg.keep_last_n} + 1 being written"
+    folder = os.path.abspath(cfg.out_dir)
+    while not os.path.isdir(folder):  # out_dir is created at the first run: ask its nearest existing parent
+        folder = os.path.dirname(folder)
+    free = shutil.disk_usage(folder).free
+    status = "ok" if free >= need * checkpoint_gb * 1e9 else "FAIL"
+    report(status, f"disk for {cfg.out_dir}: {gb(free)} free; needs {need} more checkpoint(s) of "
+                   f"{gb(checkpoint_gb * 1e9)} = {gb(need * checkpoint_gb * 1e9)} ({why}, {existing} there now)")
+
+
+def check_data(cfg, tokens_needed):
+    meta = bins.read_meta(cfg.data_dir) if os.path.isdir(cfg.data_dir) else None
+    for split in bins.SPLITS:
+        try:  # the checks train.py makes at start-up
+            tokens = bins.open_split(cfg.data_dir, split, cfg.block_size, cfg.vocab_size).num_tokens
+        except bins.BinError as e:
+            report("FAIL", str(e))
+            continue
+        extra = f", {tokens_needed / tokens:.2f} epochs to max_iters" if split == "train" else ""
+        report("ok", f"{bins.bin_path(cfg.data_dir, split)}: {tokens:,} tokens ({gb(2 * tokens)}){extra}")
+    if meta is None and os.path.isfile(bins.bin_path(cfg.data_dir, "train")):
+        report("WARN", f"{cfg.data_dir} has no meta.json: its encoding is unknown (sample.py will need --encoding)")
+    elif meta:
+        report("ok", f"{cfg.data_dir} was prepared with the {meta['encoding']!r} encoding ({meta['vocab_size']} ids)")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return
+    cfg = configurator.load_config_or_exit(argv)
+    failures.clear()
+    gpu_key = plan.default_gpu()
+    try:
+        p = plan.make_plan(cfg, gpu_key, 0.4, 0.0, 1)
+    except ValueError as e:  # GPTConfig's check of the shapes
+        print(f"check_env: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    check_torch()
+    on_gpu = check_gpu(cfg, p["memory_gb"]["total"])
+    check_attention(cfg, on_gpu, p["math_attention_extra_gb"])
+    check_fused_adamw(on_gpu)
+    check_disk(cfg, p["checkpoint_gb"])
+    check_data(cfg, p["total_tokens"])
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Run train.py inside a tmux session, so a dropped SSH connection never stops training:
+#
+#     scripts/launch.sh config/train_gpt3_6b.py [--key=value ...]
+#
+# The session is named after the config (train_gpt3_6b; set SESSION to choose another). If it
+# is already training, this attaches to it instead of starting a second run on the same out_dir.
+# If its run has ended (finished, crashed, or the machine rebooted), this starts train.py again,
+# which resumes from the newest checkpoint: after a reboot, re-run the same command.
+# NPROC=8 runs it under torchrun on 8 GPUs. Detach with Ctrl-b d; stop safely (train.py saves
+# first) with: tmux send-keys -t SESSION C-c
+set -euo pipefail
+
+if [ $# -lt 1 ] || [ "${1#-}" != "$1" ]; then
+    echo "usage: scripts/launch.sh CONFIG [--key=value ...]   (env: SESSION, NPROC, PYTHON)" >&2
+    exit 2
+fi
+config=$1
+if [ ! -f "$config" ]; then
+    echo "launch.sh: config file not found: $config" >&2
+    exit 1
+fi
+if ! command -v tmux >/dev/null; then
+    echo "launch.sh: tmux is not installed (apt-get install -y tmux)" >&2
+    exit 1
+fi
+config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")  # the pane starts in the repo root
+repo=$(cd "$(dirname "$0")/.." && pwd)
+session=${SESSION:-$(basename "$config" .py)}
+session=${session//[.:]/_}  # tmux forbids . and : in session names
+# the tmux server may have been started from another shell (another venv, another PATH):
+# pass the interpreter by its absolute path
+python=$("${PYTHON:-python}" -c 'import sys; print(sys.executable)')
+shift
+if [ "${NPROC:-1}" -gt 1 ]; then
+    cmd=("$python" -m torch.distributed.run --standalone "--nproc_per_node=$NPROC" train.py "$config" "$@")
+else
+    cmd=("$python" train.py "$config" "$@")
+fi
+
+if tmux has-session -t "=$session" 2>/dev/null; then
+    if [ "$(tmux display-message -p -t "=$session:" '#{pane_dead}')" = 1 ]; then
+        echo "the last run in tmux session $session has ended; its final lines:"
+        tmux capture-pane -p -t "=$session:" | grep -v '^$' | tail -n 5
+        tmux kill-session -t "=$session"
+    else
+        echo "tmux session $session is already running"
+    fi
+fi
+if ! tmux has-session -t "=$session" 2>/dev/null; then
+    # GPU selection, collectives, allocator and wandb settings from this shell, which a tmux
+    # server started earlier from another shell would not have
+    env_args=()
+    while IFS= read -r var; do
+        env_args+=(-e "$var=${!var}")
+    done < <(compgen -e | grep -E '^(CUDA_|HIP_|ROCR_|NCCL_|TORCH_|PYTORCH_|WANDB_|OMP_NUM_THREADS$)' || true)
+    # remain-on-exit keeps a finished or crashed run's output on screen until the next launch
+    tmux new-session -d -s "$session" -c "$repo" "${env_args[@]}" "$(printf '%q ' "${cmd[@]}")" \; \
+        set-option -w -t "=$session:" remain-on-exit on
+    echo "started ${cmd[*]} in tmux session $session (log: the out_dir's train.log)"
+fi
+if [ -t 0 ] && [ -t 1 ] && [ -z "${TMUX:-}" ]; then
+    exec tmux attach -t "=$session"
+fi
+echo "attach with: tmux attach -t $session"
