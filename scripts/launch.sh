@@ -33,7 +33,9 @@ session=${session//[.:]/_}  # tmux forbids . and : in session names
 python=$("${PYTHON:-python}" -c 'import sys; print(sys.executable)')
 shift
 if [ "${NPROC:-1}" -gt 1 ]; then
-    cmd=("$python" -m torch.distributed.run --standalone "--nproc_per_node=$NPROC" train.py "$config" "$@")
+    # torchrun SIGKILLs its workers this long after forwarding a stop signal: leave room for a save
+    cmd=("$python" -m torch.distributed.run --standalone "--nproc_per_node=$NPROC" --shutdown-timeout=900
+         train.py "$config" "$@")
 else
     cmd=("$python" train.py "$config" "$@")
 fi
