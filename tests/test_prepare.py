@@ -1,0 +1,285 @@
+"""The prepare job end to end, run as a user runs it: data/pile/prepare.py in a subprocess on small
+generated jsonl / jsonl.zst / parquet / text files, with kills made deterministic by fault injection."""
+import json
+import os
+import random
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+import bins
+import preparation
+from conftest import REPO
+from tokenizer import get_encoding
+
+WORDS = ["the", "of", "naïve", "café", "東京", "🚀", "<|endoftext|>", "\n", "\n\n", "  ", "x=1;", "Ünïcödé"]
+
+
+def make_docs(n, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(WORDS, k=rng.randint(1, 60))) for _ in range(n)]
+
+
+def write_jsonl(path, docs, compress=False):
+    data = "".join(json.dumps({"text": d, "meta": {"i": i}}) + "\n" for i, d in enumerate(docs)).encode()
+    path.write_bytes(zstandard.ZstdCompressor().compress(data) if compress else data)
+    return str(path)
+
+
+def write_source(folder, fmt, docs):
+    """docs as files of one format; returns the --source arguments."""
+    if fmt == "txt":
+        for i, d in enumerate(docs):
+            (folder / f"doc{i:05d}.txt").write_text(d, encoding="utf-8")
+        return [str(folder / "*.txt")]
+    if fmt == "parquet":
+        half = len(docs) // 2  # two files, several row groups each
+        for i, part in enumerate([docs[:half], docs[half:]]):
+            pq.write_table(pa.table({"text": part}), folder / f"part{i}.parquet", row_group_size=400)
+        return [str(folder / "*.parquet")]
+    return [write_jsonl(folder / f"docs.{fmt}", docs, compress=fmt == "jsonl.zst")]
+
+
+def prepare(source, data_dir, *flags, env=None):
+    result = subprocess.run(
+        [sys.executable, "data/pile/prepare.py", "--source", *source, "--data_dir", str(data_dir), *flags],
+        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, **(env or {})), timeout=120)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def read_docs(data_dir, split, encoding):
+    """The documents in a bin: every one is followed by end-of-text."""
+    ids = np.fromfile(os.path.join(data_dir, f"{split}.bin"), dtype="<u2")
+    ends = np.flatnonzero(ids == encoding.eot_token)
+    assert len(ids) == (ends[-1] + 1 if len(ends) else 0), "a bin must end with end-of-text"
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    return [encoding.decode(ids[s:e].tolist()) for s, e in zip(starts, ends)]
+
+
+def split_of(docs, val_fraction):
+    train = [d for d in docs if d and not preparation.is_val(d, val_fraction)]
+    return train, [d for d in docs if d and preparation.is_val(d, val_fraction)]
+
+
+def bin_bytes(data_dir):
+    return [(data_dir / f"{s}.bin").read_bytes() for s in bins.SPLITS]
+
+
+FLAGS = ["--encoding", "bytes", "--val_fraction", "0.2", "--num_proc", "2"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """3000 documents (three chunks) as jsonl, and the bins of an uninterrupted run over them."""
+    folder = tmp_path_factory.mktemp("corpus")
+    docs = make_docs(3000)
+    source = [write_jsonl(folder / "docs.jsonl", docs)]
+    reference = folder / "reference"
+    assert prepare(source, reference, *FLAGS).returncode == 0
+    return docs, source, bin_bytes(reference)
+
+
+# -----------------------------------------------------------------------------
+# what is written
+
+@pytest.mark.parametrize("fmt", ["jsonl", "jsonl.zst", "parquet", "txt"])
+def test_bins_decode_to_the_input_documents(tmp_path, fmt):
+    docs = make_docs(1200 if fmt != "txt" else 300, seed=1) + [""]  # an empty document is skipped
+    source = write_source(tmp_path, fmt, docs)
+    result = prepare(source, tmp_path / "out", *FLAGS)
+    assert result.returncode == 0, result.stderr
+    train, val = split_of(docs, 0.2)
+    encoding = get_encoding("bytes")
+    assert read_docs(tmp_path / "out", "train", encoding) == train
+    assert read_docs(tmp_path / "out", "val", encoding) == val
+    meta = bins.read_meta(tmp_path / "out")
+    assert meta["complete"] is True and meta["encoding"] == "bytes" and meta["vocab_size"] == 257
+    assert meta["eot_token"] == 256 and meta["dtype"] == "uint16" and meta["val_fraction"] == 0.2
+    assert meta["splits"]["train"] == {"documents": len(train), "tokens": sum(len(d.encode()) + 1 for d in train)}
+    assert meta["splits"]["val"]["documents"] == len(val) > 0
+    assert meta["skipped_records"] == 0 and meta["empty_documents"] == 1
+    assert len(meta["sources"]) >= 1 and "prepared" in result.stdout
+
+
+def test_gpt2_rank_file_gives_the_known_ids(tmp_path, gpt2_rank_file):
+    source = [write_jsonl(tmp_path / "docs.jsonl", ["hello world", "a <|endoftext|> b"])]
+    result = prepare(source, tmp_path / "out", "--encoding", gpt2_rank_file, "--val_fraction", "0")
+    assert result.returncode == 0, result.stderr
+    ids = np.fromfile(tmp_path / "out" / "train.bin", dtype="<u2").tolist()
+    assert ids[:3] == [31373, 995, 50256]
+    assert ids.count(50256) == 2  # the literal '<|endoftext|>' in a document is ordinary text
+    assert bins.read_meta(tmp_path / "out")["vocab_size"] == 50257
+
+
+def test_output_does_not_depend_on_num_proc(tmp_path, corpus):
+    docs, source, reference = corpus
+    assert prepare(source, tmp_path / "one", *FLAGS, "--num_proc", "1").returncode == 0
+    assert bin_bytes(tmp_path / "one") == reference
+
+
+def test_max_tokens_stops_at_the_first_document_boundary_at_or_past_the_cap(tmp_path, corpus):
+    docs, source, _ = corpus
+    cap = 40_000
+    result = prepare(source, tmp_path / "out", *FLAGS, "--max_tokens", str(cap))
+    assert result.returncode == 0, result.stderr
+    lengths = np.cumsum([len(d.encode()) + 1 for d in docs])
+    n = int(np.searchsorted(lengths, cap)) + 1  # the documents it should have taken, in input order
+    assert lengths[n - 1] >= cap > lengths[n - 2]
+    train, val = split_of(docs[:n], 0.2)
+    encoding = get_encoding("bytes")
+    assert read_docs(tmp_path / "out", "train", encoding) == train
+    assert read_docs(tmp_path / "out", "val", encoding) == val
+    meta = bins.read_meta(tmp_path / "out")
+    assert meta["splits"]["train"]["tokens"] + meta["splits"]["val"]["tokens"] == lengths[n - 1]
+    assert meta["complete"] and meta["max_tokens"] == cap
+
+
+# -----------------------------------------------------------------------------
+# kills, resumes, re-runs
+
+@pytest.mark.parametrize("stage", ["appended", "synced", "committed"])
+def test_sigkill_then_rerun_is_byte_identical(tmp_path, corpus, stage):
+    docs, source, reference = corpus
+    out = tmp_path / "out"
+    kill = {"PREPARE_KILL_AFTER_CHUNKS": "2", "PREPARE_KILL_AT": stage}
+    killed = prepare(source, out, *FLAGS, "--commit_seconds", "0", env=kill)
+    assert killed.returncode == -9
+    assert bins.read_meta(out)["complete"] is False
+    with pytest.raises(bins.BinError, match="unfinished: re-run python data/pile/prepare.py"):
+        bins.open_split(str(out), "train", 8, 257)
+    # the re-run continues with another process count
+    resumed = prepare(source, out, *FLAGS[:-1], "1", "--commit_seconds", "0")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout
+    assert bin_bytes(out) == reference
+    assert bins.read_meta(out)["complete"] is True
+
+
+def test_rerun_of_a_complete_job_is_a_no_op(tmp_path, corpus):
+    docs, source, reference = corpus
+    out = tmp_path / "out"
+    assert prepare(source, out, *FLAGS).returncode == 0
+    mtimes = [os.stat(out / f"{s}.bin").st_mtime_ns for s in bins.SPLITS]
+    again = prepare(source, out, *FLAGS, "--num_proc", "1")  # num_proc is not part of the job
+    assert again.returncode == 0 and "already prepared, nothing to do" in again.stdout
+    assert [os.stat(out / f"{s}.bin").st_mtime_ns for s in bins.SPLITS] == mtimes
+
+
+def test_changed_arguments_are_refused(tmp_path, corpus):
+    docs, source, _ = corpus
+    out = tmp_path / "out"
+    prepare(source, out, *FLAGS, "--commit_seconds", "0", env={"PREPARE_KILL_AFTER_CHUNKS": "1"})
+    refused = prepare(source, out, *FLAGS, "--val_fraction", "0.3")
+    assert refused.returncode == 1
+    assert refused.stderr.strip().count("\n") == 0  # one line
+    assert "unfinished job with other arguments (val_fraction was 0.2, now 0.3)" in refused.stderr
+    assert prepare(source, out, *FLAGS).returncode == 0
+    refused = prepare(source, out, *FLAGS, "--max_tokens", "1000")
+    assert refused.returncode == 1 and "was prepared with other arguments (max_tokens" in refused.stderr
+
+
+# -----------------------------------------------------------------------------
+# bad input
+
+def test_bad_records_are_skipped_and_counted(tmp_path):
+    docs = make_docs(50, seed=2)
+    good = write_jsonl(tmp_path / "a.jsonl", docs[:25]).encode()
+    with open(good, "ab") as f:
+        f.write(b'{"text": "cut off\n')                   # malformed JSON
+        f.write(b'{"title": "no text field"}\n')           # no text field
+        f.write(b'{"text": 42}\n')                         # text is not a string
+        f.write(b'[1, 2]\n')                               # not an object
+        f.write(b'{"text": "bad \xff\xfe utf-8"}\n')       # undecodable
+        f.write(b'\n')                                     # blank line: an empty document
+    truncated = zstandard.ZstdCompressor().compress(json.dumps({"text": "lost"}).encode() * 200)
+    (tmp_path / "b.jsonl.zst").write_bytes(truncated[: len(truncated) // 2])  # corrupt zstd: rest skipped
+    write_jsonl(tmp_path / "c.jsonl.zst", docs[25:], compress=True)
+    result = prepare([str(tmp_path / "*.jsonl*")], tmp_path / "out", *FLAGS)
+    assert result.returncode == 0, result.stderr
+    assert "6 malformed records skipped" in result.stdout
+    meta = bins.read_meta(tmp_path / "out")
+    assert meta["skipped_records"] == 6 and meta["empty_documents"] == 1
+    train, val = split_of(docs, 0.2)
+    assert read_docs(tmp_path / "out", "train", get_encoding("bytes")) == train
+
+
+def bad_input(tmp_path, case):
+    """(--source, --data_dir, flags, what the error line says) for one kind of bad input."""
+    good, out = [write_jsonl(tmp_path / "a.jsonl", ["hi"])], tmp_path / "out"
+    if case == "foreign bins":
+        out.mkdir()
+        (out / "train.bin").write_bytes(b"\x00\x00")
+    if case == "parquet without the field":
+        (tmp_path / "pq").mkdir()
+        good = write_source(tmp_path / "pq", "parquet", ["a", "b"])
+    return {
+        "missing source": ([str(tmp_path / "nope.jsonl.zst")], out, FLAGS, "source file"),
+        "empty glob": ([str(tmp_path / "*.parquet")], out, FLAGS, "no files match"),
+        "unwritable data_dir": (good, tmp_path / "a.jsonl" / "sub", FLAGS, "cannot write to"),  # below a file
+        "unknown encoding": (good, out, ["--encoding", "gpt9"], "unknown encoding 'gpt9'"),
+        "foreign bins": (good, out, FLAGS, "no prepare job recorded"),
+        "parquet without the field": (good, out, [*FLAGS, "--text_field", "body"], "has no column 'body'"),
+    }[case]
+
+
+@pytest.mark.parametrize("case", ["missing source", "empty glob", "unwritable data_dir", "unknown encoding",
+                                  "foreign bins", "parquet without the field"])
+def test_bad_input_fails_at_once_with_one_line(tmp_path, case):
+    source, data_dir, flags, expected = bad_input(tmp_path, case)
+    result = prepare(source, data_dir, *flags)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert expected in result.stderr
+
+
+def test_low_disk_space_is_warned_about_up_front(tmp_path, monkeypatch, capsys):
+    source = [write_jsonl(tmp_path / "a.jsonl", make_docs(10))]
+    monkeypatch.setattr(preparation.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=10))
+    args = preparation.parser("", source=None, data_dir=None).parse_args(
+        ["--source", *source, "--data_dir", str(tmp_path / "out"), "--encoding", "bytes", "--num_proc", "1"])
+    assert preparation.run(args) == 0  # a warning, not an error: the estimate is rough
+    assert "warning: " in capsys.readouterr().err
+
+
+# -----------------------------------------------------------------------------
+# the Hugging Face stream and the consumers of the bins
+
+def test_hub_stream_resumes_from_its_state(tmp_path):
+    """A local folder loads through the same `datasets` streaming path as a hub name."""
+    docs = make_docs(2500, seed=3)
+    for i in range(3):
+        write_jsonl(tmp_path / f"part{i}.jsonl", docs[i::3])
+    source = preparation.HubDataset(str(tmp_path), "text")
+    chunks = list(source.chunks(None, 300))
+    everything = [r for records, _ in chunks for r in records]
+    assert sorted(everything) == sorted(docs)
+    position = json.loads(json.dumps(chunks[4][1]))  # as the manifest stores it
+    rest = preparation.HubDataset(str(tmp_path), "text").chunks(position, 300)
+    assert [r for records, _ in rest for r in records] == everything[5 * 300:]
+
+
+def test_quickstart_feeds_train_py(tmp_path):
+    """data/quickstart/prepare.py builds bins that open_split and train.py read."""
+    out = tmp_path / "quickstart"
+    result = subprocess.run([sys.executable, "data/quickstart/prepare.py", "--data_dir", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    meta = bins.read_meta(out)
+    assert meta["encoding"] == "bytes" and meta["complete"] and meta["splits"]["train"]["tokens"] > 1_000_000
+    val = bins.open_split(str(out), "val", 256, 320)
+    assert val.num_windows(256) >= 100
+    x = val.windows(bins.WindowSampler(val.num_windows(256), 0).next_indices(4), 256)
+    assert x.shape == (4, 257) and x.max() <= 256
+    train = subprocess.run(
+        [sys.executable, "train.py", "config/train_tiny.py", f"--data_dir={out}", f"--out_dir={tmp_path / 'run'}",
+         "--eval_only=True", "--eval_iters=1", "--batch_size=2", "--n_layer=1", "--n_head=2", "--n_embd=32",
+         "--block_size=64", "--wandb_log=False"],
+        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert train.returncode == 0, train.stdout + train.stderr

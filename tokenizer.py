@@ -1,0 +1,94 @@
+"""
+Encodings by name: 'gpt2' (tiktoken's), 'bytes' (UTF-8 bytes plus end-of-text, needs no download),
+or a path to a .tiktoken rank file (GPT-2's split pattern, end-of-text id = the number of ranks).
+
+Every encoding is a tiktoken.Encoding underneath, wrapped so that all three behave the same:
+encode_ordinary never treats '<|endoftext|>' in the text as special, and decode never raises
+on an id the vocabulary lacks (an untrained model samples ids up to the padded vocab, 50304).
+"""
+import base64
+import functools
+import os
+
+import tiktoken
+from tiktoken_ext.openai_public import r50k_pat_str as GPT2_PATTERN
+
+EOT = "<|endoftext|>"
+
+
+class Encoding:
+    """A tokenizer with the few methods the trainer and the prepare scripts use."""
+
+    def __init__(self, name, core):
+        self.name = name
+        self._core = core
+        self.n_vocab = core.n_vocab  # includes end-of-text
+        self.eot_token = core.eot_token
+
+    def __reduce__(self):
+        # worker processes rebuild the encoding by name instead of pickling 50k ranks
+        return get_encoding, (self.name,)
+
+    def encode_ordinary(self, text):
+        return self._core.encode_ordinary(text)
+
+    def encode_ordinary_batch(self, texts):
+        return self._core.encode_ordinary_batch(texts)
+
+    def encode_ordinary_numpy(self, text):
+        """encode_ordinary as a uint32 array, without building a Python list of ints on the way."""
+        try:
+            return self._core.encode_to_numpy(text, disallowed_special=())
+        except UnicodeEncodeError:
+            # lone surrogates (they do occur in scraped JSON): the same fix-up tiktoken's
+            # encode_ordinary applies, so both methods always agree
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            return self._core.encode_to_numpy(text, disallowed_special=())
+
+    def decode(self, ids):
+        """Text for ids; an id outside the vocabulary shows as '<|?ID|>' rather than raising."""
+        parts, run = [], []
+        for i in map(int, ids):
+            if 0 <= i < self.n_vocab:
+                run.append(i)
+            else:
+                parts += [self._core.decode(run), f"<|?{i}|>"]
+                run = []
+        parts.append(self._core.decode(run))
+        return "".join(parts)
+
+
+@functools.cache  # built once per process; forked workers inherit it ready-made
+def get_encoding(name):
+    """'gpt2', 'bytes', or the path of a .tiktoken rank file; ValueError names what is wrong."""
+    if name == "bytes":
+        # no merges, so every byte is its own token whatever the split pattern; splitting
+        # into long runs rather than GPT-2's words makes it ~6x faster
+        ranks = {bytes([b]): b for b in range(256)}
+        return Encoding(name, tiktoken.Encoding("bytes", pat_str=r"(?s).{1,64}",
+                                                mergeable_ranks=ranks, special_tokens={EOT: 256}))
+    if name == "gpt2":
+        try:
+            return Encoding(name, tiktoken.get_encoding("gpt2"))
+        except Exception as e:  # tiktoken downloads GPT-2's files on first use
+            raise ValueError(f"could not load tiktoken's 'gpt2' encoding ({type(e).__name__}); offline, run "
+                             "scripts/fetch_gpt2_ranks.sh and pass --encoding .cache/gpt2.tiktoken") from None
+    if name.endswith(".tiktoken") or os.path.exists(name):
+        ranks = load_ranks(name)
+        core = tiktoken.Encoding(os.path.basename(name), pat_str=GPT2_PATTERN,
+                                 mergeable_ranks=ranks, special_tokens={EOT: len(ranks)})
+        return Encoding(name, core)
+    raise ValueError(f"unknown encoding {name!r}: use 'gpt2', 'bytes' or the path of a .tiktoken rank file")
+
+
+def load_ranks(path):
+    """A .tiktoken file: one 'base64-token rank' pair a line. Read directly rather than through
+    tiktoken.load, which caches local files by path and would miss an edited file."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().splitlines()
+        return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in lines if line)}
+    except FileNotFoundError:
+        raise ValueError(f"encoding rank file {path} not found (scripts/fetch_gpt2_ranks.sh fetches GPT-2's)") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a .tiktoken rank file ({e})") from None
