@@ -16,27 +16,29 @@ import sys
 import types
 from pathlib import Path
 
+# The defaults are GPT-3 125M on The Pile (GPT-3 paper, Table 2.1: context 2048, AdamW betas
+# 0.9/0.95, weight decay 0.1, clip 1.0); config/ files state what differs.
 DEFAULTS = dict(
     # I/O
     out_dir="out",
-    eval_interval=2000,  # iterations between evaluations on the validation batches
-    log_interval=1,
-    eval_iters=200,  # validation batches per evaluation (the same batches every time)
+    eval_interval=1000,  # iterations between evaluations on the validation batches
+    log_interval=10,
+    eval_iters=100,  # validation batches per evaluation (the same batches every time)
     eval_only=False,  # evaluate once and exit
     init_from="auto",  # 'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', or a ckpt path
     checkpoint_interval=1000,  # iterations between checkpoints, independent of eval; 0: never save (benchmarks)
-    checkpoint_minutes=0.0,  # also save when this much wall-clock time passed since the last save (0: off)
+    checkpoint_minutes=60.0,  # also save when this much wall-clock time passed since the last save (0: off)
     keep_last_n=3,  # checkpoints kept, newest by iteration number (<= 0: keep all)
     # wandb
     wandb_log=False,
     wandb_project="gpt3",
     wandb_run_name="run",
     # data
-    dataset="openwebtext",
+    dataset="pile",
     data_dir="",  # folder with train.bin / val.bin; '' means data/<dataset>
-    gradient_accumulation_steps=40,  # micro-batches per optimizer step
-    batch_size=12,  # sequences per micro-batch
-    block_size=1024,
+    gradient_accumulation_steps=8,  # micro-batches per optimizer step
+    batch_size=32,  # sequences per micro-batch: 32 x 8 x 2048 = 524,288 tokens per step
+    block_size=2048,
     seed=1337,
     # model
     n_layer=12,
@@ -49,7 +51,7 @@ DEFAULTS = dict(
     recompute_blocks=-1,  # with checkpointing: recompute blocks 0..k-1 only; -1 = all
     # AdamW
     learning_rate=6e-4,
-    max_iters=600000,  # optimizer steps in the whole run
+    max_iters=572205,  # optimizer steps in the whole run: 300B tokens at 524,288 per step
     weight_decay=1e-1,
     beta1=0.9,
     beta2=0.95,
@@ -57,14 +59,14 @@ DEFAULTS = dict(
     max_nonfinite_steps=10,  # consecutive steps with a non-finite loss or gradient that stop the run
     # learning-rate schedule: linear warmup, cosine decay to min_lr
     decay_lr=True,
-    warmup_iters=2000,
-    lr_decay_iters=600000,
+    warmup_iters=715,  # 375M tokens, as GPT-3
+    lr_decay_iters=572205,
     min_lr=6e-5,
     # system
     strategy="ddp",  # under torchrun: 'ddp' (each GPU holds everything) or 'fsdp' (FSDP2 shards it all)
     backend="auto",  # torch.distributed backend: 'auto' is nccl on GPUs (RCCL answers to it on ROCm), gloo on CPU
     device="auto",  # 'auto' (a GPU if there is one, else cpu), 'cpu', 'cuda', 'cuda:1', 'mps'
-    dtype="bfloat16",  # 'bfloat16' autocast over fp32 weights, 'float16' (with a grad scaler) or 'float32'
+    dtype="bfloat16",  # 'bfloat16' autocast over fp32 weights, or 'float32'
     compile=False,  # torch.compile the model (off by default: the safe choice on ROCm)
     peak_tflops=0.0,  # the GPU's peak dense bf16 TFLOPS for MFU; 0 means look it up from the device
 )
@@ -103,10 +105,12 @@ def _parse_value(key, raw):
     return value
 
 
-def _read_config_file(path):
+def _read_config_file(path, config):
+    """The settings a config file makes. It runs with the config so far in scope, so it can
+    compute from values it does not set itself (block_size in a token budget, say)."""
     if not Path(path).is_file():
         raise ConfigError(f"config file not found: {path}")
-    scope = {}
+    scope = dict(config)
     try:
         exec(compile(Path(path).read_text(), path, "exec"), scope)
     except Exception as e:  # a user's file: report where it broke, in one line
@@ -133,7 +137,7 @@ def load_config(argv):
                 raise _unknown_key(key, "command line")
             config[key] = _check_type(key, _parse_value(key, raw), "command line")
         else:
-            config.update(_read_config_file(arg))
+            config.update(_read_config_file(arg, config))
     if not config["data_dir"]:
         config["data_dir"] = str(Path("data") / config["dataset"])
     return types.SimpleNamespace(**config)

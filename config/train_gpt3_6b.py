@@ -19,10 +19,8 @@ batch_size = 4
 gradient_accumulation_steps = 160
 
 # The token budget decides the run length: 300e9 / 1,310,720 = 228,882 steps.
-_tokens = 300e9
 _tokens_per_iter = batch_size * gradient_accumulation_steps * block_size
-max_iters = round(_tokens / _tokens_per_iter)
-lr_decay_iters = max_iters
+max_iters = lr_decay_iters = round(300e9 / _tokens_per_iter)
 warmup_iters = round(375e6 / _tokens_per_iter)  # GPT-3 warmed up over 375M tokens
 
 learning_rate = 1e-4

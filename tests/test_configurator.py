@@ -17,8 +17,13 @@ def write(tmp_path, text, name="cfg.py"):
 def test_defaults_and_derived_data_dir():
     cfg = load_config([])
     assert cfg.batch_size == DEFAULTS["batch_size"]
-    assert cfg.data_dir == "data/openwebtext"
-    assert load_config(["--dataset=pile"]).data_dir == "data/pile"
+    assert cfg.data_dir == "data/pile"
+    assert load_config(["--dataset=openwebtext"]).data_dir == "data/openwebtext"
+
+
+def test_config_file_sees_the_values_it_does_not_set(tmp_path):
+    path = write(tmp_path, "batch_size = 4\nmax_iters = round(1e6 / (batch_size * block_size))\n")
+    assert load_config(["--block_size=1000", path]).max_iters == 250
 
 
 def test_file_then_overrides_in_order(tmp_path):
