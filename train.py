@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import secrets
 import signal
 import sys
 import time
@@ -271,7 +272,7 @@ if cfg.wandb_log and master:
     if mode is None and not wandb.login(prompt=False, verify=False):  # no prompt, no network
         log("warning: no wandb credentials (wandb login / WANDB_API_KEY); logging offline, `wandb sync` later")
         mode = "offline"
-    wandb_run_id = wandb_run_id or wandb.util.generate_id()
+    wandb_run_id = wandb_run_id or secrets.token_hex(4)  # kept in checkpoints: a resume continues the charts
     try:
         wandb_run = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, id=wandb_run_id,
                                resume="allow", config=vars(cfg), mode=mode,

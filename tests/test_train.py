@@ -215,3 +215,16 @@ def test_existing_run_guards(tmp_path, data_dir):
     assert result.returncode == 1 and "holds 1 checkpoint" in result.stdout
     result = train(out, data_dir, "--max_iters=8", "--n_embd=64", check=False)
     assert result.returncode == 1 and "n_embd=64 conflicts with the checkpoint's n_embd=32" in result.stdout
+
+
+def test_wandb_without_credentials_goes_offline_and_keeps_its_id(tmp_path, data_dir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), OMP_NUM_THREADS="1")  # no ~/.netrc, no key
+    command = [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+               f"--out_dir={tmp_path / 'out'}", "--wandb_log=True", "--max_iters=2"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=300,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert "no wandb credentials" in result.stdout and "logging offline" in result.stdout
+    run_id = torch.load(tmp_path / "out" / "ckpt_2.pt", weights_only=True)["wandb_run_id"]
+    assert run_id and list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
