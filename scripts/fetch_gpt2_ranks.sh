@@ -15,7 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python -m pip download --quiet --no-deps --no-binary :all: --dest "$tmp" openai-whisper >&2
 sdist=$(ls "$tmp"/openai[-_]whisper-*.tar.gz)
-member=$(tar -tzf "$sdist" | grep -m 1 '/whisper/assets/gpt2.tiktoken$')
+member=$(tar -tzf "$sdist" | grep '/whisper/assets/gpt2.tiktoken$')  # no grep -m: tar would die of SIGPIPE
 mkdir -p .cache
 tar -xzOf "$sdist" "$member" > "$tmp/gpt2.tiktoken"
 # the file whose ranks match tiktoken's gpt2 ("hello world" -> [31373, 995]); refuse any other
