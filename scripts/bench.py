@@ -1,0 +1,421 @@
+"""
+Training throughput of a config on this machine, measured by running train.py itself:
+
+    python scripts/bench.py config/train_gpt3_6b.py [--key=value ...] [--steps 5] [--json]
+    python scripts/bench.py config/train_gpt3_6b.py --sweep [--batch_sizes 2,4,8] [--recompute all,24,16,none]
+    python scripts/bench.py config/train_tiny.py --reference
+
+Each setting is one train.py subprocess on random tokens in a temp data dir, with eval,
+checkpoints and wandb off, so what is timed is the training code path, not a copy of it.
+train.py logs every step; the first --warmup steps (kernel selection, allocator growth,
+compilation) are left out and the figures are medians of the next --steps. A step is
+--grad_accum micro-batches (default 2, whatever the config says): throughput per micro-batch
+is what matters, and the configs' 32-160 would make one step take minutes at 1.3B-6.7B.
+
+--sweep tries micro-batch sizes x checkpointing policies and names the fastest setting whose
+peak memory stays within (1 - --margin) of the GPU's, with the train.py overrides that select it.
+--reference also runs a plain PyTorch loop (model.py's GPT, AdamW, no checkpointing) over the
+same batches in this process, and prints train.py's throughput as a ratio of it.
+The config keys bench.py sets itself (max_iters, data_dir, out_dir, eval and checkpoint
+intervals, batch_size and checkpointing in a sweep) override the ones given here.
+"""
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+import bins  # noqa: E402  (needs the repo root on sys.path first)
+import configurator  # noqa: E402
+import plan  # noqa: E402  (scripts/plan.py, beside this file)
+from model import GPT, GPTConfig  # noqa: E402
+
+TRAIN = os.path.join(REPO, "train.py")
+# Every run starts fresh, logs each step, and neither evaluates, saves nor reports to wandb.
+FIXED_OVERRIDES = ["--init_from=scratch", "--log_interval=1", "--eval_interval=0", "--checkpoint_interval=0",
+                   "--wandb_log=False"]
+MEMORY_FAILURES = ("oom", "over margin")  # a setting that fails so would fail with less recompute too
+
+
+def parse_args(argv):
+    """bench.py's own flags, and the rest (config files and --key=value) for the configurator."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+                                usage="%(prog)s CONFIG [--key=value ...] [options]")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per setting (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps before them (default 1, at least 1)")
+    p.add_argument("--grad_accum", type=int, default=2,
+                   help="micro-batches per step (default 2; 0 keeps the config's gradient_accumulation_steps)")
+    p.add_argument("--sweep", action="store_true", help="try micro-batch sizes x checkpointing policies")
+    p.add_argument("--batch_sizes", help="sweep: comma-separated (default: half, once and twice the config's)")
+    p.add_argument("--recompute", help="sweep: comma-separated policies, 'none', 'all' or k = recompute the "
+                                       "first k blocks (default: none, n_layer/4, /2, 3/4, all)")
+    p.add_argument("--margin", type=float, default=0.1,
+                   help="fraction of GPU memory to leave free for fragmentation and other allocations (default 0.1)")
+    p.add_argument("--reference", action="store_true", help="compare with a plain PyTorch loop at the same config")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of all settings (and the reference), keeping the fastest of each: steadier "
+                        "figures on a busy machine (default 1)")
+    p.add_argument("--timeout", type=float, default=0, help="seconds before one setting is killed (default: none)")
+    p.add_argument("--time_limit", type=float, default=0,
+                   help="seconds for all settings; the ones left when it runs out are skipped (default: none)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout (the table goes to stderr)")
+    args, config_args = p.parse_known_args(argv)
+    if args.steps < 1 or args.warmup < 1 or args.repeat < 1 or args.grad_accum < 0 or not 0 <= args.margin < 1:
+        p.error("need --steps >= 1, --warmup >= 1 (the first step includes the warm-up), --repeat >= 1, "
+                "--grad_accum >= 0 and 0 <= --margin < 1")
+    if args.reference and args.sweep:
+        p.error("--reference compares one setting: leave out --sweep")
+    if not args.sweep and (args.batch_sizes or args.recompute):
+        p.error("--batch_sizes and --recompute choose the settings of a --sweep")
+    return p, args, config_args
+
+
+# -----------------------------------------------------------------------------
+# settings: a micro-batch size and a checkpointing policy (None: off, -1: every block, k: blocks 0..k-1)
+
+def recomputed_blocks(recompute, n_layer):
+    """How many blocks a policy recomputes, as model.py counts them."""
+    return GPTConfig(n_layer=n_layer, gradient_checkpointing=recompute is not None,
+                     recompute_blocks=-1 if recompute is None else recompute).num_recomputed_blocks()
+
+
+def setting_overrides(batch_size, recompute):
+    if recompute is None:
+        return [f"--batch_size={batch_size}", "--gradient_checkpointing=False"]
+    return [f"--batch_size={batch_size}", "--gradient_checkpointing=True", f"--recompute_blocks={recompute}"]
+
+
+def setting_label(batch_size, recompute, n_layer):
+    k = recomputed_blocks(recompute, n_layer)
+    policy = "none" if k == 0 else "all" if k == n_layer else f"{k}/{n_layer}"
+    return f"batch {batch_size}, recompute {policy}"
+
+
+def describe(batch_size, recompute, n_layer):
+    """The fields every result of a setting starts with."""
+    return {"batch_size": batch_size, "recompute": recompute,
+            "recomputed_blocks": recomputed_blocks(recompute, n_layer),
+            "label": setting_label(batch_size, recompute, n_layer),
+            "overrides": setting_overrides(batch_size, recompute), "fits": False}
+
+
+def sweep_settings(parser, args, cfg):
+    """The batch sizes and policies a sweep tries, from the flags or around the config."""
+    try:
+        batch_sizes = sorted({int(b) for b in args.batch_sizes.split(",")}) if args.batch_sizes else \
+            sorted({max(1, cfg.batch_size // 2), cfg.batch_size, 2 * cfg.batch_size})
+        if args.recompute:
+            policies = [{"none": None, "all": -1}.get(r) if r in ("none", "all") else int(r)
+                        for r in args.recompute.split(",")]
+        else:
+            policies = [None, *sorted({k for k in (cfg.n_layer // 4, cfg.n_layer // 2, 3 * cfg.n_layer // 4)
+                                       if 0 < k < cfg.n_layer}), -1]
+    except ValueError:
+        parser.error("--batch_sizes takes integers and --recompute 'none', 'all' or integers, comma-separated")
+    if min(batch_sizes) < 1 or any(r is not None and not (r == -1 or 1 <= r <= cfg.n_layer) for r in policies):
+        parser.error(f"batch sizes must be >= 1 and --recompute k between 1 and n_layer={cfg.n_layer}")
+    return batch_sizes, policies
+
+
+# -----------------------------------------------------------------------------
+# one setting: train.py as a subprocess, and what its log says
+
+def make_data(folder, vocab_size, block_size, windows):
+    """Random token ids: `windows` training windows, so no timed step repeats one, and a val split
+    that train.py checks at start-up but never reads (eval is off)."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", windows * block_size + 1), ("val", block_size + 1)):
+        rng.integers(0, vocab_size, n).astype(bins.DTYPE).tofile(bins.bin_path(folder, split))
+
+
+def fraction(text):
+    """'41.5%' -> 0.415; 'n/a' (CPU, or a GPU of unknown peak) -> None."""
+    return None if text == "n/a" else float(text.rstrip("%")) / 100
+
+
+def parse_steps(stdout, warmup):
+    """train.py's lines `iter N: loss X, time Yms, mfu Z%, tok/s T, ..., mem M[, hfu H%]` past the warm-up."""
+    steps = []
+    for line in stdout.splitlines():
+        if not line.startswith("iter ") or ": loss " not in line:  # also leaves out skipped non-finite steps
+            continue
+        head, *fields = line.split(", ")  # thousands separators have no space after the comma
+        if int(head.split(":")[0][len("iter "):]) <= warmup:
+            continue
+        values = dict(field.split(" ", 1) for field in fields)
+        steps.append({"tokens_per_s": float(values["tok/s"].replace(",", "")), "mfu": fraction(values["mfu"]),
+                      "hfu": fraction(values.get("hfu", "n/a")), "memory": values["mem"]})
+    return steps
+
+
+def failure(returncode, stdout, stderr):
+    """(status, one line) for a train.py that exited non-zero."""
+    if "out of memory" in (stdout + stderr).lower():  # torch.OutOfMemoryError: CUDA (or HIP) out of memory
+        return "oom", "out of memory"
+    errors = [line[len("error: "):] for line in stdout.splitlines() if line.startswith("error: ")]  # train.py's fail()
+    lines = errors or [line.strip() for line in stderr.splitlines() if line.strip()]
+    return "error", lines[-1] if lines else f"train.py exited with status {returncode}"
+
+
+def median_of(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize(steps, tokens_per_step):
+    """Median step time (and tokens/s from it), MFU and HFU, and the peak memory reported."""
+    step_s = statistics.median(tokens_per_step / s["tokens_per_s"] for s in steps)
+    return {"tokens_per_s": tokens_per_step / step_s, "step_ms": 1000 * step_s,
+            "mfu": median_of(s["mfu"] for s in steps), "hfu": median_of(s["hfu"] for s in steps),
+            "peak_memory_gb": max(float(s["memory"].split("GB")[0]) for s in steps),
+            "memory_kind": "host RSS" if "RSS" in steps[0]["memory"] else "GPU allocated"}
+
+
+def run_train(train_args, timeout):
+    """(status, message, stdout) of train.py with these arguments, killed past timeout seconds."""
+    proc = subprocess.Popen([sys.executable, TRAIN, *train_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # a hang must not eat the budget of the settings after it
+        return "timeout", f"killed after {timeout:.1f}s", proc.communicate()[0]
+    if proc.returncode:
+        return (*failure(proc.returncode, stdout, stderr), stdout)
+    return "ok", None, stdout
+
+
+class Bench:
+    """Runs settings of one config on one synthetic data dir, each in a fresh out_dir, within a time limit."""
+
+    def __init__(self, args, config_args, cfg, work, memory_limit_gb):
+        self.args, self.config_args, self.cfg, self.work = args, config_args, cfg, work
+        self.memory_limit_gb = memory_limit_gb
+        self.micro_steps = args.grad_accum or cfg.gradient_accumulation_steps
+        self.deadline = time.time() + args.time_limit if args.time_limit else math.inf
+        self.data_dir = os.path.join(work, "data")
+
+    def prepare(self, largest_batch):
+        os.makedirs(self.data_dir)
+        make_data(self.data_dir, self.cfg.vocab_size, self.cfg.block_size,
+                  largest_batch * self.micro_steps * (self.args.warmup + self.args.steps))
+
+    def train_args(self, batch_size, recompute, out_dir):
+        return [*self.config_args, *FIXED_OVERRIDES, f"--max_iters={self.args.warmup + self.args.steps}",
+                f"--gradient_accumulation_steps={self.micro_steps}", f"--data_dir={self.data_dir}",
+                f"--out_dir={out_dir}", *setting_overrides(batch_size, recompute)]
+
+    def run(self, batch_size, recompute):
+        result = describe(batch_size, recompute, self.cfg.n_layer)
+        left = self.deadline - time.time()
+        if left <= 0:
+            return dict(result, status="skipped", message="out of time")
+        timeout = min(self.args.timeout or math.inf, left)
+        out_dir = tempfile.mkdtemp(prefix="out_", dir=self.work)
+        t0 = time.time()
+        status, message, stdout = run_train(self.train_args(batch_size, recompute, out_dir),
+                                            None if timeout == math.inf else timeout)
+        result.update(status=status, message=message, wall_s=round(time.time() - t0, 1),
+                      gpu=next((line[5:].split(";")[0] for line in stdout.splitlines() if line.startswith("GPU: ")),
+                               None))
+        steps = parse_steps(stdout, self.args.warmup)
+        if status == "ok" and not steps:
+            result.update(status="error", message="train.py logged no timed step (non-finite losses?)")
+        if result["status"] != "ok":
+            return result
+        result.update(summarize(steps, batch_size * self.micro_steps * self.cfg.block_size), steps=len(steps))
+        result["fits"] = self.memory_limit_gb is None or result["peak_memory_gb"] <= self.memory_limit_gb
+        if not result["fits"]:
+            result.update(status="over margin", message=f"peak {result['peak_memory_gb']:.1f} GB > "
+                                                        f"{self.memory_limit_gb:.1f} GB")
+        return result
+
+
+def sweep(run, batch_sizes, policies, n_layer):
+    """Run settings from the policy that recomputes most to the one that recomputes least, batch sizes
+    ascending, and skip what cannot fit: past a batch size that fails, the larger ones of its policy;
+    past one that runs out of memory, that size and larger for the policies after (they keep more)."""
+    too_big = math.inf
+    for recompute in sorted(policies, key=lambda r: -recomputed_blocks(r, n_layer)):
+        failed = None
+        for batch_size in batch_sizes:
+            if failed or batch_size >= too_big:
+                reason = failed or f"batch {too_big} did not fit with more recompute"
+                yield dict(describe(batch_size, recompute, n_layer), status="skipped", message=reason)
+                continue
+            result = run(batch_size, recompute)
+            yield result
+            if not result["fits"]:
+                failed = f"after batch {batch_size}: {result['message']}"
+                if result["status"] in MEMORY_FAILURES:
+                    too_big = batch_size
+
+
+# -----------------------------------------------------------------------------
+# the yardstick: a plain loop in this process
+
+def reference_run(cfg, data_dir, batch_size, micro_steps, warmup, steps):
+    """Median step time of a straightforward loop at cfg's shapes and dtype: model.py's GPT without
+    checkpointing, torch's default AdamW, plain copies to the device, a host sync per step."""
+    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device_type = "cuda" if device.startswith("cuda") else device
+    autocast = torch.autocast(device_type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
+    torch.manual_seed(cfg.seed)
+    with torch.device(device):  # the GPTConfig train.py builds for cfg, as plan.py derives it
+        model = GPT(dataclasses.replace(plan.build_meta_model(cfg).config, gradient_checkpointing=False))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2),
+                                  weight_decay=cfg.weight_decay)
+    tokens = bins.TokenBin(bins.bin_path(data_dir, "train"), cfg.vocab_size)
+    order = np.random.default_rng(cfg.seed).permutation(tokens.num_windows(cfg.block_size))
+    times = []
+    for step in range(warmup + steps):
+        t0 = time.perf_counter()
+        for micro_step in range(micro_steps):
+            first = (step * micro_steps + micro_step) * batch_size
+            batch = torch.from_numpy(tokens.windows(order[first:first + batch_size], cfg.block_size)).to(device)
+            with autocast:
+                _, loss = model(batch[:, :-1], batch[:, 1:])
+            (loss / micro_steps).backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.item()  # waits for the GPU, as any loop that logs its loss does
+        times.append(time.perf_counter() - t0)
+    step_s = statistics.median(times[warmup:])
+    return {"tokens_per_s": batch_size * micro_steps * cfg.block_size / step_s, "step_ms": 1000 * step_s}
+
+
+# -----------------------------------------------------------------------------
+# output
+
+def gpu_memory_gb(device):
+    """Total memory of the GPU train.py will run on, in GB (1e9 bytes); None on the CPU. Asked in a
+    child process: a CUDA context in this one would hold ~0.5 GB of the GPU the runs measure."""
+    if device != "auto" and not device.startswith("cuda"):
+        return None
+    index = device.partition(":")[2] or "0"
+    code = ("import torch; print(torch.cuda.get_device_properties(%s).total_memory "
+            "if torch.cuda.is_available() else 0)" % index)
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if probe.returncode:
+        fail(f"cannot read the GPU's memory: {(probe.stderr.strip().splitlines() or ['no message'])[-1]}")
+    return int(probe.stdout) / 1e9 or None
+
+
+def fail(message):
+    print(f"bench: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def percent(value):
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+COLUMNS = f"{'setting':<28} {'tok/s':>10} {'step ms':>9} {'MFU':>6} {'HFU':>6}  peak memory"
+
+
+def row(result):
+    text = f"{result['label']:<28}"
+    if "tokens_per_s" in result:
+        text += (f" {result['tokens_per_s']:>10,.0f} {result['step_ms']:>9.1f} {percent(result['mfu']):>6} "
+                 f"{percent(result['hfu']):>6}  {result['peak_memory_gb']:.1f} GB {result['memory_kind']}")
+    if result["status"] != "ok":
+        text += f"  {result['status']}: {result['message']}"
+    return text
+
+
+def checkpointing_overheads(results, n_layer):
+    """Step time with every block recomputed over step time with none, at each batch size that ran both."""
+    ran = {(r["batch_size"], r["recomputed_blocks"]): r["step_ms"] for r in results if "step_ms" in r}
+    return [{"batch_size": b, "ratio": ran[b, n_layer] / ran[b, 0]}
+            for b in sorted({b for b, _ in ran}) if (b, 0) in ran and (b, n_layer) in ran]
+
+
+def train_command(config_args, cfg, best):
+    """train.py with the best setting, and the config's global batch kept where the new micro-batch divides it."""
+    sequences = cfg.batch_size * cfg.gradient_accumulation_steps
+    keep_batch = [f"--gradient_accumulation_steps={sequences // best['batch_size']}"] \
+        if best["batch_size"] != cfg.batch_size and sequences % best["batch_size"] == 0 else []
+    chosen = [*best["overrides"], *keep_batch]
+    keys = {override.split("=")[0] for override in chosen}
+    given = [arg for arg in config_args if arg.split("=")[0] not in keys]  # the chosen values replace these
+    return shlex.join(["python", "train.py", *given, *chosen])
+
+
+def measure(args, config_args, cfg, batch_sizes, policies, limit, say):
+    """Every setting, --repeat rounds of them (with the reference after each round when asked):
+    the fastest result of each setting, the fastest reference, and the micro-batches per step."""
+    fastest, references = {}, []
+    with tempfile.TemporaryDirectory(prefix="bench_") as work:
+        bench = Bench(args, config_args, cfg, work, limit)
+        bench.prepare(max(batch_sizes))
+        say(f"bench {shlex.join(config_args)}: {args.warmup} warm-up + {args.steps} timed steps of "
+            f"{bench.micro_steps} micro-batches x {cfg.block_size} tokens; " + (
+                f"memory limit {limit:.1f} GB ({1 - args.margin:.0%} of the GPU's)" if limit else
+                "no memory limit checked on the CPU: every setting that runs fits"))
+        say(COLUMNS)
+        for _ in range(args.repeat):  # rounds alternate the settings, so load from elsewhere hits them alike
+            for result in sweep(bench.run, batch_sizes, policies, cfg.n_layer):
+                say(row(result))
+                key = result["batch_size"], result["recompute"]
+                if result.get("tokens_per_s", 0) >= fastest.get(key, {}).get("tokens_per_s", 0):
+                    fastest[key] = result
+            if args.reference and "tokens_per_s" in fastest[key]:  # plain mode: key is its one setting
+                references.append(reference_run(cfg, bench.data_dir, cfg.batch_size, bench.micro_steps,
+                                                args.warmup, args.steps))
+                say(f"{'reference (plain loop)':<28} {references[-1]['tokens_per_s']:>10,.0f} "
+                    f"{references[-1]['step_ms']:>9.1f}")
+    return list(fastest.values()), max(references, key=lambda r: r["tokens_per_s"], default=None), bench.micro_steps
+
+
+def main(argv=None):
+    parser, args, config_args = parse_args(sys.argv[1:] if argv is None else argv)
+    cfg = configurator.load_config_or_exit(config_args)
+    if args.sweep:
+        batch_sizes, policies = sweep_settings(parser, args, cfg)
+    else:
+        batch_sizes, policies = [cfg.batch_size], [cfg.recompute_blocks if cfg.gradient_checkpointing else None]
+    gpu_gb = gpu_memory_gb(cfg.device)
+    limit = None if gpu_gb is None else (1 - args.margin) * gpu_gb
+    say = functools.partial(print, file=sys.stderr if args.json else sys.stdout, flush=True)
+    results, reference, micro_steps = measure(args, config_args, cfg, batch_sizes, policies, limit, say)
+
+    if reference:
+        reference["ratio"] = results[0]["tokens_per_s"] / reference["tokens_per_s"]
+        say(f"train.py / plain loop: {reference['ratio']:.2f}x the tokens/s"
+            + (f" (fastest of {args.repeat} rounds each)" if args.repeat > 1 else ""))
+    overheads = checkpointing_overheads(results, cfg.n_layer)
+    for o in overheads:
+        say(f"full checkpointing: {o['ratio']:.2f}x the step time of none at batch {o['batch_size']} "
+            f"(target <= 1.35x)")
+    best = max((r for r in results if r["fits"]), key=lambda r: r["tokens_per_s"], default=None)
+    command = train_command(config_args, cfg, best) if best else None
+    if best and args.sweep:
+        say(f"fastest that fits: {best['label']}, {best['tokens_per_s']:,.0f} tokens/s, MFU {percent(best['mfu'])}")
+        say(f"  {command}")
+    if args.json:
+        print(json.dumps({"config_args": config_args, "steps": args.steps, "warmup": args.warmup,
+                          "grad_accum": micro_steps, "block_size": cfg.block_size, "device": cfg.device,
+                          "gpu_memory_gb": gpu_gb, "margin": args.margin, "memory_limit_gb": limit,
+                          "settings": results, "best": best, "train_command": command,
+                          "checkpointing_overhead": overheads, "reference": reference}, indent=1))
+    if best is None:
+        fail("no setting fits (the table says why)" if args.sweep else f"the setting did not run: {results[0]['message']}")
+
+
+if __name__ == "__main__":
+    main()

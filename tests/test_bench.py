@@ -1,0 +1,131 @@
+"""scripts/bench.py and scripts/gpu_check.sh on the CPU with a tiny model: a plain run against the
+reference loop, a small sweep, the sweep's order and skipping (with a stand-in for train.py), how
+train.py's log lines and failures are read, and the GPU check end to end. Every train.py launch
+costs seconds, so there are few of them."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import bench  # noqa: E402
+
+TINY = ["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
+        "--device=cpu", "--dtype=float32"]
+QUICK = ["--steps=2", "--warmup=1"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread_in_the_repo(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the train.py subprocesses inherit it
+    monkeypatch.chdir(REPO)  # config paths are relative to the repo
+
+
+def test_plain_run_against_the_reference_as_json(capsys):
+    bench.main([*TINY, *QUICK, "--json", "--reference"])
+    out = capsys.readouterr()
+    report = json.loads(out.out)  # stdout holds the JSON only
+    [setting] = report["settings"]
+    assert setting["status"] == "ok" and setting["fits"] and setting["steps"] == 2
+    assert setting["tokens_per_s"] > 0 and setting["step_ms"] > 0 and setting["peak_memory_gb"] > 0
+    assert setting["mfu"] is None and setting["memory_kind"] == "host RSS"  # no peak FLOPS for a CPU
+    assert report["best"] == setting and report["gpu_memory_gb"] is None and report["grad_accum"] == 2
+    assert report["reference"]["tokens_per_s"] > 0 and report["reference"]["ratio"] > 0
+    assert "train.py / plain loop:" in out.err and "batch 8, recompute none" in out.err
+
+
+def test_sweep_names_the_fastest_setting_and_its_command(capsys):
+    bench.main([*TINY, *QUICK, "--sweep", "--batch_sizes=2,4", "--recompute=none,all"])
+    out = capsys.readouterr().out
+    rows = [line.split("  ")[0] for line in out.splitlines() if line.startswith("batch ")]
+    assert rows == ["batch 2, recompute all", "batch 4, recompute all", "batch 2, recompute none",
+                    "batch 4, recompute none"]
+    assert "no memory limit checked on the CPU" in out
+    assert out.count("full checkpointing: ") == 2 and "x the step time of none at batch 4" in out
+    assert "fastest that fits: batch " in out
+    command = [line.strip() for line in out.splitlines() if line.strip().startswith("python train.py ")]
+    # the config's global batch (8 x 2 sequences) kept with the new micro-batch
+    assert command and " ".join(TINY) in command[0] and "--gradient_accumulation_steps=" in command[0]
+
+
+def fake_runs(memory_limit, failing=()):
+    """A stand-in for train.py on a 4-block model: memory grows with the batch and the blocks not
+    recomputed; `failing` settings time out. Returns the runner and the list of settings it ran."""
+    ran = []
+
+    def run(batch_size, recompute):
+        ran.append((batch_size, recompute))
+        memory = batch_size * (1 + 4 - bench.recomputed_blocks(recompute, 4))
+        status = "timeout" if (batch_size, recompute) in failing else "ok" if memory <= memory_limit else "oom"
+        return dict(bench.describe(batch_size, recompute, 4), status=status, fits=status == "ok", message=status)
+
+    return run, ran
+
+
+def test_sweep_order_skips_what_cannot_fit():
+    run, ran = fake_runs(memory_limit=10)
+    results = list(bench.sweep(run, [1, 2, 4, 8], [None, 2, -1], 4))
+    # most recompute first; past an OOM, its larger batches and the same batch with less recompute are skipped
+    assert ran == [(1, -1), (2, -1), (4, -1), (8, -1), (1, 2), (2, 2), (4, 2), (1, None), (2, None)]
+    assert [r["status"] for r in results] == ["ok"] * 6 + ["oom", "skipped", "ok", "ok", "skipped", "skipped"]
+    assert results[10]["message"] == "batch 4 did not fit with more recompute"
+    # a timeout ends its own policy only: memory says nothing about the others
+    run, ran = fake_runs(memory_limit=100, failing=[(2, -1)])
+    list(bench.sweep(run, [1, 2, 4], [None, -1], 4))
+    assert ran == [(1, -1), (2, -1), (1, None), (2, None), (4, None)]
+
+
+def test_train_log_lines_are_read_past_the_warmup():
+    log = "\n".join([
+        "first step took 3.1s (includes warm-up)",
+        "iter 1: loss 10.9, time 3100ms, mfu 1.0%, tok/s 10,000, lr 1.000e-04, grad norm 1.000, mem 130.2GB, hfu 1.3%",
+        "iter 2: loss 10.8, time 2000ms, mfu 45.0%, tok/s 16,384, lr 1.000e-04, grad norm 0.900, mem 131.0GB, "
+        "hfu 60.0%, eta 1.0h",
+        "iter 3: non-finite loss nan or grad norm nan: step skipped (1 in a row, 1 in all)",
+        "iter 4: loss 10.7, time 1000ms, mfu 50.0%, tok/s 32,768, lr 1.000e-04, grad norm 0.800, mem 131.5GB, "
+        "hfu 66.0%, eta 1.0h",
+    ])
+    summary = bench.summarize(bench.parse_steps(log, warmup=1), tokens_per_step=32768)
+    assert summary["step_ms"] == pytest.approx(1500) and summary["tokens_per_s"] == pytest.approx(32768 / 1.5)
+    assert summary["mfu"] == pytest.approx(0.475) and summary["hfu"] == pytest.approx(0.63)
+    assert summary["peak_memory_gb"] == 131.5 and summary["memory_kind"] == "GPU allocated"
+
+
+@pytest.mark.parametrize("stdout, stderr, expected", [
+    ("", "Traceback (most recent call last):\ntorch.OutOfMemoryError: HIP out of memory. Tried to allocate 2 GiB",
+     ("oom", "out of memory")),
+    ("iter 1: loss 3.0\nerror: weights are not finite after step 1; not saving", "",
+     ("error", "weights are not finite after step 1; not saving")),
+    ("", "config error: command line: unknown config key 'n_lyer'\n",
+     ("error", "config error: command line: unknown config key 'n_lyer'")),
+    ("", "", ("error", "train.py exited with status -9")),
+])
+def test_failures_read_as_one_line(stdout, stderr, expected):
+    assert bench.failure(-9 if not stderr + stdout else 1, stdout, stderr) == expected
+
+
+def test_bad_config_is_one_line_before_any_run(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main([*TINY, "--n_lyer=3"])
+    assert e.value.code == 2 and "unknown config key 'n_lyer'" in capsys.readouterr().err
+
+
+def test_gpu_check_end_to_end_on_cpu(tmp_path):
+    out = tmp_path / "check.json"
+    env = dict(os.environ, GPU_CHECK_RUNS=" ".join([*TINY, "--sweep", "--batch_sizes=2", "--recompute=all"]),
+               GPU_CHECK_STEPS="1", GPU_CHECK_GRAD_ACCUM="1")
+    result = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert {"date", "host", "commit", "env", "env_report", "env_exit", "budget_s", "runs"} <= report.keys()
+    assert report["env_report"] and isinstance(report["env_exit"], int)  # check_env.py's lines and status
+    [run] = report["runs"]
+    assert run["exit"] == 0 and run["seconds"] >= 0 and run["skipped"] is None
+    [setting] = run["bench"]["settings"]
+    assert setting["label"] == "batch 2, recompute all" and setting["status"] == "ok" and setting["hfu"] is None
+    assert run["bench"]["best"] == setting and "fastest that fits: batch 2, recompute all" in result.stdout
