@@ -10,12 +10,21 @@ across runs with different checkpointing.
 """
 from dataclasses import dataclass
 
+import torch
+from torch.nn import functional as F
+
 
 @dataclass(frozen=True)
 class GPU:
     name: str
     peak_tflops: float  # dense bf16, no sparsity
-    memory_gb: float  # GB = 1e9 bytes, as the vendors count
+    memory_gb: float  # as the vendor names it: "192 GB", "141 GB"
+
+    @property
+    def capacity_gb(self):
+        """What the device holds in GB of 1e9 bytes. The vendors' GB of HBM are GiB: an H200's
+        "141 GB" is 143,771 MiB = 150.8e9 bytes to nvidia-smi, an MI300X's "192 GB" 205.8e9."""
+        return self.memory_gb * 2**30 / 1e9
 
 
 # Keys are what plan.py's --gpu accepts. Peaks from the vendors' data sheets.
@@ -59,8 +68,6 @@ def identify_gpu(name, gfx_arch=None, compute_units=None):
 
 def local_gpu(device_index=0):
     """(description, GPUS key or None) for the visible GPU; (None, None) without one."""
-    import torch
-
     if not torch.cuda.is_available():
         return None, None
     props = torch.cuda.get_device_properties(device_index)
@@ -87,3 +94,17 @@ def utilisation(flops_per_tok, tokens_per_second, peak_tflops):
     if not peak_tflops:
         return None
     return flops_per_tok * tokens_per_second / (peak_tflops * 1e12)
+
+
+def attention_backend(device, dtype, n_head, head_dim, seq_len):
+    """The scaled_dot_product_attention kernel ('flash', 'efficient', 'cudnn' or 'math') that runs
+    for model.py's attention call at these shapes, read off the grad_fn it leaves. The math kernel
+    keeps the T x T attention matrix: GBs more at 6.7B, and slower."""
+    # q, k, v laid out as model.py lays them out: views of one (B, T, 3C) tensor, transposed
+    qkv = torch.randn(1, seq_len, 3 * n_head * head_dim, device=device, dtype=dtype, requires_grad=True)
+    q, k, v = (t.view(1, seq_len, n_head, head_dim).transpose(1, 2) for t in qkv.split(n_head * head_dim, dim=2))
+    name = type(F.scaled_dot_product_attention(q, k, v, is_causal=True).grad_fn).__name__
+    for kernel in ("Flash", "Efficient", "Cudnn"):
+        if kernel in name:
+            return kernel.lower()
+    return "math"

@@ -105,9 +105,12 @@ if device_type == "cuda":
     torch.cuda.set_device(device)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-# bf16 autocast computes in bf16 over fp32 master weights; no loss scaling needed.
+# bf16 autocast computes in bf16 over fp32 master weights; no loss scaling needed. Its cast cache
+# is off: each weight is used once per forward anyway, and with checkpointing the cache would keep
+# every block's bf16 copy alive to the end of the forward (13.3 GB at 6.7B) for nothing.
 autocast = (
-    torch.autocast(device_type=device_type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
+    torch.autocast(device_type=device_type, dtype=torch.bfloat16, cache_enabled=False)
+    if cfg.dtype == "bfloat16" else nullcontext()
 )
 if distributed:
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type == "cuda" else "gloo")
@@ -257,6 +260,11 @@ gpu_description, gpu_key = hardware.local_gpu(local_rank) if device_type == "cud
 peak_tflops = cfg.peak_tflops or (hardware.GPUS[gpu_key].peak_tflops if gpu_key else 0.0)
 if device_type == "cuda":
     log(f"GPU: {gpu_description}; peak bf16 {peak_tflops or 'unknown (set peak_tflops for MFU)'} TFLOPS")
+    attention = hardware.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
+                                           gptconf.n_head, gptconf.n_embd // gptconf.n_head, gptconf.block_size)
+    if attention == "math":
+        log("warning: attention runs the math kernel, which keeps the T x T attention matrix (GBs more at 6.7B, "
+            "and slower); see scripts/check_env.py")
 model_flops = hardware.flops_per_token(n_params, gptconf.n_layer, gptconf.n_embd, gptconf.block_size)
 block_params = sum(p.numel() for p in raw_model.transformer.h[0].parameters())
 hardware_flops = model_flops + hardware.recompute_flops_per_token(
@@ -503,7 +511,7 @@ if stopping:
     name = signal.Signals(stop_signal).name if stop_signal else "a signal to another rank"
     log(f"stopped by {name} after {iter_num} completed steps; run the same command to continue")
 elif iter_num >= cfg.max_iters:
-    log(f"done: {iter_num} steps (max_iters); best val loss {best_val_loss:.4f}")
+    log(f"done: {iter_num} steps (max_iters)" + (f"; best val loss {best_val_loss:.4f}" if best_val_loss < math.inf else ""))
 if wandb_run:
     wandb_run.finish()
 if distributed:

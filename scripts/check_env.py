@@ -15,7 +15,6 @@ import shutil
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bins  # noqa: E402  (needs the repo root on sys.path first)
@@ -69,26 +68,14 @@ def check_gpu(cfg, needed_gb):
     return True
 
 
-def attention_backend(device, dtype, n_head, head_dim, seq_len):
-    """The SDPA kernel that runs for model.py's attention call, read off the grad_fn it leaves."""
-    # q, k, v laid out as model.py lays them out: views of one (B, T, 3C) tensor, transposed
-    qkv = torch.randn(1, seq_len, 3 * n_head * head_dim, device=device, dtype=dtype, requires_grad=True)
-    q, k, v = (t.view(1, seq_len, n_head, head_dim).transpose(1, 2) for t in qkv.split(n_head * head_dim, dim=2))
-    name = type(F.scaled_dot_product_attention(q, k, v, is_causal=True).grad_fn).__name__
-    for kernel in ("Flash", "Efficient", "Cudnn"):
-        if kernel in name:
-            return kernel.lower()
-    return "math"
-
-
 def check_attention(cfg, on_gpu, math_extra_gb):
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
     head_dim = cfg.n_embd // cfg.n_head
     if on_gpu:
-        backend = attention_backend("cuda", dtype, cfg.n_head, head_dim, cfg.block_size)
+        backend = hardware.attention_backend("cuda", dtype, cfg.n_head, head_dim, cfg.block_size)
         where = "on the GPU"
     else:  # a short sequence keeps the CPU check quick; the kernel choice depends on head_dim and dtype
-        backend = attention_backend("cpu", dtype, 1, head_dim, min(cfg.block_size, 256))
+        backend = hardware.attention_backend("cpu", dtype, 1, head_dim, min(cfg.block_size, 256))
         where = "on the CPU (the GPU may choose differently: run this there)"
     if backend == "math":
         report("FAIL" if on_gpu else "WARN",

@@ -47,10 +47,14 @@ def block_params(model):
     return sum(p.numel() for p in model.transformer.h[0].parameters())
 
 
-def matmul_params(model):
-    """Parameters that go through a matmul (nn.Linear; lm_head is also the tied token embedding).
-    Autocast casts exactly these to bf16; LayerNorm runs in fp32 and the embedding lookup is no matmul."""
-    return sum({id(p): p.numel() for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters()}.values())
+def autocast_copy_bytes(model, n_recomputed):
+    """bf16 weight casts alive at the peak (2 B each): the matmul weights (autocast casts nothing
+    else; LayerNorm stays fp32 and the embedding lookup is no matmul) of the blocks
+    blocks_with_full_activations counts, at most all of them, and of the head (the tied embedding)."""
+    config = model.config
+    per_block = sum(m.weight.numel() for m in model.transformer.h[0].modules() if isinstance(m, nn.Linear))
+    blocks = min(config.n_layer, blocks_with_full_activations(config.n_layer, n_recomputed))
+    return 2 * (blocks * per_block + model.lm_head.weight.numel())
 
 
 def checkpoint_bytes(n_params):
@@ -128,11 +132,11 @@ def memory_breakdown(model, cfg, batch_size, gpus, strategy):
         "weights": 4 * n_params / shards,  # fp32 master weights
         "grads": 4 * n_params / shards,  # fp32, accumulated across micro-batches
         "optimizer": 8 * n_params / shards,  # AdamW's exp_avg and exp_avg_sq, fp32
-        # Autocast caches the bf16 cast of each weight until forward ends, all of them at once.
-        # Under FSDP the casts are of the gathered (unsharded) weights and the cache outlives each
-        # block's reshard, so these copies are full size on every GPU, not 1/N (fairscale added
-        # clear_autocast_cache for the same reason).
-        "autocast_bf16_weights": 2 * matmul_params(model) if bf16 else 0,
+        # train.py runs autocast without its cast cache, so a weight's bf16 cast lives only while
+        # autograd keeps it for backward: in every block that keeps its activations, in the one
+        # being recomputed, and in the head. Under FSDP they are casts of the gathered weights,
+        # so full size on every GPU, not 1/N.
+        "autocast_bf16_weights": autocast_copy_bytes(model, n_recomputed) if bf16 else 0,
         # FSDP2 gathers fp32 weights per block: the root's own (embedding = head, ln_f) for the
         # whole step, the block running and the one prefetched, and in backward one block's
         # unsharded gradient before its reduce-scatter.
@@ -176,11 +180,11 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus):
         "total_flops": flops * cfg.max_iters * tokens_per_iter,
         "gpu": gpu_key,
         "gpu_name": gpu.name,
-        "gpu_memory_gb": gpu.memory_gb,
+        "gpu_memory_gb": gpu.capacity_gb,
         "gpus": gpus,
         "strategy": cfg.strategy if gpus > 1 else "single",
         "memory_gb": {k: v / 1e9 for k, v in memory.items()},
-        "fits": memory["total"] <= gpu.memory_gb * 1e9,
+        "fits": memory["total"] <= gpu.capacity_gb * 1e9,
         "peak_tflops": gpu.peak_tflops,
         "mfu": mfu,
         "hfu": mfu * (flops + recompute) / flops,
@@ -224,7 +228,7 @@ def suggestions(plan, model, cfg):
             if n >= gpus and not current and memory_breakdown(model, cfg, cfg.batch_size, n, "fsdp")["total"] <= limit:
                 out.append(f"shard over {n} GPUs with FSDP: {torchrun(n)} train.py CONFIG --strategy=fsdp")
                 break
-        bigger = [key for key, gpu in hardware.GPUS.items() if plan["memory_gb"]["total"] <= gpu.memory_gb]
+        bigger = [key for key, gpu in hardware.GPUS.items() if plan["memory_gb"]["total"] <= gpu.capacity_gb]
         if bigger:
             out.append(f"a GPU with more memory: --gpu {' / '.join(bigger)}")
     if plan["days"] > LONG_RUN_DAYS:
@@ -254,7 +258,7 @@ MEMORY_ROWS = [
     ("weights", "weights (fp32 master)", "4 B/param"),
     ("grads", "gradients (fp32)", "4 B/param"),
     ("optimizer", "AdamW moments (fp32)", "8 B/param"),
-    ("autocast_bf16_weights", "autocast bf16 weight copies", "2 B per matmul weight, cached through forward"),
+    ("autocast_bf16_weights", "autocast bf16 weight copies", "2 B per matmul weight autograd keeps for backward"),
     ("fsdp_unsharded", "FSDP gathered weights", "the root's and ~2 blocks' fp32 weights, 1 block's gradient"),
     ("activations", "activations", None),
     ("logits", "logits and loss", "12 B per token x vocab (fp32 log-probs and gradients)"),
@@ -287,7 +291,8 @@ def report(plan, cfg, config_args):
     if k:
         lines.append(f"                 + {plan['recompute_flops_per_token']:.4g} per token recomputing {k} blocks "
                      f"= {plan['total_flops'] * (plan['hfu'] / plan['mfu']):.3g} executed")
-    lines += ["", f"memory per GPU on {plan['gpu_name']} ({plan['gpu_memory_gb']:g} GB), {setup}:"]
+    lines += ["", f"memory per GPU on {plan['gpu_name']} ({hardware.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
+                  f"{plan['gpu_memory_gb']:.1f}e9 bytes), {setup}:"]
     for key, label, note in MEMORY_ROWS:
         if mem[key]:
             lines.append(f"  {label:<29} {mem[key]:7.1f} GB  {note or act_note}")

@@ -3,6 +3,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -24,3 +25,18 @@ def gpt2_rank_file():
             pytest.fail(f"{path} is missing: run scripts/fetch_gpt2_ranks.sh")
         pytest.skip(f"{path} is missing: run scripts/fetch_gpt2_ranks.sh")
     return str(path)
+
+
+VOCAB = 64  # the tiny token bins' vocabulary; tests train with --vocab_size=VOCAB
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    """Token bins with learnable structure: a few repeated 'sentences' of ids."""
+    folder = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    sentences = [rng.integers(0, VOCAB, size=rng.integers(5, 12)) for _ in range(20)]
+    for split, n in (("train", 3000), ("val", 300)):
+        ids = np.concatenate([sentences[i] for i in rng.integers(0, len(sentences), size=n)])
+        ids.astype(np.uint16).tofile(folder / f"{split}.bin")
+    return str(folder)

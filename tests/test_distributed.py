@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from test_train import TINY, ckpts, data_dir  # noqa: F401  (data_dir is a fixture)
+from test_train import TINY, ckpts
 
 # no dropout: masks differ between one process and two, and these tests compare across them
 ARGS = [a for a in TINY if not a.startswith(("--dropout", "--gradient_accumulation_steps"))] + [
@@ -60,14 +60,14 @@ def assert_close(a, b, exact=False):
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory, data_dir):  # noqa: F811
+def single(tmp_path_factory, data_dir):
     out = tmp_path_factory.mktemp("single")
     run(out, data_dir, "--max_iters=8")
     return out
 
 
 @pytest.fixture(scope="module")
-def fsdp(tmp_path_factory, data_dir):  # noqa: F811
+def fsdp(tmp_path_factory, data_dir):
     """A 2-process FSDP2 run stopped at 4 by max_iters, then resumed to 8."""
     out = tmp_path_factory.mktemp("fsdp")
     run(out, data_dir, "--max_iters=4", "--strategy=fsdp", nproc=2)
@@ -76,7 +76,7 @@ def fsdp(tmp_path_factory, data_dir):  # noqa: F811
     return out
 
 
-def test_ddp_matches_one_process(tmp_path, data_dir, single):  # noqa: F811
+def test_ddp_matches_one_process(tmp_path, data_dir, single):
     out = tmp_path / "ddp"
     result = run(out, data_dir, "--max_iters=8", nproc=2)
     assert "per GPU" in result.stdout
@@ -84,7 +84,7 @@ def test_ddp_matches_one_process(tmp_path, data_dir, single):  # noqa: F811
     assert_close(final_weights(out, 8), final_weights(single, 8))
 
 
-def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single, fsdp):  # noqa: F811
+def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single, fsdp):
     assert ckpts(fsdp) == [] and sorted(p.name for p in fsdp.glob("ckpt_*")) == ["ckpt_4", "ckpt_8"]
     assert losses(fsdp) == pytest.approx(losses(single), abs=2e-4)
     assert_close(final_weights(fsdp, 8), final_weights(single, 8))
@@ -93,7 +93,7 @@ def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single
     assert_close(final_weights(fsdp, 8), final_weights(uninterrupted, 8), exact=True)
 
 
-def test_world_size_changes_both_ways(tmp_path, data_dir, single, fsdp):  # noqa: F811
+def test_world_size_changes_both_ways(tmp_path, data_dir, single, fsdp):
     # sharded by 2 processes, resumed by 1
     out = tmp_path / "two_to_one"
     shutil.copytree(fsdp.parent / "fsdp_at_4", out)
@@ -108,7 +108,7 @@ def test_world_size_changes_both_ways(tmp_path, data_dir, single, fsdp):  # noqa
     assert_close(final_weights(out, 8), final_weights(single, 8))
 
 
-def test_incomplete_sharded_checkpoint_is_skipped(tmp_path, data_dir, fsdp):  # noqa: F811
+def test_incomplete_sharded_checkpoint_is_skipped(tmp_path, data_dir, fsdp):
     out = tmp_path / "broken"
     shutil.copytree(fsdp, out)
     shard = next((out / "ckpt_8").glob("*.distcp"))
@@ -117,7 +117,7 @@ def test_incomplete_sharded_checkpoint_is_skipped(tmp_path, data_dir, fsdp):  # 
     assert "cut short" in result.stdout and "resuming after 4 completed steps" in result.stdout
 
 
-def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):  # noqa: F811
+def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
     out = tmp_path / "sigterm"
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     proc = subprocess.Popen(

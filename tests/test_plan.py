@@ -46,7 +46,9 @@ def test_6b_on_one_mi300x(mi300x):
     m = p["memory_gb"]
     assert m["weights"] == pytest.approx(4 * P_6B / 1e9)  # fp32 master weights only
     assert m["weights"] + m["grads"] + m["optimizer"] == pytest.approx(16 * P_6B / 1e9) == pytest.approx(106.5, abs=0.1)
-    assert m["autocast_bf16_weights"] == pytest.approx(13.3, abs=0.05)
+    # bf16 casts autograd keeps (the autocast cache is off): with full checkpointing the block
+    # being recomputed, the one being differentiated, and the head: 2 B x (2 x 12 x 4096^2 + 50304 x 4096)
+    assert m["autocast_bf16_weights"] == pytest.approx(2 * (2 * 12 * 4096**2 + 50304 * 4096) / 1e9)
     assert m["activations"] == m["activations_full_checkpointing"] < 10 < 30 < m["activations_no_checkpointing"]
     assert m["total"] == pytest.approx(sum(v for k, v in m.items() if not k.startswith(("activations_", "total"))))
     assert p["fits"] and m["total"] < 192
@@ -60,7 +62,7 @@ def test_6b_on_one_mi300x(mi300x):
 
 def test_h200_and_multi_gpu(capsys, mi300x):
     h200 = run_plan(capsys, "--gpu", "h200")
-    assert h200["peak_tflops"] == 989.4 and h200["gpu_memory_gb"] == 141
+    assert h200["peak_tflops"] == 989.4 and h200["gpu_memory_gb"] == pytest.approx(151.4, abs=0.05)  # 141 GiB
     assert h200["days"] == pytest.approx(mi300x["days"] * 1307.4 / 989.4)
     assert any("more GPUs" in s for s in h200["suggestions"])  # over a year on one H200
     ddp = run_plan(capsys, "--gpus", "8", "--gpu=mi300x")
@@ -154,3 +156,10 @@ def test_kept_head_and_logits_fit_the_formulas():
     head = saved_bytes(1, "bfloat16", True) - 4 * B * T * C
     ids = 8 * B * T + 8 * T + 4
     assert head == (4 + 2) * B * T * C + 8 * B * T + 4 * B * T * V + ids
+
+
+def test_without_checkpointing_every_bf16_cast_is_kept(capsys):
+    p = run_plan(capsys, "--gradient_checkpointing=False")
+    # autograd keeps every matmul weight's bf16 cast for backward: the 13.3 GB the original plan forgot
+    assert p["memory_gb"]["autocast_bf16_weights"] == pytest.approx(2 * (32 * 12 * 4096**2 + 50304 * 4096) / 1e9)
+    assert p["memory_gb"]["autocast_bf16_weights"] == pytest.approx(13.3, abs=0.05)

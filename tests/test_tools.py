@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import REPO
-from test_train import TINY, data_dir, train  # noqa: F401  (data_dir is a fixture used below)
+from test_train import TINY, train
 
 sys.path.insert(0, str(REPO / "scripts"))
 import check_env  # noqa: E402
@@ -19,7 +19,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
 @pytest.fixture(scope="module")
-def rolled_back_run(tmp_path_factory, data_dir):  # noqa: F811
+def rolled_back_run(tmp_path_factory, data_dir):
     """A real out_dir: 6 steps, then a roll back to step 3 retrained to 6 with another learning rate,
     so train.log holds steps 4..6 twice, the later ones different."""
     out = tmp_path_factory.mktemp("run")
@@ -63,7 +63,7 @@ def test_plot_log_bad_input(tmp_path):
         assert message in str(e.value.code)
 
 
-def test_check_env_on_cpu(tmp_path, data_dir, capsys):  # noqa: F811
+def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "ckpt_5.pt").write_bytes(b"")  # one checkpoint already takes its share of the disk
     args = [str(REPO / "config" / "train_tiny.py"), *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'out'}"]
@@ -99,7 +99,7 @@ def wait_for(path, text, timeout=120):
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):  # noqa: F811
+def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
     env = {k: v for k, v in ENV.items() if k != "TMUX"}
     env.update(TMUX_TMPDIR=str(tmp_path), SESSION="test_run")  # a tmux server of its own
     out = tmp_path / "out"

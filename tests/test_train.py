@@ -10,31 +10,17 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, VOCAB
 
-VOCAB = 64
 TINY = [
     "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", f"--vocab_size={VOCAB}", "--batch_size=4",
     "--gradient_accumulation_steps=3", "--dropout=0.1", "--learning_rate=3e-3", "--min_lr=3e-4",
     "--warmup_iters=2", "--lr_decay_iters=40", "--eval_interval=5", "--eval_iters=2", "--log_interval=1",
     "--checkpoint_interval=4", "--keep_last_n=10", "--device=cpu", "--dtype=float32", "--wandb_log=False",
 ]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """Token bins with learnable structure: a few repeated 'sentences' of ids."""
-    folder = tmp_path_factory.mktemp("data")
-    rng = np.random.default_rng(0)
-    sentences = [rng.integers(0, VOCAB, size=rng.integers(5, 12)) for _ in range(20)]
-    for split, n in (("train", 3000), ("val", 300)):
-        ids = np.concatenate([sentences[i] for i in rng.integers(0, len(sentences), size=n)])
-        ids.astype(np.uint16).tofile(folder / f"{split}.bin")
-    return str(folder)
 
 
 def train(out_dir, data_dir, *overrides, env=None, check=True):
