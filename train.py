@@ -134,9 +134,12 @@ if rolling_back and not os.path.exists(cfg.init_from):
     fail(f"init_from: no such checkpoint {cfg.init_from}")
 if master:
     checkpoint.remove_stale_temp_files(cfg.out_dir, log=log)
-    if rolling_back and os.path.samefile(os.path.dirname(os.path.abspath(cfg.init_from)), cfg.out_dir):
+    init_path = os.path.abspath(cfg.init_from)  # also for 'ckpt_N/' with a trailing slash
+    if rolling_back and os.path.samefile(os.path.dirname(init_path), cfg.out_dir):
         try:
-            checkpoint.roll_back_to(cfg.init_from, log=log)
+            if checkpoint.roll_back_to(init_path, log=log):
+                log("rolled back: once this run is going, drop --init_from to continue it later "
+                    "(running this same command again would roll back again)")
         except checkpoint.CheckpointError as e:
             fail(str(e))
 if distributed:
