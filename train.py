@@ -487,7 +487,8 @@ while iter_num < cfg.max_iters and not stopping:
             hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
             line += f", hfu {percent(hfu)}"
         if step_time_avg is not None:
-            line += f", eta {(cfg.max_iters - iter_num) * step_time_avg / 3600:.1f}h"
+            eta = (cfg.max_iters - iter_num) * step_time_avg
+            line += f", eta {eta / 3600:.1f}h" if eta >= 3600 else f", eta {eta / 60:.1f}min"
         log(line)
         if wandb_run:
             wandb_run.log({"iter": iter_num, "train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
