@@ -45,24 +45,24 @@ GPUS = {
 # gfx942 is the MI300 series, 304 CUs for MI300X (and MI325X, same peak), 228 for MI300A.
 _GFX_CUS = {("gfx942", 304): "mi300x", ("gfx942", 228): "mi300a", ("gfx90a", 110): "mi250x"}
 
-# Substrings of the device name, most specific first.
+# Substrings of the device name, most specific first. None: a variant with another peak that
+# the table lacks (the NVL parts run at lower clocks), so MFU says n/a rather than guess.
 _NAME_PATTERNS = [
     ("mi325x", "mi325x"), ("mi300x", "mi300x"), ("mi300a", "mi300a"), ("mi250x", "mi250x"),
-    ("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100"),
+    ("nvl", None), ("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100"),
     ("a100-sxm4-40gb", "a100-40gb"), ("a100-pcie-40gb", "a100-40gb"), ("a100", "a100"),
 ]
 
 
 def identify_gpu(name, gfx_arch=None, compute_units=None):
-    """The GPUS key for a device, or None when it is not one we know the peak of."""
-    if gfx_arch:
-        key = _GFX_CUS.get((gfx_arch.split(":")[0], compute_units))
-        if key:
-            return key
+    """The GPUS key for a device, or None when it is not one we know the peak of. The name
+    decides when it is specific; a generic ROCm name falls back to gfx architecture and CUs."""
     lowered = name.lower()
     for pattern, key in _NAME_PATTERNS:
         if pattern in lowered:
             return key
+    if gfx_arch:
+        return _GFX_CUS.get((gfx_arch.split(":")[0], compute_units))
     return None
 
 

@@ -12,6 +12,7 @@ the state of the last completed step saved. Every printed line also goes to <out
 import io
 import json
 import math
+import netrc
 import os
 import random
 import secrets
@@ -72,6 +73,12 @@ def fail(message):
 
 if cfg.dtype not in ("bfloat16", "float32"):
     fail(f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}")
+for key in ("batch_size", "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_embd", "vocab_size",
+            "log_interval", "eval_iters"):
+    if getattr(cfg, key) < 1:
+        fail(f"{key} must be at least 1, got {getattr(cfg, key)}")
+if cfg.n_embd % cfg.n_head:
+    fail(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}")
 if cfg.strategy not in ("ddp", "fsdp"):
     fail(f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}")
 if cfg.gradient_accumulation_steps % world_size:
@@ -92,14 +99,16 @@ def request_stop(signum, frame):
 
 
 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(sig, request_stop)
+    if signal.getsignal(sig) is not signal.SIG_IGN:  # under nohup a hang-up stays ignored
+        signal.signal(sig, request_stop)
 
 # -----------------------------------------------------------------------------
 # device, precision and process group
-if cfg.device == "auto":
-    device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
-else:
-    device = cfg.device
+device = cfg.device
+if device == "auto":
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+if device == "cuda":
+    device = f"cuda:{local_rank}"  # each process its own GPU
 device_type = "cuda" if device.startswith("cuda") else device  # ROCm reports 'cuda' too
 if device_type == "cuda":
     torch.cuda.set_device(device)
@@ -144,18 +153,17 @@ if master:
             fail(str(e))
 if distributed:
     dist.barrier()  # the others look at out_dir only once rank 0 has tidied it
-existing = checkpoint.list_checkpoints(cfg.out_dir)
 resume_state = None
 try:
     if cfg.init_from == "scratch":
+        existing = checkpoint.list_checkpoints(cfg.out_dir)
         if existing:
             fail(f"init_from='scratch' but {cfg.out_dir} holds {len(existing)} checkpoint(s) (newest "
                  f"{os.path.basename(existing[0][1])}); use another out_dir, or init_from='auto' to continue")
     elif cfg.init_from in ("auto", "resume"):
-        found = checkpoint.load_newest(cfg.out_dir, log=log)
-        if found is None and cfg.init_from == "resume":
+        resume_state, _ = checkpoint.load_newest(cfg.out_dir, log=log) or (None, None)
+        if resume_state is None and cfg.init_from == "resume":
             fail(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to start from scratch")
-        resume_state = found[0] if found else None
     else:
         resume_state = checkpoint.load_checkpoint(cfg.init_from, log=log)
 except checkpoint.CheckpointError as e:
@@ -199,7 +207,7 @@ def get_batch(token_bin, indices):
         windows = torch.from_numpy(token_bin.windows(indices, gptconf.block_size))
     except bins.BinError as e:
         fail(str(e))
-    if device_type == "cuda":  # pinned memory lets the copy overlap with the GPU's work
+    if device_type == "cuda":  # from pinned memory the copy is asynchronous: the CPU goes on queueing work
         windows = windows.pin_memory().to(device, non_blocking=True)
     else:
         windows = windows.to(device)
@@ -236,6 +244,11 @@ if resume_state is not None:
     iter_num = resume_state["iter_num"]
     best_val_loss = resume_state["best_val_loss"]
     wandb_run_id = resume_state["wandb_run_id"]
+    saved_windows, saved_seed = resume_state["sampler_windows"], resume_state["config"]["seed"]
+    if (saved_windows, saved_seed) != (sampler.num_windows, cfg.seed):
+        fail(f"the data order changed since the checkpoint ({saved_windows:,} windows with seed {saved_seed} then, "
+             f"{sampler.num_windows:,} with seed {cfg.seed} now): resuming would repeat or skip data. Use the "
+             f"train.bin and seed the run started with, or start a new out_dir")
     sampler.load_state_dict(resume_state["sampler"])
     rngs = resume_state["rng"]  # one per rank of the run that saved it
     if len(rngs) != world_size:
@@ -248,10 +261,13 @@ if resume_state is not None:
     random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
     np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
-    del resume_state  # the mmap'd tensors have been copied into the model and optimizer
+    del resume_state, rngs, rng  # the mmap'd tensors have been copied into the model and optimizer
 start_iter = iter_num
-if distributed and cfg.strategy == "ddp":
-    # gradient_as_bucket_view: gradients live in DDP's buckets instead of beside them (26.6 GB at 6.7B)
+ddp = distributed and cfg.strategy == "ddp"
+if ddp:
+    # gradient_as_bucket_view: gradients live in DDP's buckets instead of beside them (26.6 GB at 6.7B),
+    # as long as they are zeroed in place, never set to None (which makes the next micro-step's
+    # gradients fresh tensors beside the buckets again)
     model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None, gradient_as_bucket_view=True)
 
 if master:
@@ -275,12 +291,20 @@ hardware_flops = model_flops + hardware.recompute_flops_per_token(
 
 # -----------------------------------------------------------------------------
 # wandb: optional, and never allowed to hang or prompt inside tmux
+def wandb_credentials():
+    """An API key in the environment or ~/.netrc (where `wandb login` puts it), looked up without wandb."""
+    try:
+        return bool(os.environ.get("WANDB_API_KEY") or netrc.netrc().authenticators("api.wandb.ai"))
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 wandb_run = None
 if cfg.wandb_log and master:
     import wandb
 
     mode = os.environ.get("WANDB_MODE")
-    if mode is None and not wandb.login(prompt=False, verify=False):  # no prompt, no network
+    if mode is None and not wandb_credentials():  # wandb would prompt for a key inside tmux
         log("warning: no wandb credentials (wandb login / WANDB_API_KEY); logging offline, `wandb sync` later")
         mode = "offline"
     wandb_run_id = wandb_run_id or secrets.token_hex(4)  # kept in checkpoints: a resume continues the charts
@@ -323,10 +347,10 @@ def evaluate():
 
 
 def sync_gradients(on):
-    """Reduce gradients across ranks only on a step's last micro-batch; the others accumulate locally."""
-    if fsdp:
-        model.set_requires_gradient_sync(on)
-    elif distributed:
+    """DDP all-reduces gradients only on a step's last micro-batch; the others accumulate locally.
+    FSDP reduce-scatters after every micro-batch: skipping it would keep every block's unsharded
+    gradient until the step ends (26.6 GB per GPU at 6.7B), and memory is why one uses FSDP."""
+    if ddp:
         model.require_backward_grad_sync = on
 
 
@@ -371,6 +395,7 @@ def save(step_start):
         "best_val_loss": best_val_loss,
         "config": vars(cfg),
         "sampler": step_start["sampler"],
+        "sampler_windows": sampler.num_windows,  # with config's seed: which permutation the position is in
         "rng": rngs,
         "wandb_run_id": wandb_run_id,
         "encoding": encoding,
@@ -441,6 +466,7 @@ while iter_num < cfg.max_iters and not stopping:
             x, y = get_batch(train_bin, my_windows[micro_step + 1])
         (loss / micro_steps).backward()
         loss_sum += loss.detach()  # no .item() here: a host sync per micro-batch stalls the GPU
+        # (under torchrun, agree() does sync: a stop must happen at the same micro-batch on every rank)
         stopping = agree(stop_signal is not None)
         if stopping:
             break
@@ -460,7 +486,7 @@ while iter_num < cfg.max_iters and not stopping:
     else:  # skip the update; the step still counts, and its batches are not seen again
         nonfinite_in_a_row += 1
         nonfinite_total += 1
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=not ddp)
     dt = time.time() - t0
     iter_num += 1
     step_start = {"sampler": sampler.state_dict(), "rng": rng_state()}

@@ -106,6 +106,9 @@ def check_fused_adamw(on_gpu):
 def check_disk(cfg, checkpoint_gb):
     """Room for keep_last_n checkpoints plus the one being written (rotation deletes only after it is complete)."""
     existing = len(checkpoint.list_checkpoints(cfg.out_dir))
+    if cfg.checkpoint_interval <= 0:
+        report("--", "disk for checkpoints: none needed, checkpoint_interval=0 turns saving off")
+        return
     if cfg.keep_last_n <= 0:
         saves = math.ceil(cfg.max_iters / cfg.checkpoint_interval)
         need, why = max(saves - existing, 1), f"keep_last_n={cfg.keep_last_n} keeps every one of ~{saves} saves"

@@ -34,7 +34,10 @@ def main():
     config = state["config"]
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
                                            (config["beta1"], config["beta2"]), "cpu")
-    checkpoint.restore(state, model, optimizer)
+    try:
+        checkpoint.restore(state, model, optimizer)
+    except checkpoint.CheckpointError as e:
+        sys.exit(f"error: {e}")
     trainer_state = {k: v for k, v in state.items() if k not in ("model", "optimizer", "sharded_path")}
     if "sharded_path" in state:
         model_sd, optimizer_sd = checkpoint.full_state(model, optimizer)

@@ -33,9 +33,15 @@ session=${session//[.:]/_}  # tmux forbids . and : in session names
 python=$("${PYTHON:-python}" -c 'import sys; print(sys.executable)')
 shift
 if [ "${NPROC:-1}" -gt 1 ]; then
-    # torchrun SIGKILLs its workers this long after forwarding a stop signal: leave room for a save
-    cmd=("$python" -m torch.distributed.run --standalone "--nproc_per_node=$NPROC" --shutdown-timeout=900
-         train.py "$config" "$@")
+    # torchrun SIGKILLs its workers 30 s after forwarding a stop signal, mid-save at 6.7B: give a
+    # save 15 minutes where this torchrun has the flag (recent PyTorch)
+    cmd=("$python" -m torch.distributed.run --standalone "--nproc_per_node=$NPROC")
+    if "$python" -m torch.distributed.run --help 2>/dev/null | grep -q -- --shutdown-timeout; then
+        cmd+=(--shutdown-timeout=900)
+    else
+        echo "warning: this torchrun has no --shutdown-timeout: a stop signal kills a save after 30 s" >&2
+    fi
+    cmd+=(train.py "$config" "$@")
 else
     cmd=("$python" train.py "$config" "$@")
 fi

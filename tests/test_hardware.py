@@ -13,7 +13,7 @@ from model import GPT, GPTConfig
         ("AMD Instinct MI300X VF", "gfx942", 304, "mi300x", 1307.4),
         ("AMD Radeon Graphics", "gfx942:sramecc+:xnack-", 304, "mi300x", 1307.4),  # generic ROCm name
         ("AMD Radeon Graphics", "gfx942", 228, "mi300a", 980.6),
-        ("AMD Instinct MI325X", "gfx942", 304, "mi300x", 1307.4),
+        ("AMD Instinct MI325X", "gfx942", 304, "mi325x", 1307.4),  # the name tells it from an MI300X
         ("AMD Instinct MI250X/MI250", "gfx90a", 110, "mi250x", 191.5),
         ("NVIDIA H200", None, 132, "h200", 989.4),
         ("NVIDIA H100 80GB HBM3", None, 132, "h100", 989.4),
@@ -29,6 +29,7 @@ def test_identify_gpu(name, gfx, cus, key, peak):
 
 def test_unknown_gpu_is_not_guessed():
     assert hardware.identify_gpu("NVIDIA GeForce RTX 4090") is None
+    assert hardware.identify_gpu("NVIDIA H100 NVL") is None  # lower clocks than the SXM part
     assert hardware.identify_gpu("AMD Radeon Graphics", "gfx1100", 48) is None
     assert hardware.utilisation(1e9, 1e4, 0.0) is None
 

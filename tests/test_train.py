@@ -178,6 +178,8 @@ def test_roll_back_to_a_checkpoint(tmp_path, data_dir, reference):
         (["--data_dir=/nonexistent/data"], "/nonexistent/data"),
         (["--init_from=resume"], "has no checkpoint"),
         (["--dtype=float16"], "dtype must be"),
+        (["--n_head=3"], "n_embd=32 must be a multiple of n_head=3"),
+        (["--log_interval=0"], "log_interval must be at least 1, got 0"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, data_dir, overrides, message):
@@ -201,6 +203,8 @@ def test_existing_run_guards(tmp_path, data_dir):
     assert result.returncode == 1 and "holds 1 checkpoint" in result.stdout
     result = train(out, data_dir, "--max_iters=8", "--n_embd=64", check=False)
     assert result.returncode == 1 and "n_embd=64 conflicts with the checkpoint's n_embd=32" in result.stdout
+    result = train(out, data_dir, "--max_iters=8", "--seed=7", check=False)  # another order of the data
+    assert result.returncode == 1 and "the data order changed since the checkpoint" in result.stdout
 
 
 def test_wandb_without_credentials_goes_offline_and_keeps_its_id(tmp_path, data_dir):
