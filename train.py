@@ -138,6 +138,26 @@ def agree(flag):
 
 # -----------------------------------------------------------------------------
 # what to start from: a checkpoint (resume, roll back) or scratch
+def newest_checkpoint():
+    """The newest loadable checkpoint's state, or None. Rank 0 chooses and tells the others,
+    which could see a lagging shared filesystem differently and resume from another step."""
+    state, path, error = None, None, None
+    if master:
+        try:
+            state, path = checkpoint.load_newest(cfg.out_dir, log=log) or (None, None)
+        except checkpoint.CheckpointError as e:
+            error = str(e)
+    if distributed:
+        message = [path, error]
+        dist.broadcast_object_list(message, src=0)
+        path, error = message
+        if not master and path:
+            state = checkpoint.load_checkpoint(path, log=log)
+    if error:
+        fail(error)
+    return state
+
+
 rolling_back = cfg.init_from not in ("auto", "resume", "scratch")
 if rolling_back and not os.path.exists(cfg.init_from):
     fail(f"init_from: no such checkpoint {cfg.init_from}")
@@ -161,7 +181,7 @@ try:
             fail(f"init_from='scratch' but {cfg.out_dir} holds {len(existing)} checkpoint(s) (newest "
                  f"{os.path.basename(existing[0][1])}); use another out_dir, or init_from='auto' to continue")
     elif cfg.init_from in ("auto", "resume"):
-        resume_state, _ = checkpoint.load_newest(cfg.out_dir, log=log) or (None, None)
+        resume_state = newest_checkpoint()
         if resume_state is None and cfg.init_from == "resume":
             fail(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to start from scratch")
     else:
