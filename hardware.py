@@ -66,6 +66,22 @@ def identify_gpu(name, gfx_arch=None, compute_units=None):
     return None
 
 
+def resolve_device(name, index=0):
+    """(device, device_type) for a --device value: 'auto' is the GPU if PyTorch sees one, else the
+    CPU; a bare 'cuda' becomes 'cuda:<index>' (under torchrun, each process its own GPU). ROCm's
+    GPUs are 'cuda' to PyTorch too."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        name = f"cuda:{index}"
+    return name, "cuda" if name.startswith("cuda") else name
+
+
+def percent(fraction):
+    """A utilisation for a log line; 'n/a' where the peak is unknown."""
+    return "n/a" if fraction is None else f"{100 * fraction:.1f}%"
+
+
 def local_gpu(device_index=0):
     """(description, GPUS key or None) for the visible GPU; (None, None) without one."""
     if not torch.cuda.is_available():

@@ -18,6 +18,7 @@ import torch
 
 import bins
 import checkpoint
+import hardware
 import tokenizer
 from model import GPT, GPTConfig
 
@@ -98,8 +99,7 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature <= 0 or args.top_k < 0:
         fail("need --num_samples >= 1, --max_new_tokens >= 0, --temperature > 0 and --top_k >= 0")
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    device_type = "cuda" if device.startswith("cuda") else device  # ROCm reports 'cuda' too
+    device, device_type = hardware.resolve_device(args.device)
     if device_type == "cuda" and not torch.cuda.is_available():
         fail(f"--device {device}: PyTorch sees no GPU here; use --device cpu")
     dtype = args.dtype

@@ -104,12 +104,7 @@ for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
 
 # -----------------------------------------------------------------------------
 # device, precision and process group
-device = cfg.device
-if device == "auto":
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-if device == "cuda":
-    device = f"cuda:{local_rank}"  # each process its own GPU
-device_type = "cuda" if device.startswith("cuda") else device  # ROCm reports 'cuda' too
+device, device_type = hardware.resolve_device(cfg.device, local_rank)
 if device_type == "cuda":
     torch.cuda.set_device(device)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -440,10 +435,6 @@ def memory_text():
     return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.1f}GB RSS"
 
 
-def percent(fraction):
-    return "n/a" if fraction is None else f"{100 * fraction:.1f}%"
-
-
 def nan_injected(it):
     """Fault injection for the tests: TRAIN_FAULT_NAN_AT_ITERS=3,4 poisons those steps' loss."""
     wanted = os.environ.get("TRAIN_FAULT_NAN_AT_ITERS", "")
@@ -524,14 +515,14 @@ while iter_num < cfg.max_iters and not stopping:
     if iter_num % cfg.log_interval == 0 and not nonfinite_in_a_row:
         tokens_per_sec = tokens_per_iter / dt
         mfu = hardware.utilisation(model_flops, tokens_per_sec / world_size, peak_tflops)  # per GPU
-        line = (f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.0f}ms, mfu {percent(mfu)}, "
+        line = (f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.0f}ms, mfu {hardware.percent(mfu)}, "
                 f"tok/s {tokens_per_sec:,.0f}")
         if distributed:
             line += f" ({tokens_per_sec / world_size:,.0f} per GPU)"
         line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {memory_text()}"
         if gptconf.num_recomputed_blocks():
             hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
-            line += f", hfu {percent(hfu)}"
+            line += f", hfu {hardware.percent(hfu)}"
         if step_time_avg is not None:
             eta = (cfg.max_iters - iter_num) * step_time_avg
             line += f", eta {eta / 3600:.1f}h" if eta >= 3600 else f", eta {eta / 60:.1f}min"

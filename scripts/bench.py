@@ -40,6 +40,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 import bins  # noqa: E402  (needs the repo root on sys.path first)
 import configurator  # noqa: E402
+import hardware  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import GPT, GPTConfig  # noqa: E402
 
@@ -270,8 +271,7 @@ def sweep(run, batch_sizes, policies, n_layer):
 def reference_run(cfg, data_dir, batch_size, micro_steps, warmup, steps):
     """Median step time of a straightforward loop at cfg's shapes and dtype: model.py's GPT without
     checkpointing, torch's default AdamW, plain copies to the device, a host sync per step."""
-    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    device_type = "cuda" if device.startswith("cuda") else device
+    device, device_type = hardware.resolve_device(cfg.device)
     autocast = torch.autocast(device_type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
     torch.manual_seed(cfg.seed)
     with torch.device(device):  # the GPTConfig train.py builds for cfg, as plan.py derives it
@@ -321,18 +321,14 @@ def fail(message):
     sys.exit(1)
 
 
-def percent(value):
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
 COLUMNS = f"{'setting':<28} {'tok/s':>10} {'step ms':>9} {'MFU':>6} {'HFU':>6}  peak memory"
 
 
 def row(result):
     text = f"{result['label']:<28}"
     if "tokens_per_s" in result:
-        text += (f" {result['tokens_per_s']:>10,.0f} {result['step_ms']:>9.1f} {percent(result['mfu']):>6} "
-                 f"{percent(result['hfu']):>6}  {result['peak_memory_gb']:.1f} GB {result['memory_kind']}")
+        text += (f" {result['tokens_per_s']:>10,.0f} {result['step_ms']:>9.1f} {hardware.percent(result['mfu']):>6} "
+                 f"{hardware.percent(result['hfu']):>6}  {result['peak_memory_gb']:.1f} GB {result['memory_kind']}")
     if result["status"] != "ok":
         text += f"  {result['status']}: {result['message']}"
     return text
@@ -405,7 +401,7 @@ def main(argv=None):
     best = max((r for r in results if r["fits"]), key=lambda r: r["tokens_per_s"], default=None)
     command = train_command(config_args, cfg, best) if best else None
     if best and args.sweep:
-        say(f"fastest that fits: {best['label']}, {best['tokens_per_s']:,.0f} tokens/s, MFU {percent(best['mfu'])}")
+        say(f"fastest that fits: {best['label']}, {best['tokens_per_s']:,.0f} tokens/s, MFU {hardware.percent(best['mfu'])}")
         say(f"  {command}")
     if args.json:
         print(json.dumps({"config_args": config_args, "steps": args.steps, "warmup": args.warmup,

@@ -52,3 +52,11 @@ def test_6b_flops_per_token():
 def test_utilisation():
     # 1e10 FLOPs/token at 1e4 tokens/s on a 1000-TFLOPS part: 10%
     assert hardware.utilisation(1e10, 1e4, 1000.0) == pytest.approx(0.1)
+
+
+def test_resolve_device():
+    assert hardware.resolve_device("auto") == ("cpu", "cpu")  # no GPU in the tests
+    assert hardware.resolve_device("cuda", 3) == ("cuda:3", "cuda")  # each torchrun process its own GPU
+    assert hardware.resolve_device("cuda:1") == ("cuda:1", "cuda")
+    assert hardware.resolve_device("cpu") == ("cpu", "cpu")
+    assert hardware.percent(None) == "n/a" and hardware.percent(0.4567) == "45.7%"
