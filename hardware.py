@@ -4,8 +4,8 @@ What GPU this is, what it can do, and the FLOPs arithmetic behind MFU.
 MFU (model FLOPs utilisation) = model FLOPs per second / the GPU's peak dense bf16 FLOPS.
 Model FLOPs per token are 6N + 12 * n_layer * n_embd * block_size (forward + backward of
 every weight, plus attention scores), N excluding position embeddings. Recomputing
-activations under gradient checkpointing runs the blocks' forward a second time: that work
-counts in HFU (hardware FLOPs utilisation) but not in MFU, so the two stay comparable
+activations under full activation checkpointing runs the blocks' forward a second time: that
+work counts in HFU (hardware FLOPs utilisation) but not in MFU, so the two stay comparable
 across runs with different checkpointing.
 """
 from dataclasses import dataclass
@@ -99,9 +99,14 @@ def flops_per_token(n_params, n_layer, n_embd, block_size):
     return 6 * n_params + 12 * n_layer * n_embd * block_size
 
 
-def recompute_flops_per_token(block_params, n_recomputed, n_embd, block_size):
-    """Extra FLOPs per token when n_recomputed blocks run their forward again in backward:
-    2 per weight plus 4 * C * T for attention, per block."""
+def recompute_flops_per_token(block_params, n_recomputed, n_embd, block_size, policy="full"):
+    """Extra FLOPs per token when n_recomputed blocks recompute in backward. 'full' runs their
+    forward again: 2 per weight plus 4 * C * T for attention, per block. 'selective' recomputes no
+    matmul and no attention, only element-wise ops (LayerNorm, GELU, adds, casts: a few FLOPs per
+    element, under 0.1% of a block's); they count as 0 here, since what they cost is memory
+    traffic, which FLOP counts do not measure."""
+    if policy != "full":
+        return 0
     return n_recomputed * (2 * block_params + 4 * n_embd * block_size)
 
 

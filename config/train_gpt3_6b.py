@@ -1,7 +1,8 @@
 # GPT-3 6.7B (GPT-3 paper, Table 2.1) on one 192 GB MI300X or 141 GB H200:
-# 6,657,150,976 parameters; fp32 weights + grads + AdamW moments = 16 B/param = 106.5 GB,
-# plus ~13.3 GB of bf16 weight copies under autocast, so activations must be recomputed
-# (gradient_checkpointing) to fit. Check with: python scripts/plan.py config/train_gpt3_6b.py
+# 6,657,150,976 parameters; fp32 weights + grads + AdamW moments = 16 B/param = 106.5 GB.
+# What is left decides how much to recompute: activation_checkpointing='auto' (the default)
+# picks at start-up, from memory.py's estimate: no recompute on an MI300X, 'selective' on an
+# H200. See it with: python scripts/plan.py config/train_gpt3_6b.py --gpu h200
 out_dir = 'out/gpt3_6b'
 dataset = 'pile'
 data_dir = 'data/pile'
@@ -12,7 +13,6 @@ n_embd = 4096
 block_size = 2048
 bias = False
 dropout = 0.0
-gradient_checkpointing = True
 
 # 4 x 160 x 2048 = 1,310,720 tokens per optimizer step (GPT-3 6.7B used ~2M)
 batch_size = 4

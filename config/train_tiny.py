@@ -10,6 +10,7 @@ block_size = 128
 vocab_size = 320  # 256 bytes + end-of-text, padded to a multiple of 64
 dropout = 0.0
 bias = False
+activation_checkpointing = 'none'  # the CPU needs none, and auto would change the micro-batch
 
 batch_size = 8
 gradient_accumulation_steps = 2

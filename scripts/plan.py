@@ -3,14 +3,17 @@ What a run will cost before you rent the hardware: parameters, tokens, FLOPs, me
 whether it fits, days and dollars.
 
     python scripts/plan.py config/train_gpt3_6b.py [--key=value ...]
-                           [--gpu mi300x] [--mfu 0.4] [--price_per_hour 2] [--gpus 1] [--json]
+                           [--gpu mi300x] [--mfu 0.4] [--price_per_hour 2] [--gpus 1] [--json] [--simulate]
 
 The config and its --key=value overrides are resolved by configurator.py, exactly as train.py
 resolves them; the model is built on the meta device (shapes, no storage), so a 6.7B plan takes
-seconds on a laptop. Memory counts bytes per tensor as derived in the comments below, for bf16
-autocast over fp32 weights with fused AdamW, as train.py trains. GB = 1e9 bytes, as GPU vendors count.
+seconds on a laptop. Memory is memory.py's estimate for bf16 autocast over fp32 weights with fused
+AdamW, as train.py trains, and for activation_checkpointing='auto' the policy and micro-batch auto
+picks on --gpu; --simulate checks the estimate against the training step run on fake tensors.
+GB = 1e9 bytes, as GPU vendors count.
 """
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -22,39 +25,27 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
 import hardware  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+import memory  # noqa: E402
+from model import CHECKPOINTING_POLICIES, GPT, GPTConfig  # noqa: E402
 
 DEFAULT_GPU = "mi300x"
-# Allocator fragmentation grows with what is allocated (the caching allocator rounds and splits
-# blocks; 5% is typical of long runs); the CUDA/ROCm context and the BLAS and attention
-# workspaces are about a fixed 1 GB whatever the model.
-MARGIN_FRACTION = 0.05
-CONTEXT_BYTES = 1e9
 LONG_RUN_DAYS = 365
 GPUS_PER_NODE = 8
 
 
-def build_meta_model(cfg):
+def model_config(cfg, activation_checkpointing=None, recompute_blocks=None):
+    """The GPTConfig train.py builds for cfg, with a concrete checkpointing policy in place of 'auto'."""
+    policy = activation_checkpointing or cfg.activation_checkpointing
+    return GPTConfig(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=cfg.block_size,
+                     vocab_size=cfg.vocab_size, bias=cfg.bias, dropout=cfg.dropout,
+                     activation_checkpointing="none" if policy == "auto" else policy,
+                     recompute_blocks=cfg.recompute_blocks if recompute_blocks is None else recompute_blocks)
+
+
+def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
     """The model train.py builds for cfg, on the meta device: every shape, no memory, no init time."""
-    gptconf = GPTConfig(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=cfg.block_size,
-                        vocab_size=cfg.vocab_size, bias=cfg.bias, dropout=cfg.dropout,
-                        gradient_checkpointing=cfg.gradient_checkpointing, recompute_blocks=cfg.recompute_blocks)
     with torch.device("meta"):
-        return GPT(gptconf)
-
-
-def block_params(model):
-    return sum(p.numel() for p in model.transformer.h[0].parameters())
-
-
-def autocast_copy_bytes(model, n_recomputed):
-    """bf16 weight casts alive at the peak (2 B each): the matmul weights (autocast casts nothing
-    else; LayerNorm stays fp32 and the embedding lookup is no matmul) of the blocks
-    blocks_with_full_activations counts, at most all of them, and of the head (the tied embedding)."""
-    config = model.config
-    per_block = sum(m.weight.numel() for m in model.transformer.h[0].modules() if isinstance(m, nn.Linear))
-    blocks = min(config.n_layer, blocks_with_full_activations(config.n_layer, n_recomputed))
-    return 2 * (blocks * per_block + model.lm_head.weight.numel())
+        return GPT(model_config(cfg, activation_checkpointing, recompute_blocks))
 
 
 def checkpoint_bytes(n_params):
@@ -64,127 +55,68 @@ def checkpoint_bytes(n_params):
 
 
 # -----------------------------------------------------------------------------
-# activations: what autograd keeps between forward and backward, for one micro-batch of
-# B sequences of T tokens, C wide. Under bf16 autocast the residual stream stays fp32 (an fp32
-# embedding plus bf16 block outputs promotes to fp32) while matmul inputs and outputs are bf16.
-# tests/test_plan.py counts the real saved tensors with saved_tensors_hooks and checks these.
-
-def block_activation_bytes(B, T, C, n_head, act_bytes):
-    """One transformer block without checkpointing, flash or memory-efficient attention:
-    - fp32 residual stream: the inputs of ln_1 and ln_2, 2 x 4 B per BTC element
-    - act_bytes (2 in bf16): c_attn input 1, q/k/v (views of one c_attn output) 3, the attention
-      output 1 (it is also c_proj's input: flash/efficient return it in (B, T, head, dim) layout,
-      so model.py's .contiguous() copies nothing), c_fc input 1, GELU input 4, MLP c_proj input 4:
-      14 elements per BTC
-    - LayerNorm mean and rstd (2 x 2 x 4 B per token), attention logsumexp (4 B per token and head)
-    These kernels keep no T x T attention matrix; the math kernel does (math_attention_bytes)."""
-    return (8 + 14 * act_bytes) * B * T * C + 16 * B * T + 4 * B * n_head * T
-
-
-def math_attention_bytes(B, T, n_head):
-    """Extra per block when SDPA falls back to the math kernel: it upcasts to fp32 and keeps the
-    softmax probabilities, B x n_head x T x T, twice (measured with PyTorch 2.13)."""
-    return 8 * B * n_head * T * T
-
-
-def blocks_with_full_activations(n_layer, n_recomputed):
-    """Blocks whose activations coexist at the peak of backward: those not recomputed, the block
-    being recomputed (if any), plus one more for the gradients of the block being differentiated
-    (an estimate: its activation gradients never outsize its activations)."""
-    return n_layer - n_recomputed + (1 if n_recomputed else 0) + 1
-
-
-def activation_element_bytes(cfg):
-    """Bytes per element of the matmul inputs and outputs: bf16 under autocast, else fp32."""
-    return 2 if cfg.dtype == "bfloat16" else 4
-
-
-def activation_bytes(config, B, n_recomputed, act_bytes):
-    T, C = config.block_size, config.n_embd
-    full = blocks_with_full_activations(config.n_layer, n_recomputed) * block_activation_bytes(
-        B, T, C, config.n_head, act_bytes)
-    block_inputs = n_recomputed * 4 * B * T * C  # a checkpointed block keeps only its fp32 input
-    head = (4 + act_bytes) * B * T * C + 8 * B * T  # ln_f input (fp32) and stats, lm_head input
-    return full + block_inputs + head
-
-
-def logits_bytes(B, T, V):
-    """Logits and loss at their peak. Forward: logits (bf16, 2 B), their fp32 upcast for
-    cross-entropy (4 B) and the fp32 log-probabilities kept for backward (4 B): 10 B per
-    B*T*V element. Backward: the log-probabilities with their gradient and the upcast's gradient
-    (3 x 4 B): 12 B, the peak. In fp32 the same 12 B."""
-    return 12 * B * T * V
-
-
-def memory_breakdown(model, cfg, batch_size, gpus, strategy):
-    """Bytes per GPU at the peak of a step, by what holds them (the peak of forward, with every
-    bf16 copy cached, and of backward, with the recompute, are added: a slight overestimate).
-
-    DDP replicates weights, gradients and moments on every GPU (this assumes
-    gradient_as_bucket_view=True; otherwise DDP's buckets are a second 4 B/param copy of the
-    gradients). FSDP2 shards all three N ways. Each GPU runs the same micro-batch either way."""
-    config = model.config
-    n_params = model.get_num_params(non_embedding=False)  # every trained weight, wpe included
-    shards = gpus if gpus > 1 and strategy == "fsdp" else 1
-    bf16 = cfg.dtype == "bfloat16"
-    n_recomputed = config.num_recomputed_blocks()
-    m = {
-        "weights": 4 * n_params / shards,  # fp32 master weights
-        "grads": 4 * n_params / shards,  # fp32, accumulated across micro-batches
-        "optimizer": 8 * n_params / shards,  # AdamW's exp_avg and exp_avg_sq, fp32
-        # train.py runs autocast without its cast cache, so a weight's bf16 cast lives only while
-        # autograd keeps it for backward: in every block that keeps its activations, in the one
-        # being recomputed, and in the head. Under FSDP they are casts of the gathered weights,
-        # so full size on every GPU, not 1/N.
-        "autocast_bf16_weights": autocast_copy_bytes(model, n_recomputed) if bf16 else 0,
-        # FSDP2 gathers fp32 weights per block: the root's own (embedding = head, ln_f) for the
-        # whole step, the block running and the one prefetched, and in backward one block's
-        # unsharded gradient before its reduce-scatter.
-        "fsdp_unsharded": 4 * (n_params - config.n_layer * block_params(model) + 3 * block_params(model))
-        if shards > 1 else 0,
-        "activations": activation_bytes(config, batch_size, n_recomputed, activation_element_bytes(cfg)),
-        "logits": logits_bytes(batch_size, config.block_size, config.vocab_size),
-    }
-    subtotal = sum(m.values())
-    m["margin"] = MARGIN_FRACTION * subtotal + CONTEXT_BYTES
-    m["total"] = subtotal + m["margin"]
-    return m
-
-
-# -----------------------------------------------------------------------------
 # the plan
 
-def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus):
+def budget_bytes(cfg, gpu):
+    return cfg.memory_budget_gb * 1e9 if cfg.memory_budget_gb > 0 else gpu.capacity_gb * 1e9
+
+
+def choose_setting(cfg, gpu, gpus):
+    """(auto's Choice for this GPU or None when nothing fits, and the setting the plan is for:
+    (policy, recompute_blocks, batch_size, gradient_accumulation_steps)). A config that names
+    its policy gets it as it is; 'auto' gets auto's choice, or full checkpointing (the least
+    memory) when nothing fits, so the plan can say by how much."""
+    choice = memory.choose_auto(build_meta_model(cfg, "none"), cfg.batch_size, cfg.gradient_accumulation_steps,
+                                budget_bytes(cfg, gpu), cfg.dtype, gpus, cfg.strategy)
+    if cfg.activation_checkpointing != "auto":
+        return choice, (cfg.activation_checkpointing, cfg.recompute_blocks, cfg.batch_size,
+                        cfg.gradient_accumulation_steps)
+    if choice is None:
+        return None, ("full", -1, cfg.batch_size, cfg.gradient_accumulation_steps)
+    return choice, (choice.activation_checkpointing, choice.recompute_blocks, choice.batch_size,
+                    choice.gradient_accumulation_steps)
+
+
+def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
     """Every figure of the plan as a dict (the --json output); sizes in GB."""
-    model = build_meta_model(cfg)
-    config, gpu = model.config, hardware.GPUS[gpu_key]
+    gpu = hardware.GPUS[gpu_key]
+    choice, (policy, recompute_blocks, batch_size, accumulation) = choose_setting(cfg, gpu, gpus)
+    model = build_meta_model(cfg, policy, recompute_blocks)
+    config = model.config
     n_recomputed = config.num_recomputed_blocks()
     tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * config.block_size
     flops = hardware.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
-    recompute = hardware.recompute_flops_per_token(block_params(model), n_recomputed, config.n_embd, config.block_size)
+    recompute = hardware.recompute_flops_per_token(memory.block_params(model), n_recomputed, config.n_embd,
+                                                   config.block_size, policy)
     # MFU is defined on model FLOPs; the recompute is extra work the GPU does at the same time (HFU)
     seconds_per_iter = tokens_per_iter * flops / (gpus * mfu * gpu.peak_tflops * 1e12)
     days = cfg.max_iters * seconds_per_iter / 86400
-    memory = memory_breakdown(model, cfg, cfg.batch_size, gpus, cfg.strategy)
-    act_bytes = activation_element_bytes(cfg)
-    n_full = blocks_with_full_activations(config.n_layer, n_recomputed)
+    estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy)
     plan = {
         "params": model.get_num_params(non_embedding=False),
         "params_without_position_embeddings": model.get_num_params(),
         "tokens_per_iter": tokens_per_iter,
+        "batch_size": batch_size,
+        "gradient_accumulation_steps": accumulation,
         "max_iters": cfg.max_iters,
         "total_tokens": cfg.max_iters * tokens_per_iter,
         "flops_per_token": flops,
-        "recompute_flops_per_token": recompute,
+        "activation_checkpointing": policy,
         "recomputed_blocks": n_recomputed,
+        "recompute_flops_per_token": recompute,
         "total_flops": flops * cfg.max_iters * tokens_per_iter,
         "gpu": gpu_key,
         "gpu_name": gpu.name,
         "gpu_memory_gb": gpu.capacity_gb,
+        "budget_gb": budget_bytes(cfg, gpu) / 1e9,
         "gpus": gpus,
         "strategy": cfg.strategy if gpus > 1 else "single",
-        "memory_gb": {k: v / 1e9 for k, v in memory.items()},
-        "fits": memory["total"] <= gpu.capacity_gb * 1e9,
+        "memory_gb": {k: v / 1e9 for k, v in estimate.items()},
+        # the same micro-batch under each policy, every block
+        "total_gb_by_policy": {p: memory.estimate(memory.with_checkpointing(model, p), batch_size, cfg.dtype, gpus,
+                                                  cfg.strategy)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
+        "fits": estimate["total"] <= budget_bytes(cfg, gpu),
+        "auto": dataclasses.asdict(choice) if choice else None,
         "peak_tflops": gpu.peak_tflops,
         "mfu": mfu,
         "hfu": mfu * (flops + recompute) / flops,
@@ -195,12 +127,11 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus):
         "cost_usd": days * 24 * price_per_hour * gpus,
         "checkpoint_gb": checkpoint_bytes(model.get_num_params(non_embedding=False)) / 1e9,
         "keep_last_n": cfg.keep_last_n,
-        "math_attention_extra_gb": n_full * math_attention_bytes(cfg.batch_size, config.block_size,
-                                                                 config.n_head) / 1e9,
+        "math_attention_extra_gb": (config.n_layer - n_recomputed + 1) * memory.math_attention_bytes(
+            batch_size, config.block_size, config.n_head) / 1e9,
     }
-    plan["memory_gb"]["activations_no_checkpointing"] = activation_bytes(config, cfg.batch_size, 0, act_bytes) / 1e9
-    plan["memory_gb"]["activations_full_checkpointing"] = activation_bytes(
-        config, cfg.batch_size, config.n_layer, act_bytes) / 1e9
+    if simulate:
+        plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype).items()}
     plan["suggestions"] = suggestions(plan, model, cfg)
     return plan
 
@@ -208,24 +139,22 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus):
 def suggestions(plan, model, cfg):
     """What to change when the run does not fit the GPU or takes longer than a year."""
     out = []
-    gpus, limit = plan["gpus"], plan["gpu_memory_gb"] * 1e9
+    gpus, limit, batch_size = plan["gpus"], plan["budget_gb"] * 1e9, plan["batch_size"]
     if not plan["fits"]:
-        if not cfg.gradient_checkpointing:
-            saved = plan["memory_gb"]["activations"] - plan["memory_gb"]["activations_full_checkpointing"]
-            extra = hardware.recompute_flops_per_token(block_params(model), cfg.n_layer, cfg.n_embd,
-                                                       cfg.block_size) / plan["flops_per_token"]
-            out.append(f"turn on --gradient_checkpointing=True: {saved:.1f} GB less activation memory "
-                       f"for {extra:.0%} more compute (each block's forward runs twice)")
-        smaller = [b for b in range(cfg.batch_size - 1, 0, -1)
-                   if memory_breakdown(model, cfg, b, gpus, cfg.strategy)["total"] <= limit]
+        for policy in CHECKPOINTING_POLICIES[CHECKPOINTING_POLICIES.index(plan["activation_checkpointing"]) + 1:]:
+            if plan["total_gb_by_policy"][policy] <= plan["budget_gb"]:
+                out.append(f"--activation_checkpointing={policy} (or auto): {plan['total_gb_by_policy'][policy]:.1f} GB")
+                break
+        smaller = [b for b in range(batch_size - 1, 0, -1)
+                   if memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy)["total"] <= limit]
         if smaller:
             b = smaller[0]
-            steps = math.ceil(cfg.batch_size * cfg.gradient_accumulation_steps / b)
+            steps = math.ceil(batch_size * plan["gradient_accumulation_steps"] / b)
             out.append(f"a smaller micro-batch: --batch_size={b} --gradient_accumulation_steps={steps} "
                        f"(about the same tokens per iteration)")
         for n in (2, 4, 8, 16, 32, 64):
             current = n == gpus and cfg.strategy == "fsdp"  # the plan that does not fit
-            if n >= gpus and not current and memory_breakdown(model, cfg, cfg.batch_size, n, "fsdp")["total"] <= limit:
+            if n >= gpus and not current and memory.estimate(model, batch_size, cfg.dtype, n, "fsdp")["total"] <= limit:
                 out.append(f"shard over {n} GPUs with FSDP: {torchrun(n)} train.py CONFIG --strategy=fsdp")
                 break
         bigger = [key for key, gpu in hardware.GPUS.items() if plan["memory_gb"]["total"] <= gpu.capacity_gb]
@@ -259,22 +188,45 @@ MEMORY_ROWS = [
     ("grads", "gradients (fp32)", "4 B/param"),
     ("optimizer", "AdamW moments (fp32)", "8 B/param"),
     ("autocast_bf16_weights", "autocast bf16 weight copies", "2 B per matmul weight autograd keeps for backward"),
-    ("fsdp_unsharded", "FSDP gathered weights", "the root's and ~2 blocks' fp32 weights, 1 block's gradient"),
+    ("fsdp_unsharded", "FSDP gathered weights", "the root's and ~2 blocks' weights, 1 block's gradient"),
     ("activations", "activations", None),
     ("logits", "logits and loss", "12 B per token x vocab (fp32 log-probs and gradients)"),
-    ("margin", "margin", f"{MARGIN_FRACTION:.0%} for allocator fragmentation + 1 GB context and workspaces"),
+    ("gradients_in_flight", "weight gradients in flight", "the tied head's, waiting for the embedding's, and a block's"),
+    ("margin", "margin", f"{memory.MARGIN_FRACTION:.0%} for allocator fragmentation + 1 GB context and workspaces"),
 ]
+# simulate()'s categories and the estimate's rows they hold (MemTracker counts whatever the forward
+# creates as activations, casts and logits included, and what backward creates as temporaries)
+SIMULATED_ROWS = [
+    ("weights", ["weights"]), ("grads", ["grads"]), ("optimizer", ["optimizer"]),
+    ("activations", ["autocast_bf16_weights", "activations", "logits", "gradients_in_flight"]), ("other", []),
+]
+
+
+def policy_text(policy, recomputed, n_layer):
+    if policy == "none" or recomputed == 0:
+        return "no activation checkpointing"
+    return f"{policy} checkpointing" + (f" of {recomputed}/{n_layer} blocks" if recomputed < n_layer else "")
+
+
+def auto_text(plan, cfg):
+    choice, name = plan["auto"], plan["gpu_name"]
+    if choice is None:
+        return f"auto on {name}: nothing fits {plan['budget_gb']:.1f} GB (see what to change)"
+    why = "" if choice["activation_checkpointing"] == "none" else \
+        f"; no recompute at micro-batch {cfg.batch_size} needs {plan['total_gb_by_policy']['none']:.1f} GB" \
+        if plan["batch_size"] == cfg.batch_size else ""
+    policy = policy_text(choice["activation_checkpointing"],
+                         cfg.n_layer if choice["recompute_blocks"] < 0 else choice["recompute_blocks"], cfg.n_layer)
+    return (f"auto on {name}: {policy}, micro-batch {choice['batch_size']} x {choice['gradient_accumulation_steps']}, "
+            f"peak {choice['peak_gb']:.1f} of {choice['budget_gb']:.1f} GB{why}")
 
 
 def report(plan, cfg, config_args):
     """The plan as text for a person."""
     mem, n_layer = plan["memory_gb"], cfg.n_layer
     k = plan["recomputed_blocks"]
-    if k:
-        act_note = f"checkpointing {k}/{n_layer} blocks (without: {mem['activations_no_checkpointing']:.1f} GB)"
-    else:
-        act_note = f"no checkpointing (with it: {mem['activations_full_checkpointing']:.1f} GB)"
-    act_note = f"batch_size {cfg.batch_size} x block_size {cfg.block_size}, {act_note}"
+    act_note = (f"batch_size {plan['batch_size']} x block_size {cfg.block_size}, "
+                f"{policy_text(plan['activation_checkpointing'], k, n_layer)}")
     gpus = plan["gpus"]
     setup = "1 GPU" if gpus == 1 else f"{gpus} GPUs, {plan['strategy'].upper()}"
     lines = [
@@ -282,13 +234,13 @@ def report(plan, cfg, config_args):
         f"{cfg.n_embd} wide, block_size {cfg.block_size}, vocab {cfg.vocab_size}",
         f"parameters       {plan['params']:,} ({plan['params_without_position_embeddings']:,} "
         f"without position embeddings)",
-        f"tokens           {plan['tokens_per_iter']:,} per iteration ({cfg.batch_size} x "
-        f"{cfg.gradient_accumulation_steps} x {cfg.block_size}) x {plan['max_iters']:,} iterations = "
+        f"tokens           {plan['tokens_per_iter']:,} per iteration ({plan['batch_size']} x "
+        f"{plan['gradient_accumulation_steps']} x {cfg.block_size}) x {plan['max_iters']:,} iterations = "
         f"{plan['total_tokens'] / 1e9:,.1f}B",
         f"training FLOPs   {plan['flops_per_token']:.4g} per token (6N + attention) x tokens = "
         f"{plan['total_flops']:.3g}",
     ]
-    if k:
+    if plan["recompute_flops_per_token"]:
         lines.append(f"                 + {plan['recompute_flops_per_token']:.4g} per token recomputing {k} blocks "
                      f"= {plan['total_flops'] * (plan['hfu'] / plan['mfu']):.3g} executed")
     lines += ["", f"memory per GPU on {plan['gpu_name']} ({hardware.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
@@ -296,15 +248,23 @@ def report(plan, cfg, config_args):
     for key, label, note in MEMORY_ROWS:
         if mem[key]:
             lines.append(f"  {label:<29} {mem[key]:7.1f} GB  {note or act_note}")
-    spare = plan["gpu_memory_gb"] - mem["total"]
+    spare = plan["budget_gb"] - mem["total"]
     verdict = f"fits, {spare:.1f} GB to spare" if plan["fits"] else f"DOES NOT FIT: {-spare:.1f} GB over"
+    by_policy = ", ".join(f"{p} {gb:.1f} GB" for p, gb in plan["total_gb_by_policy"].items())
     lines += [
-        f"  {'total':<29} {mem['total']:7.1f} GB  {verdict}",
+        f"  {'total':<29} {mem['total']:7.1f} GB  {verdict}"
+        + (f" (memory_budget_gb={cfg.memory_budget_gb:g})" if cfg.memory_budget_gb > 0 else ""),
+        f"  at micro-batch {plan['batch_size']} by policy: {by_policy}",
+        f"  {auto_text(plan, cfg)}",
         f"  if attention falls back to the math kernel (scripts/check_env.py tells), add "
         f"{plan['math_attention_extra_gb']:.1f} GB",
+    ]
+    if "simulated" in plan:
+        lines += simulated_lines(plan)
+    lines += [
         "",
         f"time at {plan['mfu']:.0%} MFU of {plan['peak_tflops']:g} TFLOPS per GPU"
-        + (f" (HFU {plan['hfu']:.0%} with the recompute)" if k else "") + ":",
+        + (f" (HFU {plan['hfu']:.0%} with the recompute)" if plan["recompute_flops_per_token"] else "") + ":",
         f"  {plan['seconds_per_iter']:,.1f} s per iteration, {plan['tokens_per_second']:,.0f} tokens/s",
         f"  {plan['days']:,.1f} days, ${plan['cost_usd']:,.0f} at ${plan['price_per_hour']:g} per GPU-hour",
         f"checkpoints: {plan['checkpoint_gb']:.1f} GB each (fp32 weights + AdamW moments); "
@@ -315,6 +275,19 @@ def report(plan, cfg, config_args):
     if plan["suggestions"]:
         lines += ["", "what to change:"] + [f"  - {s}" for s in plan["suggestions"]]
     return "\n".join(lines)
+
+
+def simulated_lines(plan):
+    """The simulated peak beside the estimate, category by category, without the estimate's margin."""
+    sim, mem = plan["simulated"], plan["memory_gb"]
+    lines = ["", "simulated on fake tensors (memory.simulate: the training step, MemTracker's peak) vs estimated:"]
+    for key, rows in SIMULATED_ROWS:
+        estimated = sum(mem[r] for r in rows)
+        lines.append(f"  {key:<29} {sim[key]:7.1f} GB  estimated {estimated:7.1f} GB")
+    estimated = mem["total"] - mem["margin"]
+    lines.append(f"  {'total (before the margin)':<29} {sim['total']:7.1f} GB  estimated {estimated:7.1f} GB "
+                 f"({estimated / sim['total'] - 1:+.1%})")
+    return lines
 
 
 def default_gpu():
@@ -335,11 +308,16 @@ def parse_args(argv):
     parser.add_argument("--price_per_hour", type=float, default=2.0, help="dollars per GPU-hour (default 2)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs under torchrun (default 1)")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    parser.add_argument("--simulate", action="store_true",
+                        help="also run the training step on fake tensors and print its measured peak by category "
+                             "beside the estimate (about 20 s at 6.7B; one GPU)")
     args, config_args = parser.parse_known_args(argv)
     if not 0 < args.mfu <= 1:
         parser.error(f"--mfu is a fraction in (0, 1], e.g. 0.4 for 40%; got {args.mfu}")
     if args.gpus < 1 or args.price_per_hour < 0:
         parser.error("--gpus must be >= 1 and --price_per_hour >= 0")
+    if args.simulate and args.gpus > 1:
+        parser.error("--simulate runs one GPU's step; leave out --gpus (FSDP's sharding is not simulated)")
     return args, config_args
 
 
@@ -351,8 +329,8 @@ def main(argv=None):
               f"among {args.gpus} GPUs (each runs an equal share of the micro-batches)", file=sys.stderr)
         sys.exit(2)
     try:
-        plan = make_plan(cfg, args.gpu or default_gpu(), args.mfu, args.price_per_hour, args.gpus)
-    except ValueError as e:  # GPTConfig's check of the shapes
+        plan = make_plan(cfg, args.gpu or default_gpu(), args.mfu, args.price_per_hour, args.gpus, args.simulate)
+    except ValueError as e:  # GPTConfig's check of the shapes and of the policy's name
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(plan, indent=1) if args.json else report(plan, cfg, config_args))

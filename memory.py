@@ -1,0 +1,266 @@
+"""
+What a training step holds in GPU memory, three ways:
+
+- estimate(): arithmetic by category (weights, gradients, AdamW moments, bf16 weight casts,
+  activations, logits), for any config and checkpointing policy in microseconds;
+- simulate(): the training step itself (two micro-batches under bf16 autocast, clipping, the
+  optimizer step) on fake tensors, shapes without storage, with PyTorch's MemTracker counting
+  each category at the peak: minutes on a CPU at 6.7B, and it checks the estimate;
+- choose_auto(): the cheapest checkpointing policy and micro-batch whose estimate fits a budget,
+  which is what activation_checkpointing='auto' runs.
+
+plan.py, bench.py and train.py ask this file; model.py holds only the policies themselves.
+Sizes are bytes; GB in what people read are 1e9 bytes, as GPU vendors count.
+"""
+import dataclasses
+import math
+
+import torch
+from torch import nn
+
+from model import GPT
+
+# Allocator fragmentation grows with what is allocated (the caching allocator rounds and splits
+# blocks; 5% is typical of long runs); the CUDA/ROCm context and the BLAS and attention
+# workspaces are about a fixed 1 GB whatever the model.
+MARGIN_FRACTION = 0.05
+CONTEXT_BYTES = 1e9
+# auto tries micro-batches larger than the config's up to this many tokens: past it, what a
+# micro-batch costs whatever its size (casting 6.7B weights to bf16, adding to fp32 gradients) is
+# a few percent of its matmul time, and more tokens only take memory.
+AUTO_MAX_MICRO_TOKENS = 16384
+
+
+# -----------------------------------------------------------------------------
+# activations: what autograd keeps between forward and backward, for one micro-batch of
+# B sequences of T tokens, C wide. Under bf16 autocast the residual stream stays fp32 (an fp32
+# embedding plus bf16 block outputs promotes to fp32) while matmul inputs and outputs are bf16.
+# tests/test_memory.py counts the real saved tensors and checks these.
+
+def block_activation_bytes(B, T, C, n_head, act_bytes):
+    """One transformer block without checkpointing, flash or memory-efficient attention:
+    - fp32 residual stream: the inputs of ln_1 and ln_2, 2 x 4 B per BTC element
+    - act_bytes (2 in bf16): c_attn input 1, q/k/v (views of one c_attn output) 3, the attention
+      output 1 (it is also c_proj's input: flash/efficient return it in (B, T, head, dim) layout,
+      so model.py's .contiguous() copies nothing), c_fc input 1, GELU input 4, MLP c_proj input 4:
+      14 elements per BTC
+    - LayerNorm mean and rstd (2 x 2 x 4 B per token), attention logsumexp (4 B per token and head)
+    These kernels keep no T x T attention matrix; the math kernel does (math_attention_bytes)."""
+    return (8 + 14 * act_bytes) * B * T * C + 16 * B * T + 4 * B * n_head * T
+
+
+def selective_block_bytes(B, T, C, n_head, act_bytes):
+    """One block under 'selective': its fp32 input (4 B per BTC element), and the outputs of c_attn
+    (3), the attention kernel (1, with its fp32 logsumexp), attention's c_proj (1) and c_fc (4):
+    9 act_bytes elements per BTC."""
+    return (4 + 9 * act_bytes) * B * T * C + 4 * B * n_head * T
+
+
+def kept_block_bytes(policy, B, T, C, n_head, act_bytes):
+    """What one block keeps from its forward to its backward under a policy."""
+    if policy == "full":
+        return 4 * B * T * C  # only its fp32 input
+    if policy == "selective":
+        return selective_block_bytes(B, T, C, n_head, act_bytes)
+    return block_activation_bytes(B, T, C, n_head, act_bytes)
+
+
+def math_attention_bytes(B, T, n_head):
+    """Extra per block when SDPA falls back to the math kernel: it upcasts to fp32 and keeps the
+    softmax probabilities, B x n_head x T x T, twice (measured with PyTorch 2.13)."""
+    return 8 * B * n_head * T * T
+
+
+def logits_bytes(B, T, V):
+    """Logits and loss at the start of backward, their peak: the fp32 log-probabilities kept for
+    backward, their gradient and the gradient of the fp32 upcast (3 x 4 B per B*T*V element). In
+    the forward they were 10 B (bf16 logits, fp32 upcast, log-probabilities), with ln_f's fp32
+    output (4 B per BTC element) still referenced by model.py's forward."""
+    return 12 * B * T * V
+
+
+def block_policies(config):
+    return [config.block_checkpointing(i) for i in range(config.n_layer)]
+
+
+def activation_peaks(model, B, act_bytes):
+    """What a micro-batch holds besides weights, gradients and moments, by category, at the two
+    moments that can be the peak: the start of backward, where every block's kept activations
+    meet the logits' gradients, and the last block's backward, where its activations (kept or
+    rebuilt) meet the gradients flowing through it. The last-block terms beyond its activations
+    are fitted to simulate() (tests/test_memory.py checks them): 14 B per BTC element of
+    activation gradients, 8 B per C^2 of weight gradients in flight, and the head's fp32 weight
+    gradient (4 B per V*C) that waits in autograd for the tied embedding's before it is added."""
+    config = model.config
+    T, C, H, V, L = config.block_size, config.n_embd, config.n_head, config.vocab_size, config.n_layer
+    policies = block_policies(config)
+    kept = [kept_block_bytes(p, B, T, C, H, act_bytes) for p in policies]
+    per_block_casts = sum(m.weight.numel() for m in model.transformer.h[0].modules() if isinstance(m, nn.Linear))
+    # bf16 weight casts (autocast runs without its cast cache): a cast lives only while autograd
+    # keeps it for backward, so in the blocks without checkpointing; the others cast again when
+    # they recompute. LayerNorm stays fp32 and the embedding lookup is no matmul.
+    casts = [2 * per_block_casts if act_bytes == 2 and p == "none" else 0 for p in policies]
+    head_cast = 2 * V * C if act_bytes == 2 else 0
+    head = (4 + act_bytes) * B * T * C + 8 * B * T  # ln_f input (fp32) and stats, lm_head input
+    at_loss = {"autocast_bf16_weights": sum(casts) + head_cast, "activations": sum(kept) + head,
+               "logits": max(logits_bytes(B, T, V), 10 * B * T * V + 4 * B * T * C), "gradients_in_flight": 0}
+    full = block_activation_bytes(B, T, C, H, act_bytes)
+    in_last_block = {"autocast_bf16_weights": sum(casts[:-1]) + (2 * per_block_casts if act_bytes == 2 else 0),
+                     "activations": sum(kept[:-1]) + full + (6 + 4 * act_bytes) * B * T * C, "logits": 0,
+                     "gradients_in_flight": 8 * C * C + 4 * V * C}
+    return at_loss, in_last_block
+
+
+def block_params(model):
+    return sum(p.numel() for p in model.transformer.h[0].parameters())
+
+
+def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp"):
+    """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
+    checkpointing policy (model may live on the meta device: only shapes are read). The peak is
+    whichever of activation_peaks() is larger: "gradients_in_flight" is non-zero when it is the
+    last block's backward.
+
+    DDP replicates weights, gradients and moments on every GPU (this assumes
+    gradient_as_bucket_view=True, as train.py sets). FSDP2 shards all three N ways and, under bf16,
+    gathers bf16 weights (train.py's MixedPrecisionPolicy), so autocast has nothing left to cast.
+    Each GPU runs the same micro-batch either way."""
+    config = model.config
+    n_params = model.get_num_params(non_embedding=False)  # every trained weight, wpe included
+    shards = gpus if gpus > 1 and strategy == "fsdp" else 1
+    bf16 = dtype == "bfloat16"
+    act_bytes = 2 if bf16 else 4  # matmul inputs and outputs: bf16 under autocast, else fp32
+    unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
+    peaks = activation_peaks(model, batch_size, act_bytes)
+    moment = max(peaks, key=lambda p: sum(p.values()))
+    m = {
+        "weights": 4 * n_params / shards,  # fp32 master weights
+        "grads": 4 * n_params / shards,  # fp32, accumulated across micro-batches
+        "optimizer": 8 * n_params / shards,  # AdamW's exp_avg and exp_avg_sq, fp32
+        **moment,
+        # FSDP2 gathers the root's weights for the whole step, the block running and the one
+        # prefetched, and in backward holds one block's unsharded gradient (and its fp32 copy for
+        # the reduce-scatter under bf16) before reducing it.
+        "fsdp_unsharded": (act_bytes * (unsharded_root + 2 * block_params(model))
+                           + (act_bytes + 4 if bf16 else 4) * block_params(model)) if shards > 1 else 0,
+    }
+    if shards > 1:
+        m["autocast_bf16_weights"] = 0
+    subtotal = sum(m.values())
+    m["margin"] = MARGIN_FRACTION * subtotal + CONTEXT_BYTES
+    m["total"] = subtotal + m["margin"]
+    return m
+
+
+def with_checkpointing(model, policy, recompute_blocks=-1):
+    """model with another checkpointing policy in its config (for estimate(), which reads only the
+    config and shapes): a shallow copy, no weights copied."""
+    other = GPT.__new__(GPT)
+    other.__dict__ = dict(model.__dict__)
+    other.config = dataclasses.replace(model.config, activation_checkpointing=policy, recompute_blocks=recompute_blocks)
+    return other
+
+
+# -----------------------------------------------------------------------------
+# auto: the cheapest policy and micro-batch that fit
+
+@dataclasses.dataclass
+class Choice:
+    activation_checkpointing: str
+    recompute_blocks: int
+    batch_size: int
+    gradient_accumulation_steps: int
+    peak_gb: float
+    budget_gb: float
+
+    def describe(self, n_layer):
+        k = self.recompute_blocks
+        policy = (f"full on {k}/{n_layer} blocks" if self.activation_checkpointing == "full" and 0 < k < n_layer
+                  else self.activation_checkpointing)
+        return f"{policy}, micro-batch {self.batch_size} x {self.gradient_accumulation_steps}"
+
+
+def auto_policies(n_layer):
+    """From the cheapest in compute: no recompute; the element-wise ops only; whole blocks, the
+    fewest first (blocks 0..k-1 recompute, the rest keep everything); every block."""
+    return [("none", -1), ("selective", -1), *[("full", k) for k in range(1, n_layer)], ("full", -1)]
+
+
+def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
+                strategy="ddp"):
+    """The Choice 'auto' makes for a memory budget per GPU, keeping the global batch, or None when
+    nothing fits. The config's micro-batch and its doublings come first (up to
+    AUTO_MAX_MICRO_TOKENS): for each policy from the cheapest, the largest that fits, since a
+    larger micro-batch at the same global batch spends less per token on weight casts and
+    gradient accumulation. Halvings of it are tried only when none of those fits at all."""
+    sequences = batch_size * gradient_accumulation_steps
+    T = model.config.block_size
+    # the config's micro-batch doubled or halved, as long as it divides the global batch among the GPUs
+    sizes = [b for b in (batch_size * 2**j for j in range(8)) if b * T <= AUTO_MAX_MICRO_TOKENS or b == batch_size]
+    larger = [b for b in reversed(sizes) if sequences % (b * gpus) == 0]
+    smaller = [b for b in (batch_size // 2**j for j in range(1, 16)) if b >= 1 and sequences % (b * gpus) == 0]
+    smaller = sorted(set(smaller), reverse=True)
+    for candidates in (larger, smaller):
+        for policy, k in auto_policies(model.config.n_layer):
+            candidate = with_checkpointing(model, policy, k)
+            for b in candidates:
+                peak = estimate(candidate, b, dtype, gpus, strategy)["total"]
+                if peak <= budget_bytes:
+                    return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
+    return None
+
+
+# -----------------------------------------------------------------------------
+# the simulation: a real training step on fake tensors
+
+SIMULATED_CATEGORIES = ("weights", "grads", "optimizer", "activations", "other", "total")
+
+
+def simulate(config, batch_size, dtype="bfloat16", micro_batches=2):
+    """Bytes at the peak of a training step as PyTorch's MemTracker counts them, by category
+    (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy.
+
+    The step is train.py's: the AdamW moments already exist (a first optimizer step on zero
+    gradients makes them, as in every step after the first), then `micro_batches` forward and
+    backward passes under bf16 autocast without its cast cache accumulate into fp32 gradients,
+    then clipping and the optimizer step. The tensors are fake CPU tensors (shapes, dtypes, no
+    storage), so 6.7B runs on a laptop. What the CPU stands in for: the optimizer is fused
+    AdamW, as train.py runs on a GPU (it allocates no per-parameter temporaries; the CPU's
+    default foreach AdamW would add a gradient-sized 26.6 GB at 6.7B), and attention is the CPU's
+    flash kernel, which keeps what the GPU's flash kernel keeps (its output and logsumexp). The
+    caching allocator's rounding and fragmentation are not simulated: that is estimate()'s margin."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    with FakeTensorMode():
+        model = GPT(config)
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        idx = torch.zeros(batch_size, config.block_size, dtype=torch.long)
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False, enabled=dtype == "bfloat16")
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer, idx)
+        with tracker:
+            for _ in range(micro_batches):
+                tracker.reset_mod_stats()  # per-module figures only; the peak is kept across micro-batches
+                with autocast:
+                    loss = model(idx, idx)[1]
+                (loss / micro_batches).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    by_name = {str(key.name if hasattr(key, "name") else key): value for key, value in peak.items()}
+    result = {
+        "weights": by_name.get("PARAM", 0) + by_name.get("BUFFER", 0),
+        "grads": by_name.get("GRAD", 0),
+        "optimizer": by_name.get("OPT", 0),
+        "activations": by_name.get("ACT", 0),
+    }
+    result["other"] = by_name["Total"] - sum(result.values())  # gradients of activations, temporaries, inputs
+    result["total"] = by_name["Total"]
+    return result
