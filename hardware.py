@@ -8,6 +8,7 @@ activations under full activation checkpointing runs the blocks' forward a secon
 work counts in HFU (hardware FLOPs utilisation) but not in MFU, so the two stay comparable
 across runs with different checkpointing.
 """
+import os
 from dataclasses import dataclass
 
 import torch
@@ -75,6 +76,13 @@ def resolve_device(name, index=0):
     if name == "cuda":
         name = f"cuda:{index}"
     return name, "cuda" if name.startswith("cuda") else name
+
+
+def memory_capacity(device):
+    """Bytes the device holds: the GPU's memory, or the host's RAM for a CPU (or MPS) run."""
+    if str(device).startswith("cuda"):
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def percent(fraction):

@@ -12,8 +12,8 @@ What a training step holds in GPU memory, three ways:
 plan.py, bench.py and train.py ask this file; model.py holds only the policies themselves.
 Sizes are bytes; GB in what people read are 1e9 bytes, as GPU vendors count.
 """
+import contextlib
 import dataclasses
-import math
 
 import torch
 from torch import nn
@@ -216,7 +216,7 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
 SIMULATED_CATEGORIES = ("weights", "grads", "optimizer", "activations", "other", "total")
 
 
-def simulate(config, batch_size, dtype="bfloat16", micro_batches=2):
+def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True):
     """Bytes at the peak of a training step as PyTorch's MemTracker counts them, by category
     (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy.
 
@@ -228,11 +228,12 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2):
     AdamW, as train.py runs on a GPU (it allocates no per-parameter temporaries; the CPU's
     default foreach AdamW would add a gradient-sized 26.6 GB at 6.7B), and attention is the CPU's
     flash kernel, which keeps what the GPU's flash kernel keeps (its output and logsumexp). The
-    caching allocator's rounding and fragmentation are not simulated: that is estimate()'s margin."""
+    caching allocator's rounding and fragmentation are not simulated: that is estimate()'s margin.
+    fake=False runs the same step on real CPU tensors (the tests compare the two)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    with FakeTensorMode():
+    with FakeTensorMode() if fake else contextlib.nullcontext():
         model = GPT(config)
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)

@@ -25,7 +25,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -33,7 +33,8 @@ import bins
 import checkpoint
 import configurator
 import hardware
-from model import GPT, GPTConfig
+import memory
+from model import CHECKPOINTING_POLICIES, GPT, GPTConfig
 
 # -----------------------------------------------------------------------------
 # config
@@ -81,6 +82,9 @@ if cfg.n_embd % cfg.n_head:
     fail(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}")
 if cfg.strategy not in ("ddp", "fsdp"):
     fail(f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}")
+if cfg.activation_checkpointing not in (*CHECKPOINTING_POLICIES, "auto"):
+    fail(f"activation_checkpointing must be one of {', '.join(CHECKPOINTING_POLICIES)} or auto, "
+         f"got {cfg.activation_checkpointing!r}")
 if cfg.gradient_accumulation_steps % world_size:
     fail(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must divide among {world_size} "
          f"processes; the global batch is batch_size x gradient_accumulation_steps at any world size")
@@ -129,6 +133,29 @@ def agree(flag):
     t = torch.tensor([float(flag)], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item() > 0
+
+
+class StopVote:
+    """A signal on any rank, agreed without stalling the GPU as agree() does (.item() on a GPU tensor):
+    each micro-batch posts its flag in a non-blocking all-reduce on a CPU (gloo) group and reads the
+    vote of the micro-batch before, long done, so every rank stops after the same micro-batch."""
+
+    def __init__(self):
+        self.group, self.pending = (dist.new_group(backend="gloo") if distributed else None), None
+
+    def read_previous_and_post(self):
+        if not distributed:
+            return stop_signal is not None
+        previous, flag = self.pending, torch.tensor([float(stop_signal is not None)])
+        self.pending = flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        if previous is None:
+            return False
+        previous[1].wait()
+        return previous[0].item() > 0
+
+    def finish(self):  # every rank posted the vote still out: wait for it before the process group goes
+        if self.pending:
+            self.pending[1].wait()
 
 
 # -----------------------------------------------------------------------------
@@ -193,8 +220,22 @@ if resume_state is not None:
             fail(f"{key}={wanted!r} conflicts with the checkpoint's {key}={saved!r}; "
                  f"drop the override or use a new out_dir")
         model_args[key] = saved
-gptconf = GPTConfig(**model_args, dropout=cfg.dropout, gradient_checkpointing=cfg.gradient_checkpointing,
-                    recompute_blocks=cfg.recompute_blocks)
+eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
+gptconf = GPTConfig(**model_args, dropout=cfg.dropout, recompute_blocks=cfg.recompute_blocks,
+                    activation_checkpointing="none" if cfg.activation_checkpointing == "auto" else cfg.activation_checkpointing)
+if cfg.activation_checkpointing == "auto":
+    # the cheapest policy and micro-batch that fit, from memory.py's estimate; the global batch stays
+    budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
+    with torch.device("meta"):
+        choice = memory.choose_auto(GPT(gptconf), cfg.batch_size, cfg.gradient_accumulation_steps, budget, cfg.dtype,
+                                    world_size, cfg.strategy)
+    if not choice:
+        fail(f"activation_checkpointing=auto: nothing fits {budget / 1e9:.1f} GB per device, not even full "
+             f"checkpointing at micro-batch 1; see python scripts/plan.py {' '.join(sys.argv[1:])}")
+    gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=choice.activation_checkpointing,
+                        recompute_blocks=choice.recompute_blocks)
+    cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
+    log(f"auto: {choice.describe(gptconf.n_layer)}: estimated peak {choice.peak_gb:.1f} GB of {choice.budget_gb:.1f} GB")
 
 # -----------------------------------------------------------------------------
 # data: uint16 token bins, sampled without replacement in a per-epoch permutation of windows
@@ -211,7 +252,7 @@ sampler = bins.WindowSampler(train_bin.num_windows(gptconf.block_size), cfg.seed
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
 # Evaluation always uses the same validation windows, so val losses compare across time.
 val_windows = bins.WindowSampler(val_bin.num_windows(gptconf.block_size), cfg.seed).next_indices(
-    cfg.eval_iters * cfg.batch_size).reshape(cfg.eval_iters, cfg.batch_size)
+    cfg.eval_iters * eval_batch_size).reshape(cfg.eval_iters, eval_batch_size)
 tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
 log(f"data: {cfg.data_dir}: {train_bin.num_tokens:,} train tokens ({tokens_per_iter:,} per step, "
     f"{cfg.max_iters * tokens_per_iter / train_bin.num_tokens:.2f} epochs to max_iters), {val_bin.num_tokens:,} val")
@@ -240,14 +281,23 @@ n_params = model.get_num_params()
 log(f"built {model.get_num_params(non_embedding=False):,} parameters in {time.time() - t0:.1f}s")
 torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 raw_model = model  # the plain module, whose state_dict has no wrapper prefixes
-if cfg.compile:  # per block, in place: state_dict keys stay the same, and checkpointing wraps it
+ddp = distributed and cfg.strategy == "ddp"
+if cfg.compile:  # per block, in place: state_dict keys stay the same, and each block's checkpoint is traced too
+    # Dynamo's DDP optimizer would split each block's graph at bucket boundaries so that
+    # all-reduces overlap backward; DDP here all-reduces only on a step's last micro-batch, so
+    # the splits would only cost speed.
+    torch._dynamo.config.optimize_ddp = not ddp
     for block in model.transformer.h:
         block.compile()
 fsdp = distributed and cfg.strategy == "fsdp"
 if fsdp:  # shard parameters, gradients and AdamW state block by block across the ranks
+    # Under bf16, gather bf16 weights (half the traffic, and autocast then has nothing to cast)
+    # and reduce-scatter gradients in fp32 into the fp32 shards AdamW updates.
+    mixed = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if cfg.dtype == "bfloat16" else MixedPrecisionPolicy()
     for block in model.transformer.h:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mp_policy=mixed)
+    fully_shard(model, mp_policy=mixed)
 optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type)
 
 iter_num, best_val_loss, wandb_run_id = 0, float("inf"), None
@@ -278,7 +328,6 @@ if resume_state is not None:
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
     del resume_state, rngs, rng  # the mmap'd tensors have been copied into the model and optimizer
 start_iter = iter_num
-ddp = distributed and cfg.strategy == "ddp"
 if ddp:
     # gradient_as_bucket_view: gradients live in DDP's buckets instead of beside them (26.6 GB at 6.7B),
     # as long as they are zeroed in place, never set to None (which makes the next micro-step's
@@ -302,7 +351,7 @@ if device_type == "cuda":
 model_flops = hardware.flops_per_token(n_params, gptconf.n_layer, gptconf.n_embd, gptconf.block_size)
 block_params = sum(p.numel() for p in raw_model.transformer.h[0].parameters())
 hardware_flops = model_flops + hardware.recompute_flops_per_token(
-    block_params, gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size)
+    block_params, gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size, gptconf.activation_checkpointing)
 
 # -----------------------------------------------------------------------------
 # wandb: optional, and never allowed to hang or prompt inside tmux
@@ -349,16 +398,20 @@ def get_lr(it):
 
 @torch.no_grad()
 def evaluate():
-    # Every rank runs every batch: FSDP needs all ranks in each forward, and the val set is small.
+    """Mean loss over the validation batches, each rank running its share. Every rank runs the same
+    number of forwards, as FSDP needs: a rank short of a batch runs the last one again, uncounted."""
     model.eval()
-    losses = torch.zeros(cfg.eval_iters)
-    for k in range(cfg.eval_iters):
-        x, y = get_batch(val_bin, val_windows[k])
+    total = torch.zeros(2, device=device)  # sum of losses, batches counted
+    for k in range(rank, math.ceil(cfg.eval_iters / world_size) * world_size, world_size):
+        x, y = get_batch(val_bin, val_windows[min(k, cfg.eval_iters - 1)])
         with autocast:
-            _, loss = model(x, y)
-        losses[k] = loss.item()
+            loss = model(x, y)[1]
+        if k < cfg.eval_iters:
+            total += torch.stack([loss.float(), torch.ones((), device=device)])
     model.train()
-    return losses.mean().item()
+    if distributed:
+        dist.all_reduce(total)
+    return (total[0] / total[1]).item()
 
 
 def sync_gradients(on):
@@ -428,8 +481,12 @@ def save(step_start):
 
 
 def memory_text():
+    """Peak memory since the last call: allocated by tensors, and reserved by the caching allocator
+    (what really runs out; fragmentation is the difference)."""
     if device_type == "cuda":
-        return f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB"
+        text = f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB, reserved {torch.cuda.max_memory_reserved() / 1e9:.1f}GB"
+        torch.cuda.reset_peak_memory_stats()
+        return text
     import resource  # peak resident memory of this process, in KiB on Linux
 
     return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.1f}GB RSS"
@@ -458,6 +515,7 @@ last_save_time = time.time()
 nonfinite_in_a_row = nonfinite_total = 0
 step_time_avg = None
 step_start = {"sampler": sampler.state_dict(), "rng": rng_state()}
+stop_vote = StopVote()
 stopping = agree(stop_signal is not None)
 while iter_num < cfg.max_iters and not stopping:
     lr = get_lr(iter_num)
@@ -472,13 +530,12 @@ while iter_num < cfg.max_iters and not stopping:
         last = micro_step == micro_steps - 1
         sync_gradients(last)
         with autocast:
-            _, loss = model(x, y)
+            loss = model(x, y)[1]  # not `_, loss =`: that would keep the logits (0.8 GB at 6.7B) through backward
         if not last:  # fetch the next batch while the GPU works
             x, y = get_batch(train_bin, my_windows[micro_step + 1])
         (loss / micro_steps).backward()
         loss_sum += loss.detach()  # no .item() here: a host sync per micro-batch stalls the GPU
-        # (under torchrun, agree() does sync: a stop must happen at the same micro-batch on every rank)
-        stopping = agree(stop_signal is not None)
+        stopping = stop_vote.read_previous_and_post()
         if stopping:
             break
     if stopping:
@@ -520,7 +577,7 @@ while iter_num < cfg.max_iters and not stopping:
         if distributed:
             line += f" ({tokens_per_sec / world_size:,.0f} per GPU)"
         line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {memory_text()}"
-        if gptconf.num_recomputed_blocks():
+        if hardware_flops > model_flops:
             hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
             line += f", hfu {hardware.percent(hfu)}"
         if step_time_avg is not None:
@@ -555,6 +612,7 @@ elif iter_num >= cfg.max_iters:
     log(f"done: {iter_num} steps (max_iters)" + (f"; best val loss {best_val_loss:.4f}" if best_val_loss < math.inf else ""))
 if wandb_run:
     wandb_run.finish()
+stop_vote.finish()
 if distributed:
     dist.barrier()
     dist.destroy_process_group()

@@ -2,7 +2,7 @@
 Training throughput of a config on this machine, measured by running train.py itself:
 
     python scripts/bench.py config/train_gpt3_6b.py [--key=value ...] [--steps 5] [--json]
-    python scripts/bench.py config/train_gpt3_6b.py --sweep [--batch_sizes 2,4,8] [--recompute all,24,16,none]
+    python scripts/bench.py config/train_gpt3_6b.py --sweep [--batch_sizes 2,4,8] [--recompute all,24,16,selective,none]
     python scripts/bench.py config/train_tiny.py --reference
 
 Each setting is one train.py subprocess on random tokens in a temp data dir, with eval,
@@ -20,7 +20,6 @@ The config keys bench.py sets itself (max_iters, data_dir, out_dir, eval and che
 intervals, batch_size and checkpointing in a sweep) override the ones given here.
 """
 import argparse
-import dataclasses
 import functools
 import json
 import math
@@ -41,6 +40,7 @@ sys.path.insert(0, REPO)
 import bins  # noqa: E402  (needs the repo root on sys.path first)
 import configurator  # noqa: E402
 import hardware  # noqa: E402
+import memory  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import GPT, GPTConfig  # noqa: E402
 
@@ -61,8 +61,8 @@ def parse_args(argv):
                    help="micro-batches per step (default 2; 0 keeps the config's gradient_accumulation_steps)")
     p.add_argument("--sweep", action="store_true", help="try micro-batch sizes x checkpointing policies")
     p.add_argument("--batch_sizes", help="sweep: comma-separated (default: half, once and twice the config's)")
-    p.add_argument("--recompute", help="sweep: comma-separated policies, 'none', 'all' or k = recompute the "
-                                       "first k blocks (default: none, n_layer/4, /2, 3/4, all)")
+    p.add_argument("--recompute", help="sweep: comma-separated policies, 'none', 'selective', 'all' or k = recompute the "
+                                       "first k blocks (default: none, selective, n_layer/4, /2, 3/4, all)")
     p.add_argument("--margin", type=float, default=0.1,
                    help="fraction of GPU memory to leave free for fragmentation and other allocations (default 0.1)")
     p.add_argument("--reference", action="store_true", help="compare with a plain PyTorch loop at the same config")
@@ -85,32 +85,42 @@ def parse_args(argv):
 
 
 # -----------------------------------------------------------------------------
-# settings: a micro-batch size and a checkpointing policy (None: off, -1: every block, k: blocks 0..k-1)
+# settings: a micro-batch size and a checkpointing policy, (activation_checkpointing, recompute_blocks):
+# ('none', -1), ('selective', -1), ('full', -1) for every block, ('full', k) for blocks 0..k-1
 
-def recomputed_blocks(recompute, n_layer):
-    """How many blocks a policy recomputes, as model.py counts them."""
-    return GPTConfig(n_layer=n_layer, gradient_checkpointing=recompute is not None,
-                     recompute_blocks=-1 if recompute is None else recompute).num_recomputed_blocks()
-
-
-def setting_overrides(batch_size, recompute):
-    if recompute is None:
-        return [f"--batch_size={batch_size}", "--gradient_checkpointing=False"]
-    return [f"--batch_size={batch_size}", "--gradient_checkpointing=True", f"--recompute_blocks={recompute}"]
+def parse_policy(text):
+    """--recompute's words: 'none', 'selective', 'all' (or 'full'), or k = full on the first k blocks."""
+    if text in ("none", "selective"):
+        return text, -1
+    if text in ("all", "full"):
+        return "full", -1
+    return "full", int(text)
 
 
-def setting_label(batch_size, recompute, n_layer):
-    k = recomputed_blocks(recompute, n_layer)
-    policy = "none" if k == 0 else "all" if k == n_layer else f"{k}/{n_layer}"
-    return f"batch {batch_size}, recompute {policy}"
+def recomputed_blocks(policy, n_layer):
+    """How many blocks a policy recomputes, as model.py counts them (None for 'auto': train.py decides)."""
+    if policy[0] == "auto":
+        return None
+    return GPTConfig(n_layer=n_layer, activation_checkpointing=policy[0],
+                     recompute_blocks=policy[1]).num_recomputed_blocks()
 
 
-def describe(batch_size, recompute, n_layer):
+def setting_overrides(batch_size, policy):
+    return [f"--batch_size={batch_size}", f"--activation_checkpointing={policy[0]}", f"--recompute_blocks={policy[1]}"]
+
+
+def setting_label(batch_size, policy, n_layer):
+    k = recomputed_blocks(policy, n_layer)
+    name = policy[0] if k in (None, 0, n_layer) or policy[0] != "full" else f"{k}/{n_layer}"
+    return f"batch {batch_size}, recompute {'all' if name == 'full' else name}"
+
+
+def describe(batch_size, policy, n_layer):
     """The fields every result of a setting starts with."""
-    return {"batch_size": batch_size, "recompute": recompute,
-            "recomputed_blocks": recomputed_blocks(recompute, n_layer),
-            "label": setting_label(batch_size, recompute, n_layer),
-            "overrides": setting_overrides(batch_size, recompute), "fits": False}
+    return {"batch_size": batch_size, "policy": list(policy),
+            "recomputed_blocks": recomputed_blocks(policy, n_layer),
+            "label": setting_label(batch_size, policy, n_layer),
+            "overrides": setting_overrides(batch_size, policy), "fits": False}
 
 
 def sweep_settings(parser, args, cfg):
@@ -119,14 +129,15 @@ def sweep_settings(parser, args, cfg):
         batch_sizes = sorted({int(b) for b in args.batch_sizes.split(",")}) if args.batch_sizes else \
             sorted({max(1, cfg.batch_size // 2), cfg.batch_size, 2 * cfg.batch_size})
         if args.recompute:
-            policies = [{"none": None, "all": -1}.get(r) if r in ("none", "all") else int(r)
-                        for r in args.recompute.split(",")]
+            policies = [parse_policy(r) for r in args.recompute.split(",")]
         else:
-            policies = [None, *sorted({k for k in (cfg.n_layer // 4, cfg.n_layer // 2, 3 * cfg.n_layer // 4)
-                                       if 0 < k < cfg.n_layer}), -1]
+            policies = [("none", -1), ("selective", -1), *sorted(
+                {("full", k) for k in (cfg.n_layer // 4, cfg.n_layer // 2, 3 * cfg.n_layer // 4) if 0 < k < cfg.n_layer}),
+                ("full", -1)]
     except ValueError:
-        parser.error("--batch_sizes takes integers and --recompute 'none', 'all' or integers, comma-separated")
-    if min(batch_sizes) < 1 or any(r is not None and not (r == -1 or 1 <= r <= cfg.n_layer) for r in policies):
+        parser.error("--batch_sizes takes integers and --recompute 'none', 'selective', 'all' or integers, "
+                     "comma-separated")
+    if min(batch_sizes) < 1 or any(not (k == -1 or 1 <= k <= cfg.n_layer) for _, k in policies):
         parser.error(f"batch sizes must be >= 1 and --recompute k between 1 and n_layer={cfg.n_layer}")
     return batch_sizes, policies
 
@@ -148,7 +159,8 @@ def fraction(text):
 
 
 def parse_steps(stdout, warmup):
-    """train.py's lines `iter N: loss X, time Yms, mfu Z%, tok/s T, ..., mem M[, hfu H%]` past the warm-up."""
+    """train.py's lines `iter N: loss X, time Yms, mfu Z%, tok/s T, ..., mem M[, reserved R][, hfu H%]` past
+    the warm-up (reserved: on a GPU, what the caching allocator holds)."""
     steps = []
     for line in stdout.splitlines():
         if not line.startswith("iter ") or ": loss " not in line:  # also leaves out skipped non-finite steps
@@ -158,7 +170,8 @@ def parse_steps(stdout, warmup):
             continue
         values = dict(field.split(" ", 1) for field in fields)
         steps.append({"tokens_per_s": float(values["tok/s"].replace(",", "")), "mfu": fraction(values["mfu"]),
-                      "hfu": fraction(values.get("hfu", "n/a")), "memory": values["mem"]})
+                      "hfu": fraction(values.get("hfu", "n/a")), "memory": values["mem"],
+                      "reserved": values.get("reserved")})
     return steps
 
 
@@ -177,11 +190,13 @@ def median_of(values):
 
 
 def summarize(steps, tokens_per_step):
-    """Median step time (and tokens/s from it), MFU and HFU, and the peak memory reported."""
+    """Median step time (and tokens/s from it), MFU and HFU, and the peak memory reported (allocated, and
+    on a GPU reserved: what runs out first)."""
     step_s = statistics.median(tokens_per_step / s["tokens_per_s"] for s in steps)
     return {"tokens_per_s": tokens_per_step / step_s, "step_ms": 1000 * step_s,
             "mfu": median_of(s["mfu"] for s in steps), "hfu": median_of(s["hfu"] for s in steps),
             "peak_memory_gb": max(float(s["memory"].split("GB")[0]) for s in steps),
+            "peak_reserved_gb": max((float(s["reserved"].split("GB")[0]) for s in steps if s["reserved"]), default=None),
             "memory_kind": "host RSS" if "RSS" in steps[0]["memory"] else "GPU allocated"}
 
 
@@ -214,20 +229,20 @@ class Bench:
         make_data(self.data_dir, self.cfg.vocab_size, self.cfg.block_size,
                   largest_batch * self.micro_steps * (self.args.warmup + self.args.steps))
 
-    def train_args(self, batch_size, recompute, out_dir):
+    def train_args(self, batch_size, policy, out_dir):
         return [*self.config_args, *FIXED_OVERRIDES, f"--max_iters={self.args.warmup + self.args.steps}",
                 f"--gradient_accumulation_steps={self.micro_steps}", f"--data_dir={self.data_dir}",
-                f"--out_dir={out_dir}", *setting_overrides(batch_size, recompute)]
+                f"--out_dir={out_dir}", *setting_overrides(batch_size, policy)]
 
-    def run(self, batch_size, recompute):
-        result = describe(batch_size, recompute, self.cfg.n_layer)
+    def run(self, batch_size, policy):
+        result = describe(batch_size, policy, self.cfg.n_layer)
         left = self.deadline - time.time()
         if left <= 0:
             return dict(result, status="skipped", message="out of time")
         timeout = min(self.args.timeout or math.inf, left)
         out_dir = tempfile.mkdtemp(prefix="out_", dir=self.work)
         t0 = time.time()
-        status, message, stdout = run_train(self.train_args(batch_size, recompute, out_dir),
+        status, message, stdout = run_train(self.train_args(batch_size, policy, out_dir),
                                             None if timeout == math.inf else timeout)
         result.update(status=status, message=message, wall_s=round(time.time() - t0, 1),
                       gpu=next((line[5:].split(";")[0] for line in stdout.splitlines() if line.startswith("GPU: ")),
@@ -238,26 +253,31 @@ class Bench:
         if result["status"] != "ok":
             return result
         result.update(summarize(steps, batch_size * self.micro_steps * self.cfg.block_size), steps=len(steps))
-        result["fits"] = self.memory_limit_gb is None or result["peak_memory_gb"] <= self.memory_limit_gb
+        held = result["peak_reserved_gb"] or result["peak_memory_gb"]
+        result["fits"] = self.memory_limit_gb is None or held <= self.memory_limit_gb
         if not result["fits"]:
-            result.update(status="over margin", message=f"peak {result['peak_memory_gb']:.1f} GB > "
-                                                        f"{self.memory_limit_gb:.1f} GB")
+            result.update(status="over margin", message=f"peak {held:.1f} GB > {self.memory_limit_gb:.1f} GB")
         return result
 
 
-def sweep(run, batch_sizes, policies, n_layer):
-    """Run settings from the policy that recomputes most to the one that recomputes least, batch sizes
+def kept_memory(cfg, policy):
+    """memory.py's estimate of a policy at micro-batch 1: orders policies by what they keep."""
+    return memory.estimate(plan.build_meta_model(cfg, *policy), 1, cfg.dtype)["total"]
+
+
+def sweep(run, batch_sizes, policies, cfg):
+    """Run settings from the policy that keeps least to the one that keeps most, batch sizes
     ascending, and skip what cannot fit: past a batch size that fails, the larger ones of its policy;
     past one that runs out of memory, that size and larger for the policies after (they keep more)."""
     too_big = math.inf
-    for recompute in sorted(policies, key=lambda r: -recomputed_blocks(r, n_layer)):
+    for policy in sorted(policies, key=lambda p: kept_memory(cfg, p) if p[0] != "auto" else 0):
         failed = None
         for batch_size in batch_sizes:
             if failed or batch_size >= too_big:
                 reason = failed or f"batch {too_big} did not fit with more recompute"
-                yield dict(describe(batch_size, recompute, n_layer), status="skipped", message=reason)
+                yield dict(describe(batch_size, policy, cfg.n_layer), status="skipped", message=reason)
                 continue
-            result = run(batch_size, recompute)
+            result = run(batch_size, policy)
             yield result
             if not result["fits"]:
                 failed = f"after batch {batch_size}: {result['message']}"
@@ -275,7 +295,7 @@ def reference_run(cfg, data_dir, batch_size, micro_steps, warmup, steps):
     autocast = torch.autocast(device_type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
     torch.manual_seed(cfg.seed)
     with torch.device(device):  # the GPTConfig train.py builds for cfg, as plan.py derives it
-        model = GPT(dataclasses.replace(plan.build_meta_model(cfg).config, gradient_checkpointing=False))
+        model = GPT(plan.model_config(cfg, "none"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2),
                                   weight_decay=cfg.weight_decay)
     tokens = bins.TokenBin(bins.bin_path(data_dir, "train"), cfg.vocab_size)
@@ -334,11 +354,13 @@ def row(result):
     return text
 
 
-def checkpointing_overheads(results, n_layer):
-    """Step time with every block recomputed over step time with none, at each batch size that ran both."""
-    ran = {(r["batch_size"], r["recomputed_blocks"]): r["step_ms"] for r in results if "step_ms" in r}
-    return [{"batch_size": b, "ratio": ran[b, n_layer] / ran[b, 0]}
-            for b in sorted({b for b, _ in ran}) if (b, 0) in ran and (b, n_layer) in ran]
+def checkpointing_overheads(results):
+    """Step time under 'selective' and 'full' (every block) over step time with none, at each batch size
+    that ran them."""
+    ran = {(r["batch_size"], tuple(r["policy"])): r["step_ms"] for r in results if "step_ms" in r}
+    return [{"batch_size": b, "policy": p, "ratio": ran[b, (p, -1)] / ran[b, ("none", -1)]}
+            for b in sorted({b for b, _ in ran}) for p in ("selective", "full")
+            if (b, ("none", -1)) in ran and (b, (p, -1)) in ran]
 
 
 def train_command(config_args, cfg, best):
@@ -365,9 +387,9 @@ def measure(args, config_args, cfg, batch_sizes, policies, limit, say):
                 "no memory limit checked on the CPU: every setting that runs fits"))
         say(COLUMNS)
         for _ in range(args.repeat):  # rounds alternate the settings, so load from elsewhere hits them alike
-            for result in sweep(bench.run, batch_sizes, policies, cfg.n_layer):
+            for result in sweep(bench.run, batch_sizes, policies, cfg):
                 say(row(result))
-                key = result["batch_size"], result["recompute"]
+                key = result["batch_size"], tuple(result["policy"])
                 if result.get("tokens_per_s", 0) >= fastest.get(key, {}).get("tokens_per_s", 0):
                     fastest[key] = result
             if args.reference and "tokens_per_s" in fastest[key]:  # plain mode: key is its one setting
@@ -384,7 +406,7 @@ def main(argv=None):
     if args.sweep:
         batch_sizes, policies = sweep_settings(parser, args, cfg)
     else:
-        batch_sizes, policies = [cfg.batch_size], [cfg.recompute_blocks if cfg.gradient_checkpointing else None]
+        batch_sizes, policies = [cfg.batch_size], [(cfg.activation_checkpointing, cfg.recompute_blocks)]
     gpu_gb = gpu_memory_gb(cfg.device)
     limit = None if gpu_gb is None else (1 - args.margin) * gpu_gb
     say = functools.partial(print, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -394,10 +416,9 @@ def main(argv=None):
         reference["ratio"] = results[0]["tokens_per_s"] / reference["tokens_per_s"]
         say(f"train.py / plain loop: {reference['ratio']:.2f}x the tokens/s"
             + (f" (fastest of {args.repeat} rounds each)" if args.repeat > 1 else ""))
-    overheads = checkpointing_overheads(results, cfg.n_layer)
+    overheads = checkpointing_overheads(results)
     for o in overheads:
-        say(f"full checkpointing: {o['ratio']:.2f}x the step time of none at batch {o['batch_size']} "
-            f"(target <= 1.35x)")
+        say(f"{o['policy']} checkpointing: {o['ratio']:.2f}x the step time of none at batch {o['batch_size']}")
     best = max((r for r in results if r["fits"]), key=lambda r: r["tokens_per_s"], default=None)
     command = train_command(config_args, cfg, best) if best else None
     if best and args.sweep:

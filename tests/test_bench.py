@@ -13,6 +13,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 import bench  # noqa: E402
+import configurator  # noqa: E402
 
 TINY = ["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
         "--device=cpu", "--dtype=float32"]
@@ -57,26 +58,35 @@ def fake_runs(memory_limit, failing=()):
     recomputed; `failing` settings time out. Returns the runner and the list of settings it ran."""
     ran = []
 
-    def run(batch_size, recompute):
-        ran.append((batch_size, recompute))
-        memory = batch_size * (1 + 4 - bench.recomputed_blocks(recompute, 4))
-        status = "timeout" if (batch_size, recompute) in failing else "ok" if memory <= memory_limit else "oom"
-        return dict(bench.describe(batch_size, recompute, 4), status=status, fits=status == "ok", message=status)
+    def run(batch_size, policy):
+        ran.append((batch_size, policy[1] if policy[0] == "full" else policy[0]))
+        memory = batch_size * (1 + 4 - bench.recomputed_blocks(policy, 4))
+        status = "timeout" if ran[-1] in failing else "ok" if memory <= memory_limit else "oom"
+        return dict(bench.describe(batch_size, policy, 4), status=status, fits=status == "ok", message=status)
 
     return run, ran
 
 
+FOUR_BLOCKS = configurator.load_config([str(REPO / TINY[0]), *TINY[1:], "--n_layer=4"])
+NONE, HALF, ALL = ("none", -1), ("full", 2), ("full", -1)
+
+
 def test_sweep_order_skips_what_cannot_fit():
     run, ran = fake_runs(memory_limit=10)
-    results = list(bench.sweep(run, [1, 2, 4, 8], [None, 2, -1], 4))
+    results = list(bench.sweep(run, [1, 2, 4, 8], [NONE, HALF, ALL], FOUR_BLOCKS))
     # most recompute first; past an OOM, its larger batches and the same batch with less recompute are skipped
-    assert ran == [(1, -1), (2, -1), (4, -1), (8, -1), (1, 2), (2, 2), (4, 2), (1, None), (2, None)]
+    assert ran == [(1, -1), (2, -1), (4, -1), (8, -1), (1, 2), (2, 2), (4, 2), (1, "none"), (2, "none")]
     assert [r["status"] for r in results] == ["ok"] * 6 + ["oom", "skipped", "ok", "ok", "skipped", "skipped"]
     assert results[10]["message"] == "batch 4 did not fit with more recompute"
     # a timeout ends its own policy only: memory says nothing about the others
     run, ran = fake_runs(memory_limit=100, failing=[(2, -1)])
-    list(bench.sweep(run, [1, 2, 4], [None, -1], 4))
-    assert ran == [(1, -1), (2, -1), (1, None), (2, None), (4, None)]
+    list(bench.sweep(run, [1, 2, 4], [NONE, ALL], FOUR_BLOCKS))
+    assert ran == [(1, -1), (2, -1), (1, "none"), (2, "none"), (4, "none")]
+
+
+def test_selective_sorts_between_full_and_none():
+    order = sorted([NONE, ("selective", -1), ALL], key=lambda p: bench.kept_memory(FOUR_BLOCKS, p))
+    assert order == [ALL, ("selective", -1), NONE]
 
 
 def test_train_log_lines_are_read_past_the_warmup():

@@ -82,7 +82,19 @@ def test_6b_config_is_self_consistent():
     assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size) == (32, 32, 4096, 2048)
     assert cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size == 1_310_720
     assert cfg.max_iters == cfg.lr_decay_iters == 228_882  # 300e9 tokens
-    assert cfg.gradient_checkpointing and not cfg.compile and cfg.keep_last_n == 3
+    assert cfg.activation_checkpointing == "auto" and not cfg.compile and cfg.keep_last_n == 3
+
+
+@pytest.mark.parametrize("source, expected", [(["--gradient_checkpointing=True"], "full"),
+                                              (["--gradient_checkpointing=False"], "none")])
+def test_old_gradient_checkpointing_key_still_works(source, expected, tmp_path):
+    assert load_config(source).activation_checkpointing == expected
+    old_config = tmp_path / "old.py"
+    old_config.write_text(f"gradient_checkpointing = {expected == 'full'}\nrecompute_blocks = 8\n")
+    cfg = load_config([str(old_config)])
+    assert cfg.activation_checkpointing == expected and cfg.recompute_blocks == 8
+    with pytest.raises(ConfigError, match="gradient_checkpointing must be bool"):
+        load_config(["--gradient_checkpointing=2"])
 
 
 def test_script_reports_one_line_and_exits_nonzero():

@@ -1,4 +1,5 @@
-"""model.py: gradient checkpointing is exact and saves memory, parameter counts, meta build, generate."""
+"""model.py: activation checkpointing is exact (also compiled) and saves memory, parameter counts, meta
+build, generate."""
 import pytest
 import torch
 
@@ -7,10 +8,13 @@ from model import GPT, GPTConfig
 TINY = dict(block_size=32, vocab_size=96, n_layer=4, n_head=4, n_embd=64, bias=True)
 
 
-def loss_and_grads(config, seed=0):
+def loss_and_grads(config, seed=0, compile_blocks=False):
     torch.manual_seed(seed)
     model = GPT(config)
     model.train()
+    if compile_blocks:  # aot_eager: Dynamo and AOTAutograd as in training, without the C++ compiler's minutes
+        for block in model.transformer.h:
+            block.compile(backend="aot_eager")
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, config.vocab_size, (3, config.block_size), generator=g)
     targets = torch.randint(0, config.vocab_size, (3, config.block_size), generator=g)
@@ -20,16 +24,32 @@ def loss_and_grads(config, seed=0):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.2])
-@pytest.mark.parametrize("recompute_blocks", [-1, 2])
-def test_checkpointing_gives_same_loss_and_gradients(dropout, recompute_blocks):
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+@pytest.mark.parametrize("policy, recompute_blocks", [("full", -1), ("full", 2), ("selective", -1), ("selective", 2)])
+def test_checkpointing_gives_same_loss_and_gradients(policy, recompute_blocks, dropout):
     plain = GPTConfig(**TINY, dropout=dropout)
-    ckpt = GPTConfig(**TINY, dropout=dropout, gradient_checkpointing=True, recompute_blocks=recompute_blocks)
+    ckpt = GPTConfig(**TINY, dropout=dropout, activation_checkpointing=policy, recompute_blocks=recompute_blocks)
     loss_a, grads_a = loss_and_grads(plain)
     loss_b, grads_b = loss_and_grads(ckpt)
     assert torch.equal(loss_a, loss_b)
     for name in grads_a:
         torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_selective_checkpointing_compiles_per_block():
+    """train.py compiles each block in place; the checkpoint inside its forward is traced with it."""
+    plain = GPTConfig(**TINY, dropout=0.1)
+    loss_a, grads_a = loss_and_grads(plain)
+    loss_b, grads_b = loss_and_grads(GPTConfig(**TINY, dropout=0.1, activation_checkpointing="selective"),
+                                     compile_blocks=True)
+    torch.testing.assert_close(loss_a, loss_b)
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_unknown_policy_is_refused():
+    with pytest.raises(ValueError, match="activation_checkpointing must be one of none, selective, full"):
+        GPTConfig(**TINY, activation_checkpointing="auto")
 
 
 def saved_activation_bytes(config):
@@ -55,8 +75,8 @@ def saved_activation_bytes(config):
 def test_checkpointing_keeps_far_fewer_activations():
     config = dict(TINY, n_layer=8, dropout=0.1)
     full = saved_activation_bytes(GPTConfig(**config))
-    ckpt = saved_activation_bytes(GPTConfig(**config, gradient_checkpointing=True))
-    half = saved_activation_bytes(GPTConfig(**config, gradient_checkpointing=True, recompute_blocks=4))
+    ckpt = saved_activation_bytes(GPTConfig(**config, activation_checkpointing="full"))
+    half = saved_activation_bytes(GPTConfig(**config, activation_checkpointing="full", recompute_blocks=4))
     # Per block, only the input (B*T*C floats) is kept instead of dozens of tensors.
     assert ckpt * 5 < full
     assert ckpt < half < full

@@ -1,16 +1,13 @@
-"""scripts/plan.py: the 6.7B figures against hand arithmetic, the activation formulas against the
-tensors autograd really saves, and the command line (its own flags apart from config overrides)."""
+"""scripts/plan.py: the 6.7B figures against hand arithmetic, what auto picks per GPU, --simulate, and
+the command line (its own flags apart from config overrides). memory.py's formulas: test_memory.py."""
 import io
 import json
 import sys
 from contextlib import redirect_stdout
 
 import pytest
-import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from conftest import REPO
-from model import GPT, GPTConfig
 
 sys.path.insert(0, str(REPO / "scripts"))
 import plan  # noqa: E402
@@ -41,17 +38,18 @@ def test_6b_on_one_mi300x(mi300x):
     assert p["flops_per_token"] == 6 * 6_648_762_368 + 12 * 32 * 4096 * 2048
     assert p["flops_per_token"] == pytest.approx(4.311e10, rel=1e-3)
     assert p["total_flops"] == pytest.approx(1.29e22, rel=0.01)
-    # full recompute: every block's forward again, about a third more executed
-    assert 0.3 < p["recompute_flops_per_token"] / p["flops_per_token"] < 0.34
+    # auto on an MI300X: no recompute at the config's micro-batch
+    assert p["auto"]["activation_checkpointing"] == p["activation_checkpointing"] == "none"
+    assert (p["batch_size"], p["gradient_accumulation_steps"]) == (4, 160) and p["recompute_flops_per_token"] == 0
     m = p["memory_gb"]
     assert m["weights"] == pytest.approx(4 * P_6B / 1e9)  # fp32 master weights only
     assert m["weights"] + m["grads"] + m["optimizer"] == pytest.approx(16 * P_6B / 1e9) == pytest.approx(106.5, abs=0.1)
-    # bf16 casts autograd keeps (the autocast cache is off): with full checkpointing the block
-    # being recomputed, the one being differentiated, and the head: 2 B x (2 x 12 x 4096^2 + 50304 x 4096)
-    assert m["autocast_bf16_weights"] == pytest.approx(2 * (2 * 12 * 4096**2 + 50304 * 4096) / 1e9)
-    assert m["activations"] == m["activations_full_checkpointing"] < 10 < 30 < m["activations_no_checkpointing"]
-    assert m["total"] == pytest.approx(sum(v for k, v in m.items() if not k.startswith(("activations_", "total"))))
-    assert p["fits"] and m["total"] < 192
+    # autograd keeps every matmul weight's bf16 cast for backward: the 13.3 GB the original plan forgot
+    assert m["autocast_bf16_weights"] == pytest.approx(2 * (32 * 12 * 4096**2 + 50304 * 4096) / 1e9)
+    assert m["total"] == pytest.approx(sum(v for k, v in m.items() if k != "total"))
+    assert p["fits"] and m["total"] < p["gpu_memory_gb"] and m["total"] > 150
+    by_policy = p["total_gb_by_policy"]
+    assert by_policy["full"] < by_policy["selective"] < by_policy["none"] == m["total"]
     assert p["peak_tflops"] == 1307.4 and p["mfu"] == 0.4
     # 1.29e22 FLOPs at 40% of 1307.4 TFLOPS: ~286 days, ~$13.7k at $2/h
     assert p["days"] == pytest.approx(p["total_flops"] / (0.4 * 1307.4e12) / 86400)
@@ -65,8 +63,10 @@ def test_h200_and_multi_gpu(capsys, mi300x):
     assert h200["peak_tflops"] == 989.4 and h200["gpu_memory_gb"] == pytest.approx(151.4, abs=0.05)  # 141 GiB
     assert h200["days"] == pytest.approx(mi300x["days"] * 1307.4 / 989.4)
     assert any("more GPUs" in s for s in h200["suggestions"])  # over a year on one H200
-    ddp = run_plan(capsys, "--gpus", "8", "--gpu=mi300x")
-    fsdp = run_plan(capsys, "--gpus", "8", "--gpu=mi300x", "--strategy=fsdp")
+    assert h200["auto"]["activation_checkpointing"] == h200["activation_checkpointing"] == "selective"
+    assert h200["memory_gb"]["total"] <= h200["gpu_memory_gb"] < h200["total_gb_by_policy"]["none"]
+    ddp = run_plan(capsys, "--gpus", "8", "--gpu=mi300x", "--activation_checkpointing=none")
+    fsdp = run_plan(capsys, "--gpus", "8", "--gpu=mi300x", "--strategy=fsdp", "--activation_checkpointing=none")
     for p in (ddp, fsdp):
         assert p["days"] == pytest.approx(mi300x["days"] / 8)
         assert p["cost_usd"] == pytest.approx(mi300x["cost_usd"])  # the same GPU-hours
@@ -74,16 +74,42 @@ def test_h200_and_multi_gpu(capsys, mi300x):
     single, sharded = mi300x["memory_gb"], fsdp["memory_gb"]
     for key in ("weights", "grads", "optimizer"):
         assert sharded[key] == pytest.approx(single[key] / 8)
-    # the autocast cache holds casts of the gathered weights: not sharded
-    assert sharded["autocast_bf16_weights"] == single["autocast_bf16_weights"]
+    # FSDP gathers bf16 weights (MixedPrecisionPolicy): autocast has nothing to cast
+    assert sharded["autocast_bf16_weights"] == 0
     assert 0 < sharded["fsdp_unsharded"] < 5 and sharded["activations"] == single["activations"]
 
 
+def test_full_checkpointing_recomputes_a_third(capsys):
+    p = run_plan(capsys, "--gpu", "h200", "--activation_checkpointing=full")
+    assert p["recomputed_blocks"] == 32 and 0.3 < p["recompute_flops_per_token"] / p["flops_per_token"] < 0.34
+    assert p["hfu"] == pytest.approx(p["mfu"] * (1 + p["recompute_flops_per_token"] / p["flops_per_token"]))
+    # the casts are made again in each block's recompute: only the head's is alive at the peak
+    assert p["memory_gb"]["autocast_bf16_weights"] == pytest.approx(2 * 50304 * 4096 / 1e9)
+    selective = run_plan(capsys, "--gpu", "h200", "--activation_checkpointing=selective")
+    assert selective["recompute_flops_per_token"] == 0 and selective["hfu"] == selective["mfu"]
+
+
 def test_what_to_change_when_it_does_not_fit(capsys):
-    p = run_plan(capsys, "--gpu", "h100", "--gradient_checkpointing=False")
+    p = run_plan(capsys, "--gpu", "h100", "--activation_checkpointing=none")
     assert not p["fits"] and p["memory_gb"]["total"] > 80
     text = " ".join(p["suggestions"])
-    assert "--gradient_checkpointing=True" in text and "--strategy=fsdp" in text and "mi300x" in text
+    assert "--strategy=fsdp" in text and "mi300x" in text
+    p = run_plan(capsys, "--gpu", "h200", "--activation_checkpointing=none")
+    assert "--activation_checkpointing=selective (or auto)" in " ".join(p["suggestions"])
+    auto = run_plan(capsys, "--gpu", "h100")  # nothing fits one 80 GB GPU: the plan says so with full checkpointing
+    assert auto["auto"] is None and not auto["fits"] and auto["activation_checkpointing"] == "full"
+
+
+def test_simulate_beside_the_estimate(capsys):
+    tiny = [str(REPO / "config" / "train_tiny.py"), "--dtype=bfloat16", "--activation_checkpointing=selective"]
+    plan.main([*tiny, "--simulate", "--json"])
+    p = json.loads(capsys.readouterr().out)
+    assert set(p["simulated"]) == {"weights", "grads", "optimizer", "activations", "other", "total"}
+    estimated = p["memory_gb"]["total"] - p["memory_gb"]["margin"]
+    assert estimated == pytest.approx(p["simulated"]["total"], rel=0.05)
+    plan.main([*tiny, "--simulate"])
+    out = capsys.readouterr().out
+    assert "simulated on fake tensors" in out and "total (before the margin)" in out
 
 
 def test_text_report(capsys):
@@ -100,6 +126,8 @@ def test_text_report(capsys):
     (["--gpus", "3"], "does not divide among 3 GPUs"),
     (["--n_lyer=3"], "unknown config key 'n_lyer'"),  # a config override, told apart from plan's flags
     (["--n_head=33"], "divisible by n_head"),
+    (["--activation_checkpointing=some"], "activation_checkpointing must be one of"),
+    (["--simulate", "--gpus=2"], "--simulate runs one GPU's step"),
 ])
 def test_bad_input_is_one_line(capsys, args, message):
     with pytest.raises(SystemExit) as e:
@@ -113,53 +141,3 @@ def test_own_flags_and_overrides_mix(capsys):
     assert p["cost_usd"] == pytest.approx(p["days"] * 24 * 3)
 
 
-# -----------------------------------------------------------------------------
-# the activation formulas, checked against what autograd saves
-
-B, T, C, N_HEAD, V = 3, 20, 48, 4, 80  # no activation shape equals a weight's, so weights are told apart
-
-
-def saved_bytes(n_layer, dtype, gradient_checkpointing=False):
-    """Bytes of the distinct storages autograd keeps for backward, weights and their casts excluded."""
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=32, vocab_size=V, n_layer=n_layer, n_head=N_HEAD, n_embd=C, bias=False,
-                          gradient_checkpointing=gradient_checkpointing))
-    weight_shapes = {s for p in model.parameters() for s in (tuple(p.shape), tuple(p.shape)[::-1])}
-    storages = {}
-
-    def pack(t):
-        if tuple(t.shape) not in weight_shapes:
-            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()  # q, k, v share one
-        return t
-
-    idx = torch.randint(0, V, (B, T))
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16")
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), sdpa_kernel(SDPBackend.FLASH_ATTENTION), autocast:
-        _, loss = model(idx, idx)
-    loss.backward()
-    return sum(storages.values())
-
-
-@pytest.mark.parametrize("dtype, act_bytes", [("bfloat16", 2), ("float32", 4)])
-def test_block_activation_formula(dtype, act_bytes):
-    per_block = (saved_bytes(3, dtype) - saved_bytes(1, dtype)) / 2
-    assert per_block == plan.block_activation_bytes(B, T, C, N_HEAD, act_bytes)
-    # a checkpointed block keeps only its fp32 input
-    per_ckpt_block = (saved_bytes(3, dtype, True) - saved_bytes(1, dtype, True)) / 2
-    assert per_ckpt_block == 4 * B * T * C
-
-
-def test_kept_head_and_logits_fit_the_formulas():
-    # One checkpointed block keeps just its input; the rest is the head plan counts (ln_f input
-    # and stats, lm_head input), the fp32 log-probs (4 of plan's 12 B per logit at the peak of
-    # backward) and a few ids: idx (the targets here too), positions, and a scalar.
-    head = saved_bytes(1, "bfloat16", True) - 4 * B * T * C
-    ids = 8 * B * T + 8 * T + 4
-    assert head == (4 + 2) * B * T * C + 8 * B * T + 4 * B * T * V + ids
-
-
-def test_without_checkpointing_every_bf16_cast_is_kept(capsys):
-    p = run_plan(capsys, "--gradient_checkpointing=False")
-    # autograd keeps every matmul weight's bf16 cast for backward: the 13.3 GB the original plan forgot
-    assert p["memory_gb"]["autocast_bf16_weights"] == pytest.approx(2 * (32 * 12 * 4096**2 + 50304 * 4096) / 1e9)
-    assert p["memory_gb"]["autocast_bf16_weights"] == pytest.approx(13.3, abs=0.05)
