@@ -73,6 +73,9 @@ def parse_args(argv):
     p.add_argument("--time_limit", type=float, default=0,
                    help="seconds for all settings; the ones left when it runs out are skipped (default: none)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (the table goes to stderr)")
+    p.add_argument("--simulate", action="store_true",
+                   help="add memory.py's estimate and simulated peak (fake tensors, ~20 s at 6.7B on the CPU) to "
+                        "each setting that names its policy, beside the measured peak")
     args, config_args = p.parse_known_args(argv)
     if args.steps < 1 or args.warmup < 1 or args.repeat < 1 or args.grad_accum < 0 or not 0 <= args.margin < 1:
         p.error("need --steps >= 1, --warmup >= 1 (the first step includes the warm-up), --repeat >= 1, "
@@ -253,6 +256,13 @@ class Bench:
         if result["status"] != "ok":
             return result
         result.update(summarize(steps, batch_size * self.micro_steps * self.cfg.block_size), steps=len(steps))
+        result["auto"] = next((line for line in stdout.splitlines() if line.startswith("auto: ")), None)
+        if self.args.simulate and policy[0] != "auto":
+            config = plan.model_config(self.cfg, *policy)
+            with torch.device("meta"):
+                estimate = memory.estimate(GPT(config), batch_size, self.cfg.dtype)
+            result.update(estimated_gb=(estimate["total"] - estimate["margin"]) / 1e9,
+                          simulated_gb=memory.simulate(config, batch_size, self.cfg.dtype)["total"] / 1e9)
         held = result["peak_reserved_gb"] or result["peak_memory_gb"]
         result["fits"] = self.memory_limit_gb is None or held <= self.memory_limit_gb
         if not result["fits"]:
@@ -349,6 +359,8 @@ def row(result):
     if "tokens_per_s" in result:
         text += (f" {result['tokens_per_s']:>10,.0f} {result['step_ms']:>9.1f} {hardware.percent(result['mfu']):>6} "
                  f"{hardware.percent(result['hfu']):>6}  {result['peak_memory_gb']:.1f} GB {result['memory_kind']}")
+    if "simulated_gb" in result:
+        text += f" (simulated {result['simulated_gb']:.1f} GB)"
     if result["status"] != "ok":
         text += f"  {result['status']}: {result['message']}"
     return text

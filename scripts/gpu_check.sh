@@ -5,17 +5,18 @@
 #
 # 1. the environment: nvidia-smi or rocm-smi, then scripts/check_env.py on the first run's config
 #    (its data check fails where no data was prepared; the benchmarks use random tokens);
-# 2. one `scripts/bench.py --sweep --json` per line of GPU_CHECK_RUNS, each setting a train.py
-#    subprocess with a timeout. By default: GPT-3 6.7B at micro-batch 4 recomputing all, 24 or 16
-#    of its 32 blocks (the fastest that fits, and full checkpointing), 1.3B with and without
-#    checkpointing, then 6.7B compiled with full checkpointing if time is left;
+# 2. one `scripts/bench.py --json --simulate` per line of GPU_CHECK_RUNS, each setting a train.py
+#    subprocess with a timeout, its measured peak (allocated and reserved) beside memory.py's
+#    estimate and simulated peak. By default, GPT-3 6.7B: what activation_checkpointing=auto picks
+#    here, then micro-batch 4 with no recompute (fits an MI300X, not an H200), selective and full,
+#    then micro-batch 8 x 80 selective and full, then compiled with auto's choice if time is left;
 # 3. OUT_JSON: {"date", "host", "commit", "env", "env_report", "env_exit", "budget_s", "runs": [{"args",
 #    "exit", "skipped", "seconds", "bench"}]}, "bench" being bench.py's JSON (null if skipped or killed).
 #
 # Settings: GPU_CHECK_STEPS (timed steps, default 3) after GPU_CHECK_WARMUP (default 1) of
 # GPU_CHECK_GRAD_ACCUM micro-batches (default 4; a full 6.7B step of 160 takes ~100 s and throughput
 # per micro-batch is what matters), GPU_CHECK_TIMEOUT seconds per setting (default 150),
-# GPU_CHECK_BUDGET seconds for all the benchmarks (default 400; what is left when it runs out is
+# GPU_CHECK_BUDGET seconds for all the benchmarks (default 480; what is left when it runs out is
 # skipped), PYTHON (default python). On a CPU, with a tiny config (tests/test_bench.py does this):
 #     GPU_CHECK_RUNS="config/train_tiny.py --device=cpu --sweep --batch_sizes=4 --recompute=none,all" \
 #         GPU_CHECK_STEPS=1 scripts/gpu_check.sh /tmp/check.json
@@ -24,12 +25,13 @@ cd "$(dirname "$0")/.."
 
 out=${1:-gpu_check.json}
 python=${PYTHON:-python}
-runs=${GPU_CHECK_RUNS:-"config/train_gpt3_6b.py --sweep --batch_sizes=4 --recompute=all,24,16
-config/train_gpt3_1_3b.py --sweep --batch_sizes=16 --recompute=none,all
-config/train_gpt3_6b.py --compile=True --sweep --batch_sizes=4 --recompute=all"}
-budget=${GPU_CHECK_BUDGET:-400}
+runs=${GPU_CHECK_RUNS:-"config/train_gpt3_6b.py
+config/train_gpt3_6b.py --sweep --batch_sizes=4 --recompute=none,selective,all
+config/train_gpt3_6b.py --sweep --batch_sizes=8 --recompute=selective,all
+config/train_gpt3_6b.py --compile=True"}
+budget=${GPU_CHECK_BUDGET:-480}
 common=(--steps="${GPU_CHECK_STEPS:-3}" --warmup="${GPU_CHECK_WARMUP:-1}" --grad_accum="${GPU_CHECK_GRAD_ACCUM:-4}"
-        --timeout="${GPU_CHECK_TIMEOUT:-150}" --json)
+        --timeout="${GPU_CHECK_TIMEOUT:-150}" --json --simulate)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -90,7 +92,11 @@ def summary(run):
     if not best:
         return run["skipped"] or f"nothing fits or ran (exit {run['exit']})"
     mfu = "n/a" if best["mfu"] is None else f"{100 * best['mfu']:.1f}%"
-    return f"fastest that fits: {best['label']}, {best['tokens_per_s']:,.0f} tokens/s, MFU {mfu}"
+    memory = f", peak {best['peak_memory_gb']:.1f} GB"
+    if best.get("simulated_gb") is not None:
+        memory += f" (simulated {best['simulated_gb']:.1f} GB)"
+    return f"fastest that fits: {best['label']}, {best['tokens_per_s']:,.0f} tokens/s, MFU {mfu}{memory}" + (
+        f"; {best['auto']}" if best.get("auto") else "")
 
 
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

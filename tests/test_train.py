@@ -13,7 +13,9 @@ import time
 import pytest
 import torch
 
+import memory
 from conftest import REPO, VOCAB
+from model import GPT, GPTConfig
 
 TINY = [
     "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", f"--vocab_size={VOCAB}", "--batch_size=4",
@@ -180,6 +182,8 @@ def test_roll_back_to_a_checkpoint(tmp_path, data_dir, reference):
         (["--dtype=float16"], "dtype must be"),
         (["--n_head=3"], "n_embd=32 must be a multiple of n_head=3"),
         (["--log_interval=0"], "log_interval must be at least 1, got 0"),
+        (["--activation_checkpointing=some"], "activation_checkpointing must be one of none, selective, full or auto"),
+        (["--activation_checkpointing=auto", "--memory_budget_gb=0.5"], "nothing fits 0.5 GB per device"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, data_dir, overrides, message):
@@ -218,3 +222,19 @@ def test_wandb_without_credentials_goes_offline_and_keeps_its_id(tmp_path, data_
     assert "no wandb credentials" in result.stdout and "logging offline" in result.stdout
     run_id = torch.load(tmp_path / "out" / "ckpt_2.pt", weights_only=True)["wandb_run_id"]
     assert run_id and list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
+
+
+def test_auto_picks_what_fits_the_budget_and_trains_the_same(tmp_path, data_dir, reference):
+    """A budget between what 'selective' and 'none' need at the config's micro-batch: auto takes
+    selective, logs why, and the run's losses are those of the run without checkpointing."""
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=VOCAB)
+    with torch.device("meta"):
+        model = GPT(config)
+    peak = {p: memory.estimate(memory.with_checkpointing(model, p), 4, "float32")["total"] for p in ("none", "selective")}
+    assert peak["selective"] < peak["none"]
+    budget_gb = (peak["selective"] + peak["none"]) / 2 / 1e9
+    out = tmp_path / "auto"
+    train(out, data_dir, "--max_iters=12", "--activation_checkpointing=auto", f"--memory_budget_gb={budget_gb!r}")
+    log = (out / "train.log").read_text()
+    assert f"auto: selective, micro-batch 4 x 3: estimated peak {peak['selective'] / 1e9:.1f} GB" in log
+    assert loss_lines(out, 1, 12) == loss_lines(reference, 1, 12)
