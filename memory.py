@@ -79,21 +79,17 @@ def logits_bytes(B, T, V):
     return 12 * B * T * V
 
 
-def block_policies(config):
-    return [config.block_checkpointing(i) for i in range(config.n_layer)]
-
-
-def activation_peaks(model, B, act_bytes):
+def activation_peaks(model, config, B, act_bytes):
     """What a micro-batch holds besides weights, gradients and moments, by category, at the two
     moments that can be the peak: the start of backward, where every block's kept activations
     meet the logits' gradients, and the last block's backward, where its activations (kept or
     rebuilt) meet the gradients flowing through it. The last-block terms beyond its activations
     are fitted to simulate() (tests/test_memory.py checks them): 14 B per BTC element of
     activation gradients, 8 B per C^2 of weight gradients in flight, and the head's fp32 weight
-    gradient (4 B per V*C) that waits in autograd for the tied embedding's before it is added."""
-    config = model.config
-    T, C, H, V, L = config.block_size, config.n_embd, config.n_head, config.vocab_size, config.n_layer
-    policies = block_policies(config)
+    gradient (4 B per V*C) that waits in autograd for the tied embedding's before it is added.
+    model gives the shapes, config the checkpointing policy."""
+    T, C, H, V = config.block_size, config.n_embd, config.n_head, config.vocab_size
+    policies = [config.block_checkpointing(i) for i in range(config.n_layer)]
     kept = [kept_block_bytes(p, B, T, C, H, act_bytes) for p in policies]
     per_block_casts = sum(m.weight.numel() for m in model.transformer.h[0].modules() if isinstance(m, nn.Linear))
     # bf16 weight casts (autocast runs without its cast cache): a cast lives only while autograd
@@ -115,9 +111,10 @@ def block_params(model):
     return sum(p.numel() for p in model.transformer.h[0].parameters())
 
 
-def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp"):
+def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None):
     """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
-    checkpointing policy (model may live on the meta device: only shapes are read). The peak is
+    checkpointing policy or the (activation_checkpointing, recompute_blocks) given instead (model
+    may live on the meta device: only shapes are read). The peak is
     whichever of activation_peaks() is larger: "gradients_in_flight" is non-zero when it is the
     last block's backward.
 
@@ -126,12 +123,15 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp"):
     gathers bf16 weights (train.py's MixedPrecisionPolicy), so autocast has nothing left to cast.
     Each GPU runs the same micro-batch either way."""
     config = model.config
+    if checkpointing:
+        config = dataclasses.replace(config, activation_checkpointing=checkpointing[0],
+                                     recompute_blocks=checkpointing[1])
     n_params = model.get_num_params(non_embedding=False)  # every trained weight, wpe included
     shards = gpus if gpus > 1 and strategy == "fsdp" else 1
     bf16 = dtype == "bfloat16"
     act_bytes = 2 if bf16 else 4  # matmul inputs and outputs: bf16 under autocast, else fp32
     unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
-    peaks = activation_peaks(model, batch_size, act_bytes)
+    peaks = activation_peaks(model, config, batch_size, act_bytes)
     moment = max(peaks, key=lambda p: sum(p.values()))
     m = {
         "weights": 4 * n_params / shards,  # fp32 master weights
@@ -150,15 +150,6 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp"):
     m["margin"] = MARGIN_FRACTION * subtotal + CONTEXT_BYTES
     m["total"] = subtotal + m["margin"]
     return m
-
-
-def with_checkpointing(model, policy, recompute_blocks=-1):
-    """model with another checkpointing policy in its config (for estimate(), which reads only the
-    config and shapes): a shallow copy, no weights copied."""
-    other = GPT.__new__(GPT)
-    other.__dict__ = dict(model.__dict__)
-    other.config = dataclasses.replace(model.config, activation_checkpointing=policy, recompute_blocks=recompute_blocks)
-    return other
 
 
 # -----------------------------------------------------------------------------
@@ -188,7 +179,8 @@ def auto_policies(n_layer):
 
 def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
                 strategy="ddp"):
-    """The Choice 'auto' makes for a memory budget per GPU, keeping the global batch, or None when
+    """The Choice 'auto' makes for a memory budget per GPU (model's own policy does not matter),
+    keeping the global batch, or None when
     nothing fits. The config's micro-batch and its doublings come first (up to
     AUTO_MAX_MICRO_TOKENS): for each policy from the cheapest, the largest that fits, since a
     larger micro-batch at the same global batch spends less per token on weight casts and
@@ -202,9 +194,8 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
     smaller = sorted(set(smaller), reverse=True)
     for candidates in (larger, smaller):
         for policy, k in auto_policies(model.config.n_layer):
-            candidate = with_checkpointing(model, policy, k)
             for b in candidates:
-                peak = estimate(candidate, b, dtype, gpus, strategy)["total"]
+                peak = estimate(model, b, dtype, gpus, strategy, checkpointing=(policy, k))["total"]
                 if peak <= budget_bytes:
                     return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
     return None

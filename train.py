@@ -221,21 +221,20 @@ if resume_state is not None:
                  f"drop the override or use a new out_dir")
         model_args[key] = saved
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
-gptconf = GPTConfig(**model_args, dropout=cfg.dropout, recompute_blocks=cfg.recompute_blocks,
-                    activation_checkpointing="none" if cfg.activation_checkpointing == "auto" else cfg.activation_checkpointing)
-if cfg.activation_checkpointing == "auto":
+policy, recompute_blocks = cfg.activation_checkpointing, cfg.recompute_blocks
+if policy == "auto":
     # the cheapest policy and micro-batch that fit, from memory.py's estimate; the global batch stays
     budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
     with torch.device("meta"):
-        choice = memory.choose_auto(GPT(gptconf), cfg.batch_size, cfg.gradient_accumulation_steps, budget, cfg.dtype,
-                                    world_size, cfg.strategy)
+        choice = memory.choose_auto(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
+                                    budget, cfg.dtype, world_size, cfg.strategy)
     if not choice:
         fail(f"activation_checkpointing=auto: nothing fits {budget / 1e9:.1f} GB per device, not even full "
              f"checkpointing at micro-batch 1; see python scripts/plan.py {' '.join(sys.argv[1:])}")
-    gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=choice.activation_checkpointing,
-                        recompute_blocks=choice.recompute_blocks)
+    policy, recompute_blocks = choice.activation_checkpointing, choice.recompute_blocks
     cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
-    log(f"auto: {choice.describe(gptconf.n_layer)}: estimated peak {choice.peak_gb:.1f} GB of {choice.budget_gb:.1f} GB")
+    log(f"auto: {choice.describe(model_args['n_layer'])}: estimated peak {choice.peak_gb:.1f} GB of {choice.budget_gb:.1f} GB")
+gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=policy, recompute_blocks=recompute_blocks)
 
 # -----------------------------------------------------------------------------
 # data: uint16 token bins, sampled without replacement in a per-epoch permutation of windows
@@ -349,9 +348,8 @@ if device_type == "cuda":
         log("warning: attention runs the math kernel, which keeps the T x T attention matrix (GBs more at 6.7B, "
             "and slower); see scripts/check_env.py")
 model_flops = hardware.flops_per_token(n_params, gptconf.n_layer, gptconf.n_embd, gptconf.block_size)
-block_params = sum(p.numel() for p in raw_model.transformer.h[0].parameters())
 hardware_flops = model_flops + hardware.recompute_flops_per_token(
-    block_params, gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size, gptconf.activation_checkpointing)
+    memory.block_params(raw_model), gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size, gptconf.activation_checkpointing)
 
 # -----------------------------------------------------------------------------
 # wandb: optional, and never allowed to hang or prompt inside tmux

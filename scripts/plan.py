@@ -113,8 +113,8 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "strategy": cfg.strategy if gpus > 1 else "single",
         "memory_gb": {k: v / 1e9 for k, v in estimate.items()},
         # the same micro-batch under each policy, every block
-        "total_gb_by_policy": {p: memory.estimate(memory.with_checkpointing(model, p), batch_size, cfg.dtype, gpus,
-                                                  cfg.strategy)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
+        "total_gb_by_policy": {p: memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy,
+                                                  checkpointing=(p, -1))["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
         "fits": estimate["total"] <= budget_bytes(cfg, gpu),
         "auto": dataclasses.asdict(choice) if choice else None,
         "peak_tflops": gpu.peak_tflops,
