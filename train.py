@@ -153,9 +153,12 @@ class StopVote:
         previous[1].wait()
         return previous[0].item() > 0
 
-    def finish(self):  # every rank posted the vote still out: wait for it before the process group goes
+    def finish(self):
+        """Every rank posted the vote still out: wait for it, then let go of the work and the group, which
+        must not outlive destroy_process_group (at interpreter exit gloo's threads abort the process)."""
         if self.pending:
             self.pending[1].wait()
+        self.group = self.pending = None
 
 
 # -----------------------------------------------------------------------------
