@@ -1,7 +1,8 @@
 """
 The resumable, parallel documents -> token bins job behind every data/<name>/prepare.py.
 
-How a job runs: documents are read in a fixed order, CHUNK_RECORDS at a time. Worker processes
+How a job runs: documents are read in a fixed order, in chunks of CHUNK_RECORDS or CHUNK_BYTES, whichever
+fills first. Worker processes
 parse each record, send the document to train or val by a hash of its text (so the split depends
 on neither order nor process count), and encode it with encode_ordinary followed by end-of-text,
 returning uint16-ready numpy arrays (far cheaper to pickle than lists). The main process reads
@@ -38,7 +39,11 @@ from tqdm import tqdm
 from bins import SPLITS, BinError, BinWriter, bin_path, check_vocab, write_json_atomic, write_meta
 from tokenizer import get_encoding
 
-CHUNK_RECORDS = 1024  # records per unit of work; the output does not depend on it
+# A unit of work: at most this many records or about this much text; the output depends on neither.
+# The byte cap keeps the cores busy to the end: a job's last chunk runs on one core while the
+# others idle, and 1024 long documents (source files, books) can be tens of MB.
+CHUNK_RECORDS = 1024
+CHUNK_BYTES = 4_000_000
 MANIFEST = "prepare.manifest.json"
 BAD = -1  # token count the workers report for a record that could not be read
 _NOTHING = object()
@@ -95,11 +100,16 @@ class LocalFiles:
         """Rough size of the text, for the disk-space check: zstd and parquet compress text ~2x."""
         return sum(os.path.getsize(p) * (1 if _format(p) in ("jsonl", "text") else 2) for p in self.files)
 
-    def chunks(self, position, size):
-        records = self._records(position)
-        while batch := list(itertools.islice(records, size)):
-            file, record = batch[-1][1]
-            yield [r for r, _ in batch], {"file": file, "record": record}
+    def chunks(self, position):
+        batch, size = [], 0
+        for record, after in self._records(position):
+            batch.append(record)
+            size += len(record or "")
+            if chunk_is_full(batch, size):
+                yield batch, {"file": after[0], "record": after[1]}
+                batch, size = [], 0
+        if batch:
+            yield batch, {"file": after[0], "record": after[1]}
 
     def _records(self, position):
         """(record, position after it); a file's last record points at the next file, so a resumed
@@ -134,6 +144,10 @@ class LocalFiles:
         except (OSError, EOFError, zstandard.ZstdError, pyarrow.ArrowException) as e:
             warn(f"{path}: {e}; skipping the rest of this file")
             yield None
+
+
+def chunk_is_full(batch, size):
+    return len(batch) >= CHUNK_RECORDS or size >= CHUNK_BYTES
 
 
 def _utf8(data):
@@ -210,17 +224,18 @@ class HubDataset:
     def text_bytes(self):
         return None  # unknown up front
 
-    def chunks(self, position, size):
+    def chunks(self, position):
         if position is not None:
             self.stream.load_state_dict(position)
-        batch = []
+        batch, size = [], 0
         try:
             for example in self.stream:
                 text = example.get(self.text_field)
                 batch.append(text if isinstance(text, str) else None)
-                if len(batch) == size:
+                size += len(batch[-1] or "")
+                if chunk_is_full(batch, size):
                     yield batch, self.stream.state_dict()
-                    batch = []
+                    batch, size = [], 0
         except Exception as e:  # network trouble after datasets' own retries
             raise PrepareError(f"reading {self.spec!r} failed ({type(e).__name__}: {e}); "
                                "work up to the last commit is kept: re-run the same command to resume") from None
@@ -457,7 +472,7 @@ def _encode_all(args, source, state, writer, encoding):
     pool = concurrent.futures.ProcessPoolExecutor(args.num_proc, initializer=_init_worker,
                                                   initargs=(encoding.name, args.text_field, args.val_fraction))
     try:
-        chunks = source.chunks(state["position"], CHUNK_RECORDS)
+        chunks = source.chunks(state["position"])
         for chunk, (position, result) in enumerate(_encode_in_order(pool, chunks, 2 * args.num_proc + 2), 1):
             before = _total(state)
             capped = _append(state, writer, result, args.max_tokens)

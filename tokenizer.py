@@ -32,8 +32,8 @@ class Encoding:
     def encode_ordinary(self, text):
         return self._core.encode_ordinary(text)
 
-    def encode_ordinary_batch(self, texts):
-        return self._core.encode_ordinary_batch(texts)
+    def encode_ordinary_batch(self, texts, num_threads=8):
+        return self._core.encode_ordinary_batch(texts, num_threads=num_threads)
 
     def encode_ordinary_numpy(self, text):
         """encode_ordinary as a uint32 array, without building a Python list of ints on the way."""

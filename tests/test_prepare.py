@@ -124,6 +124,19 @@ def test_output_does_not_depend_on_num_proc(tmp_path, corpus):
     assert bin_bytes(tmp_path / "one") == reference
 
 
+def test_output_does_not_depend_on_chunk_size(tmp_path, corpus, monkeypatch):
+    """Chunks also end at a byte cap (long documents would leave cores idle at a job's end);
+    where they end changes nothing written."""
+    docs, source, reference = corpus
+    monkeypatch.setattr(preparation, "CHUNK_BYTES", 5_000)
+    files = preparation.open_source(source, "text")
+    assert len(list(files.chunks(files.start))) > 3 * 10
+    args = preparation.parser("", source=None, data_dir=None).parse_args(
+        ["--source", *source, "--data_dir", str(tmp_path / "out"), *FLAGS])
+    assert preparation.run(args) == 0
+    assert bin_bytes(tmp_path / "out") == reference
+
+
 def test_max_tokens_stops_at_the_first_document_boundary_at_or_past_the_cap(tmp_path, corpus):
     docs, source, _ = corpus
     cap = 40_000
@@ -251,17 +264,18 @@ def test_low_disk_space_is_warned_about_up_front(tmp_path, monkeypatch, capsys):
 # -----------------------------------------------------------------------------
 # the Hugging Face stream and the consumers of the bins
 
-def test_hub_stream_resumes_from_its_state(tmp_path):
+def test_hub_stream_resumes_from_its_state(tmp_path, monkeypatch):
     """A local folder loads through the same `datasets` streaming path as a hub name."""
+    monkeypatch.setattr(preparation, "CHUNK_RECORDS", 300)
     docs = make_docs(2500, seed=3)
     for i in range(3):
         write_jsonl(tmp_path / f"part{i}.jsonl", docs[i::3])
     source = preparation.HubDataset(str(tmp_path), "text")
-    chunks = list(source.chunks(None, 300))
+    chunks = list(source.chunks(None))
     everything = [r for records, _ in chunks for r in records]
     assert sorted(everything) == sorted(docs)
     position = json.loads(json.dumps(chunks[4][1]))  # as the manifest stores it
-    rest = preparation.HubDataset(str(tmp_path), "text").chunks(position, 300)
+    rest = preparation.HubDataset(str(tmp_path), "text").chunks(position)
     assert [r for records, _ in rest for r in records] == everything[5 * 300:]
 
 
