@@ -24,12 +24,14 @@ treat both forms alike, ordered by N.
 import errno
 import operator
 import os
+import random
 import re
 import shutil
 import signal
 import tempfile
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -214,6 +216,27 @@ def _rotate(out_dir, iter_num, keep_last_n, log):
     for _, path in older[keep_last_n:]:
         _remove(path)
         log(f"removed {path} (keep_last_n={keep_last_n})")
+
+
+def rng_state(device_type):
+    """This process's RNG states as tensors and plain types, so the checkpoint loads with weights_only=True."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
+        "numpy": [torch.from_numpy(keys.copy()), pos, has_gauss, gauss],
+        "python": [version, list(internal), gauss_next],
+    }
+
+
+def set_rng_state(rng, device_type):
+    """Undo rng_state: the RNGs continue exactly where the saving process's stopped."""
+    torch.set_rng_state(rng["torch"])
+    if device_type == "cuda" and rng["cuda"] is not None:
+        torch.cuda.set_rng_state(rng["cuda"])
+    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+    np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
 
 
 def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):

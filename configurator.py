@@ -25,7 +25,12 @@ DEFAULTS = dict(
     log_interval=10,
     eval_iters=100,  # validation batches per evaluation (the same batches every time)
     eval_only=False,  # evaluate once and exit
-    init_from="auto",  # 'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', or a ckpt path
+    # 'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', a ckpt path to roll back to,
+    # or OpenAI's 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' (a new run from their weights; then as 'auto')
+    init_from="auto",
+    # a new run from these weights (a Hugging Face GPT-2 folder or any ckpt_N.pt / ckpt_N/, e.g. to
+    # fine-tune on other data): iteration 0, fresh optimizer and data order; resumed once it has checkpoints
+    init_weights="",
     checkpoint_interval=1000,  # iterations between checkpoints, independent of eval; 0: never save (benchmarks)
     checkpoint_minutes=60.0,  # also save when this much wall-clock time passed since the last save (0: off)
     keep_last_n=3,  # checkpoints kept, newest by iteration number (<= 0: keep all)
@@ -47,6 +52,7 @@ DEFAULTS = dict(
     vocab_size=50304,  # GPT-2's 50257 padded to a multiple of 64
     dropout=0.0,
     bias=False,
+    activation="gelu",  # the MLP's: exact 'gelu', or GPT-2's 'gelu_tanh'
     # activation checkpointing: 'none' keeps every activation for backward; 'selective' keeps the
     # matmul and attention outputs and recomputes the element-wise ops (~3% more time); 'full' keeps
     # only each block's input and recomputes its forward (~32% more); 'auto' picks the cheapest

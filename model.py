@@ -23,6 +23,7 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 CHECKPOINTING_POLICIES = ("none", "selective", "full")
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # name -> F.gelu's approximate=; GPT-2 used tanh
 
 
 @dataclass
@@ -34,6 +35,10 @@ class GPTConfig:
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = True  # bias in Linear and LayerNorm layers, as GPT-2; False is a little faster and as good
+    activation: str = "gelu"  # the MLP's: exact 'gelu', or GPT-2's 'gelu_tanh' (imported GPT-2 weights need it)
+    # Rows of the embedding that are tokens, when vocab_size pads past them (imported GPT-2: 50257 of
+    # 50304): the logits of the padding are -inf, so no loss or sample sees them. 0: every row is a token.
+    n_tokens: int = 0
     activation_checkpointing: str = "none"  # one of CHECKPOINTING_POLICIES
     # How many blocks the policy applies to, counted from the first (blocks 0..k-1); -1 means all
     # of them. Blocks past k keep all their activations: more memory, no recompute.
@@ -45,6 +50,8 @@ class GPTConfig:
         if self.activation_checkpointing not in CHECKPOINTING_POLICIES:
             raise ValueError(f"activation_checkpointing must be one of {', '.join(CHECKPOINTING_POLICIES)}, "
                              f"got {self.activation_checkpointing!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
 
     def num_recomputed_blocks(self):
         """How many blocks run (part of) their forward again in backward."""
@@ -111,9 +118,10 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.approximate = ACTIVATIONS[config.activation]
 
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
 
 
 # The attention kernels' forward ops: their outputs (with the logsumexp, and the RNG state of
@@ -228,11 +236,23 @@ class GPT(nn.Module):
         for i, block in enumerate(self.transformer.h):
             x = block(x, kv_caches[i] if kv_caches is not None else None)
         x = self.transformer.ln_f(x)
+        logits = self.lm_head(x if targets is not None else x[:, [-1], :])
+        if 0 < self.config.n_tokens < self.config.vocab_size:
+            logits[..., self.config.n_tokens:] = float("-inf")  # padding rows are not tokens
         if targets is None:
-            return self.lm_head(x[:, [-1], :]), None
-        logits = self.lm_head(x)
+            return logits, None
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, **overrides):
+        """OpenAI's GPT-2 ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'), a Hugging Face GPT-2 folder or
+        one of this project's checkpoints, as a model; overrides set non-architecture fields (dropout=0.1)."""
+        import hf  # the file formats live there; this file knows nothing about files
+        args, weights, _ = hf.load_weights(name_or_path, log=lambda message: None)
+        model = cls(GPTConfig(**args, **overrides))
+        model.load_state_dict(weights)
+        return model
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW with weight decay on 2-D tensors (matmul weights, embeddings) and none on

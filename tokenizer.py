@@ -45,6 +45,16 @@ class Encoding:
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
             return self._core.encode_to_numpy(text, disallowed_special=())
 
+    @property
+    def pattern(self):
+        return self._core._pat_str
+
+    def write_ranks(self, path):
+        """The BPE ranks as a .tiktoken file (base64 token, rank), as load_ranks reads them back."""
+        with open(path, "wb") as f:
+            for token, rank in sorted(self._core._mergeable_ranks.items(), key=lambda item: item[1]):
+                f.write(base64.b64encode(token) + b" %d\n" % rank)
+
     def decode(self, ids):
         """Text for ids; an id outside the vocabulary shows as '<|?ID|>' rather than raising."""
         parts, run = [], []

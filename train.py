@@ -14,7 +14,6 @@ import json
 import math
 import netrc
 import os
-import random
 import secrets
 import signal
 import sys
@@ -22,7 +21,6 @@ import time
 from contextlib import nullcontext
 from datetime import timedelta
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -33,13 +31,14 @@ import bins
 import checkpoint
 import configurator
 import hardware
+import hf
 import memory
 from model import CHECKPOINTING_POLICIES, GPT, GPTConfig
 
 # -----------------------------------------------------------------------------
 # config
 cfg = configurator.load_config_or_exit(sys.argv[1:])
-ARCHITECTURE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")
+ARCHITECTURE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "activation")
 
 # one process, or one per GPU under torchrun (which sets RANK, LOCAL_RANK and WORLD_SIZE)
 distributed = "RANK" in os.environ
@@ -183,7 +182,11 @@ def newest_checkpoint():
     return state
 
 
-rolling_back = cfg.init_from not in ("auto", "resume", "scratch")
+# init_from='gpt2' etc. or init_weights=PATH: a new run from those weights, resumed like 'auto' once it has checkpoints
+pretrained = cfg.init_weights or (cfg.init_from if cfg.init_from in hf.GPT2_MODELS else "")
+rolling_back = cfg.init_from not in ("auto", "resume", "scratch", *hf.GPT2_MODELS)
+if cfg.init_weights and cfg.init_from not in ("auto", "scratch"):
+    fail(f"init_weights starts a new run, init_from={cfg.init_from!r} continues one: drop one of them")
 if rolling_back and not os.path.exists(cfg.init_from):
     fail(f"init_from: no such checkpoint {cfg.init_from}")
 if master:
@@ -205,7 +208,7 @@ try:
         if existing:
             fail(f"init_from='scratch' but {cfg.out_dir} holds {len(existing)} checkpoint(s) (newest "
                  f"{os.path.basename(existing[0][1])}); use another out_dir, or init_from='auto' to continue")
-    elif cfg.init_from in ("auto", "resume"):
+    elif cfg.init_from in ("auto", "resume", *hf.GPT2_MODELS):
         resume_state = newest_checkpoint()
         if resume_state is None and cfg.init_from == "resume":
             fail(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to start from scratch")
@@ -214,15 +217,25 @@ try:
 except checkpoint.CheckpointError as e:
     fail(str(e))
 
-model_args = {k: getattr(cfg, k) for k in ARCHITECTURE_KEYS}
+weights, weights_encoding, saved_args = None, None, None
 if resume_state is not None:
-    # The architecture comes from the checkpoint; a config that sets a different one is a mistake.
+    saved_args, origin = resume_state["model_args"], "the checkpoint"
+elif pretrained:
+    try:
+        saved_args, weights, weights_encoding = hf.load_weights(pretrained, log=log)
+    except hf.WeightsError as e:
+        fail(f"{'init_weights' if cfg.init_weights else 'init_from'}: {e}")
+    origin = pretrained
+model_args = {k: getattr(cfg, k) for k in ARCHITECTURE_KEYS}
+if saved_args is not None:
+    # The architecture comes from the checkpoint or weights; a config that sets another is a mistake.
     for key in ARCHITECTURE_KEYS:
-        saved, wanted = resume_state["model_args"][key], getattr(cfg, key)
+        saved, wanted = saved_args.get(key, getattr(GPTConfig, key)), getattr(cfg, key)
         if wanted != saved and wanted != configurator.DEFAULTS[key]:
-            fail(f"{key}={wanted!r} conflicts with the checkpoint's {key}={saved!r}; "
+            fail(f"{key}={wanted!r} conflicts with {origin}'s {key}={saved!r}; "
                  f"drop the override or use a new out_dir")
         model_args[key] = saved
+    model_args["n_tokens"] = saved_args.get("n_tokens", 0)
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
 policy, recompute_blocks = cfg.activation_checkpointing, cfg.recompute_blocks
 if policy == "auto":
@@ -247,7 +260,7 @@ try:
 except bins.BinError as e:
     fail(str(e))
 meta = bins.read_meta(cfg.data_dir)
-encoding = meta["encoding"] if meta else None  # saved in checkpoints, so sample.py can decode
+encoding = meta["encoding"] if meta else weights_encoding  # saved in checkpoints, so sample.py can decode
 # Every rank draws the same global batch and takes its share, so the sequence of global
 # batches does not depend on the number of processes.
 sampler = bins.WindowSampler(train_bin.num_windows(gptconf.block_size), cfg.seed)
@@ -281,6 +294,10 @@ with torch.device(device):  # built in place: at 6.7B a CPU build then a copy wo
     model = GPT(gptconf)
 n_params = model.get_num_params()
 log(f"built {model.get_num_params(non_embedding=False):,} parameters in {time.time() - t0:.1f}s")
+if weights is not None:  # before compile and sharding, identically on every rank
+    model.load_state_dict(weights)
+    log(f"starting from {pretrained}'s weights at iteration 0, with a fresh optimizer and data order")
+    del weights
 torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 raw_model = model  # the plain module, whose state_dict has no wrapper prefixes
 ddp = distributed and cfg.strategy == "ddp"
@@ -321,14 +338,9 @@ if resume_state is not None:
     if len(rngs) != world_size:
         log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
             f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
-    rng = rngs[rank % len(rngs)]
-    torch.set_rng_state(rng["torch"])
-    if device_type == "cuda" and rng["cuda"] is not None:
-        torch.cuda.set_rng_state(rng["cuda"])
-    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
-    np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
+    checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
-    del resume_state, rngs, rng  # the mmap'd tensors have been copied into the model and optimizer
+    del resume_state, rngs  # the mmap'd tensors have been copied into the model and optimizer
 start_iter = iter_num
 if ddp:
     # gradient_as_bucket_view: gradients live in DDP's buckets instead of beside them (26.6 GB at 6.7B),
@@ -429,18 +441,6 @@ def mean_over_ranks(t):
     return t
 
 
-def rng_state():
-    """RNG states as tensors and plain types, so the checkpoint loads with weights_only=True."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
-        "numpy": [torch.from_numpy(keys.copy()), pos, has_gauss, gauss],
-        "python": [version, list(internal), gauss_next],
-    }
-
-
 def weights_are_finite():
     local = [p.to_local() if isinstance(p, DTensor) else p for p in raw_model.parameters()]
     return not agree(not bool(torch.stack([torch.isfinite(p).all() for p in local]).all()))
@@ -515,7 +515,7 @@ last_saved_iter = iter_num if start_iter > 0 else -1
 last_save_time = time.time()
 nonfinite_in_a_row = nonfinite_total = 0
 step_time_avg = None
-step_start = {"sampler": sampler.state_dict(), "rng": rng_state()}
+step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
 stop_vote = StopVote()
 stopping = agree(stop_signal is not None)
 while iter_num < cfg.max_iters and not stopping:
@@ -558,7 +558,7 @@ while iter_num < cfg.max_iters and not stopping:
     optimizer.zero_grad(set_to_none=not ddp)
     dt = time.time() - t0
     iter_num += 1
-    step_start = {"sampler": sampler.state_dict(), "rng": rng_state()}
+    step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
 
     if nonfinite_in_a_row:
         log(f"iter {iter_num}: non-finite loss {loss_value} or grad norm {norm_value}: step skipped "

@@ -16,7 +16,6 @@ repeated up to --megabytes. Not a test: the numbers depend on the machine and wh
 """
 import argparse
 import glob
-import hashlib
 import json
 import os
 import pickle

@@ -164,3 +164,18 @@ def test_fsdp_in_bf16_gathers_bf16_and_keeps_fp32_weights(tmp_path, data_dir):
     assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), rel=0.02)
     weights = final_weights(tmp_path / "two", 4)
     assert all(w.dtype == torch.float32 for w in weights.values())
+
+
+def test_export_of_an_fsdp_folder_loads_in_transformers(tmp_path, fsdp):
+    import hf
+    from model import GPT, GPTConfig
+    from transformers import AutoModelForCausalLM
+
+    hf.export(str(fsdp / "ckpt_8"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
+    state = torch.load(fsdp / "ckpt_8" / "trainer_state.pt", weights_only=True)
+    model = GPT(GPTConfig(**state["model_args"])).eval()
+    model.load_state_dict(final_weights(fsdp, 8))
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    x = torch.randint(0, state["model_args"]["vocab_size"], (2, 16))
+    with torch.no_grad():
+        assert (model(x, x)[0] - reference(x).logits).abs().max() <= 1e-4

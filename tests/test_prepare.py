@@ -297,3 +297,14 @@ def test_quickstart_feeds_train_py(tmp_path):
          "--block_size=64", "--wandb_log=False"],
         cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
     assert train.returncode == 0, train.stdout + train.stderr
+
+
+def test_shakespeare_speeches_become_documents(tmp_path, gpt2_rank_file):
+    """data/shakespeare/prepare.py --input: each block between blank lines is one document."""
+    (tmp_path / "input.txt").write_text("ROMEO:\nBut soft!\n\nJULIET:\nAy me!\n\n\nNURSE:\nMadam!\n")
+    result = subprocess.run([sys.executable, "data/shakespeare/prepare.py", "--input", str(tmp_path / "input.txt"),
+                             "--data_dir", str(tmp_path / "out"), "--encoding", gpt2_rank_file, "--val_fraction", "0"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    docs = read_docs(tmp_path / "out", "train", get_encoding(gpt2_rank_file))
+    assert docs == ["ROMEO:\nBut soft!", "JULIET:\nAy me!", "NURSE:\nMadam!"]

@@ -1,0 +1,291 @@
+"""
+Hugging Face's GPT-2 layout in and out: weights to start a run from (OpenAI's GPT-2, any GPT-2-style
+transformers folder, or one of this project's checkpoints), and a checkpoint exported as a folder that
+transformers, vLLM and lm-evaluation-harness load as GPT2LMHeadModel.
+
+The two layouts hold the same tensors under the same names, except that transformers keeps GPT-2's
+linear layers as Conv1D with (in, out) weights, so c_attn, c_proj and c_fc are transposed each way,
+and it stores the tied LM head once, as the token embedding. GPT-2 uses the tanh approximation of
+GELU ('gelu_tanh' here, 'gelu_new' there). GPT-2's 50257 tokens are padded to 50304 rows on import
+(matmuls are faster at a multiple of 64); the model masks the padding out of its logits, and an
+export drops it again.
+"""
+import json
+import os
+import shutil
+import time
+
+import torch
+
+import checkpoint
+from model import GPT, GPTConfig
+
+GPT2_MODELS = {name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")}
+ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}  # ours -> transformers' name
+HF_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # the same function to float rounding
+TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+SHARD_BYTES = 4_000_000_000  # model.safetensors up to this size, else shards and an index
+PAD_TO = 64
+
+
+class WeightsError(Exception):
+    """Weights that cannot be read or converted: one line saying what was expected."""
+
+
+# -----------------------------------------------------------------------------
+# in
+
+def load_weights(source, log=print):
+    """(model_args, state_dict, encoding name or None) for starting a run from `source`: a GPT-2 name
+    (through the Hugging Face cache, so an offline machine uses a downloaded copy), a Hugging Face
+    GPT-2-style folder, or this project's ckpt_<N>.pt / ckpt_<N>/."""
+    if source in GPT2_MODELS:
+        return (*read_hf_folder(_download(source)), "gpt2")
+    if not os.path.exists(source):
+        raise WeightsError(f"no such model {source!r}: expected {', '.join(GPT2_MODELS)}, a Hugging Face GPT-2 "
+                           f"folder, or a ckpt_<N>.pt / ckpt_<N>/ checkpoint")
+    if os.path.isfile(os.path.join(source, "config.json")):
+        return (*read_hf_folder(source), None)
+    state = _load_checkpoint(source, log)
+    return dict(state["model_args"]), checkpoint_weights(state), state.get("encoding")
+
+
+def _download(name):
+    from huggingface_hub import snapshot_download
+    try:
+        return snapshot_download(GPT2_MODELS[name], allow_patterns=["*.json", "*.safetensors"])
+    except Exception as e:
+        raise WeightsError(f"cannot get {name} from the Hugging Face hub or its cache ({type(e).__name__}); "
+                           f"download it once where there is a network, or pass a local folder") from None
+
+
+def read_hf_folder(folder):
+    """(model_args, state_dict) of a transformers GPT-2 folder: config.json plus model.safetensors or
+    pytorch_model.bin, either one sharded with an index."""
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    kind = config.get("model_type")
+    if kind != "gpt2":
+        raise WeightsError(f"{folder} holds a {kind!r} model; only GPT-2-style models (model_type 'gpt2') convert")
+    activation = config.get("activation_function", "gelu_new")
+    if activation not in ("gelu", *HF_TANH_GELUS):
+        raise WeightsError(f"{folder}: activation_function {activation!r} is not one this model has (gelu, gelu_new)")
+    if config.get("n_inner") not in (None, 4 * config["n_embd"]) or config.get("layer_norm_epsilon", 1e-5) != 1e-5:
+        raise WeightsError(f"{folder}: n_inner or layer_norm_epsilon differs from GPT-2's; this model cannot hold it")
+    tensors = _read_tensors(folder)
+    weights, expected = {}, _expected_shapes(config)
+    for name, t in tensors.items():
+        name = name.removeprefix("transformer.")
+        if name.rsplit(".", 2)[-2:] in (["attn", "bias"], ["attn", "masked_bias"]) or name == "lm_head.weight":
+            continue  # the causal-mask buffers of old files; the head is tied to wte
+        ours = "transformer." + name
+        weights[ours] = t.t() if name.endswith(TRANSPOSED) else t
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise WeightsError(f"{folder} lacks {len(missing)} GPT-2 tensor(s), e.g. {missing[0]}: truncated or not GPT-2")
+    for name, shape in expected.items():
+        if tuple(weights[name].shape) != shape:
+            raise WeightsError(f"{folder}: {name} has shape {tuple(weights[name].shape)}, config.json implies {shape}")
+    n_tokens = config["vocab_size"]
+    padded = -(-n_tokens // PAD_TO) * PAD_TO
+    wte = weights["transformer.wte.weight"].float()
+    weights["transformer.wte.weight"] = torch.cat([wte, wte.new_zeros(padded - n_tokens, wte.size(1))])
+    weights["lm_head.weight"] = weights["transformer.wte.weight"]
+    args = dict(n_layer=config["n_layer"], n_head=config["n_head"], n_embd=config["n_embd"],
+                block_size=config["n_positions"], vocab_size=padded, bias=True,
+                activation="gelu" if activation == "gelu" else "gelu_tanh",
+                n_tokens=n_tokens if padded > n_tokens else 0)
+    return args, {k: v.float().contiguous() for k, v in weights.items()}
+
+
+def _expected_shapes(config):
+    with torch.device("meta"):
+        model = GPT(GPTConfig(n_layer=config["n_layer"], n_head=config["n_head"], n_embd=config["n_embd"],
+                              block_size=config["n_positions"], vocab_size=config["vocab_size"], bias=True))
+    return {k: tuple(v.shape) for k, v in model.state_dict().items() if k != "lm_head.weight"}
+
+
+def _read_tensors(folder):
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    for name, load in (("model.safetensors", load_file),
+                       ("pytorch_model.bin", lambda p: torch.load(p, map_location="cpu", weights_only=True, mmap=True))):
+        index = os.path.join(folder, name + ".index.json")
+        if os.path.isfile(index):
+            with open(index) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        elif os.path.isfile(os.path.join(folder, name)):
+            files = [name]
+        else:
+            continue
+        tensors = {}
+        for file in files:
+            try:
+                tensors.update(load(os.path.join(folder, file)))
+            except (OSError, RuntimeError, SafetensorError, ValueError) as e:
+                raise WeightsError(f"cannot read {os.path.join(folder, file)} ({str(e).splitlines()[0][:120]}): "
+                                   "missing or truncated? download it again") from None
+        return tensors
+    raise WeightsError(f"{folder} has config.json but no model.safetensors or pytorch_model.bin (nor their index)")
+
+
+def _load_checkpoint(path, log):
+    try:
+        return checkpoint.load_checkpoint(path, log=log)
+    except checkpoint.CheckpointError as e:
+        raise WeightsError(str(e)) from None
+
+
+def checkpoint_weights(state):
+    """The model's full state dict from a loaded checkpoint: a .pt's own (memory-mapped), or a sharded
+    folder's read into a CPU model built without initialising it (one copy of the weights in RAM)."""
+    if "sharded_path" not in state:
+        return state["model"]
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**state["model_args"]))
+    model.to_empty(device="cpu")
+    try:
+        checkpoint.restore(state, model)
+    except checkpoint.CheckpointError as e:
+        raise WeightsError(str(e)) from None
+    return model.state_dict()
+
+
+# -----------------------------------------------------------------------------
+# out
+
+def export(source, out_dir, dtype=torch.bfloat16, log=print):
+    """Write `source` (a ckpt_<N>.pt, a ckpt_<N>/ folder, or an out_dir: its newest loadable one) to
+    out_dir as a transformers GPT-2 folder: config.json, generation_config.json, model.safetensors
+    (sharded with an index past SHARD_BYTES) and, for a GPT-2-pattern encoding, tokenizer files.
+    Everything goes to a temporary folder renamed at the end, so out_dir is complete or absent."""
+    from safetensors.torch import save_file
+    from transformers import GenerationConfig, GPT2Config
+    if os.path.exists(out_dir) and os.listdir(out_dir):
+        raise WeightsError(f"{out_dir} exists and is not empty: choose a new folder for the export")
+    state = _newest(source, log)
+    dtype_name = str(dtype).removeprefix("torch.")
+    args = GPTConfig(**state["model_args"])
+    encoding = _encoding(state.get("encoding"))
+    rows = _exported_rows(args, encoding, source)
+    eot = encoding.eot_token if encoding else None
+    config = GPT2Config(vocab_size=rows, n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer,
+                        n_head=args.n_head, activation_function=ACTIVATIONS[args.activation], layer_norm_epsilon=1e-5,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eot, eos_token_id=eot,
+                        tie_word_embeddings=True, architectures=["GPT2LMHeadModel"], dtype=dtype_name)
+    tmp = out_dir.rstrip("/") + ".tmp-export"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    t0 = time.time()
+    try:
+        config.save_pretrained(tmp)
+        GenerationConfig(bos_token_id=eot, eos_token_id=eot).save_pretrained(tmp)
+        shards = _write_tensors(_hf_tensors(checkpoint_weights(state), args, rows, dtype), tmp, dtype, save_file)
+        if encoding:
+            _write_tokenizer(encoding, tmp)
+        else:
+            log("note: the checkpoint records no encoding; wrote the model without tokenizer files")
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)  # empty, checked above
+        os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"exported step {state.get('iter_num')} to {out_dir} ({shards} safetensors file(s), {dtype_name}) "
+        f"in {time.time() - t0:.1f}s")
+    return out_dir
+
+
+def _newest(source, log):
+    if not os.path.exists(source):
+        raise WeightsError(f"no such checkpoint or out_dir {source}")
+    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, checkpoint.TRAINER_STATE)):
+        try:
+            found = checkpoint.load_newest(source, log=log)
+        except checkpoint.CheckpointError as e:
+            raise WeightsError(str(e)) from None
+        if found is None:
+            raise WeightsError(f"{source} holds no checkpoint (ckpt_<N>.pt or ckpt_<N>/)")
+        return found[0]
+    return _load_checkpoint(source, log)
+
+
+def _encoding(name):
+    if not name:
+        return None
+    from tokenizer import get_encoding
+    try:
+        return get_encoding(name)
+    except ValueError as e:
+        raise WeightsError(f"the checkpoint's encoding: {e}") from None
+
+
+def _exported_rows(args, encoding, source):
+    """How many embedding rows are tokens: the padding the model masks, or that past the encoding, goes."""
+    if args.n_tokens:
+        return args.n_tokens
+    if encoding is None or args.vocab_size == encoding.n_vocab:
+        return args.vocab_size
+    if encoding.n_vocab < args.vocab_size <= -(-encoding.n_vocab // PAD_TO) * PAD_TO:
+        return encoding.n_vocab
+    raise WeightsError(f"{source}: the model has {args.vocab_size} token rows but its encoding {encoding.name!r} has "
+                       f"{encoding.n_vocab} tokens, which is not padding to a multiple of {PAD_TO}: was it trained "
+                       "on other data?")
+
+
+def _hf_tensors(weights, args, rows, dtype):
+    """[(name, shape, make)] in transformers' layout; make() converts one tensor when its shard is
+    written, so only that shard is in memory beside the (memory-mapped) checkpoint."""
+    out = []
+    for name, t in weights.items():
+        if name == "lm_head.weight":
+            continue
+        if name == "transformer.wte.weight":
+            out.append((name, (rows, t.size(1)), lambda t=t: t[:rows].to(dtype).contiguous()))
+        elif name.endswith(TRANSPOSED):
+            out.append((name, tuple(t.shape[::-1]), lambda t=t: t.t().to(dtype).contiguous()))
+        else:
+            out.append((name, tuple(t.shape), lambda t=t: t.to(dtype).contiguous()))
+    if not args.bias:  # transformers' GPT-2 always has biases: zeros compute the same
+        with torch.device("meta"):
+            full = GPT(GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                                 block_size=args.block_size, vocab_size=args.vocab_size, bias=True))
+        out += [(name, tuple(t.shape), lambda t=t: torch.zeros(t.shape, dtype=dtype))
+                for name, t in full.state_dict().items() if name.endswith(".bias")]
+    return out
+
+
+def _write_tensors(tensors, folder, dtype, save_file):
+    """model.safetensors, or model-0000k-of-0000n.safetensors and an index past SHARD_BYTES."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    shards, size = [[]], 0
+    for name, shape, make in tensors:
+        nbytes = itemsize * torch.Size(shape).numel()
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, make))
+        size += nbytes
+    files = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)])
+    for file, shard in zip(files, shards):
+        save_file({name: make() for name, make in shard}, os.path.join(folder, file), metadata={"format": "pt"})
+    if len(shards) > 1:
+        weight_map = {name: file for file, shard in zip(files, shards) for name, _ in shard}
+        total = sum(itemsize * torch.Size(shape).numel() for _, shape, _ in tensors)
+        with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    return len(shards)
+
+
+def _write_tokenizer(encoding, folder):
+    """tokenizer.json and tokenizer_config.json built offline from the encoding's BPE ranks, so that
+    AutoTokenizer encodes ordinary text exactly as tiktoken does."""
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+    ranks = os.path.join(folder, "ranks.tiktoken")
+    encoding.write_ranks(ranks)
+    eot = encoding.decode([encoding.eot_token])
+    converted = TikTokenConverter(vocab_file=ranks, pattern=encoding.pattern, extra_special_tokens=[eot]).converted()
+    os.remove(ranks)
+    PreTrainedTokenizerFast(tokenizer_object=converted, bos_token=eot, eos_token=eot,
+                            unk_token=eot).save_pretrained(folder)

@@ -1,0 +1,35 @@
+"""
+Export a checkpoint as a Hugging Face transformers GPT-2 folder, for lm-evaluation-harness, vLLM,
+transformers or the hub:
+
+    python scripts/export_hf.py out/gpt3_6b hf/gpt3_6b                 # the newest loadable checkpoint
+    python scripts/export_hf.py out/gpt3_6b/ckpt_572205.pt hf/final --dtype float32
+
+Reads a ckpt_<N>.pt (memory-mapped: the RAM it needs is about one safetensors shard) or an FSDP run's
+ckpt_<N>/ folder (read into one CPU copy of the weights), on the CPU. OUT_DIR appears only when complete.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import hf  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", help="a ckpt_<N>.pt, a ckpt_<N>/ folder, or an out_dir (its newest loadable checkpoint)")
+    p.add_argument("out_dir", help="the folder to write; it must not exist or be empty")
+    p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                   help="of the exported weights (default: %(default)s; training keeps float32 masters)")
+    args = p.parse_args()
+    try:
+        hf.export(args.source, args.out_dir, getattr(torch, args.dtype))
+    except hf.WeightsError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

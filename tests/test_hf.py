@@ -1,0 +1,244 @@
+"""GPT-2 / Hugging Face in and out: imported weights compute what transformers computes, exports load in
+transformers with the same logits and tokenizer, round trips are exact, and a run can start from any
+weights. References are GPT2LMHeadModel(GPT2Config(...)) with random weights: nothing is downloaded."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+import checkpoint
+import hf
+from conftest import REPO
+from model import GPT, GPTConfig
+from test_train import TINY, train
+from tokenizer import get_encoding
+
+# the tiny runs, with the vocabulary left to the weights they start from
+TINY_ANY_VOCAB = [a for a in TINY if not a.startswith("--vocab_size")]
+
+
+def hf_model(vocab=100, seed=0, **extra):
+    torch.manual_seed(seed)
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=16, vocab_size=vocab,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **extra)
+    return GPT2LMHeadModel(config).eval()
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hf_gpt2")
+    hf_model().save_pretrained(folder)
+    return folder
+
+
+def logits_of(model, x):
+    with torch.no_grad():
+        return model(x).logits if isinstance(model, GPT2LMHeadModel) else model(x, x)[0]
+
+
+def train_from(out_dir, data_dir, *overrides):
+    """A tiny run whose vocabulary comes from the weights it starts from (train_tiny.py sets 320)."""
+    result = subprocess.run([sys.executable, "train.py", "config/train_tiny.py", *TINY_ANY_VOCAB,
+                             f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides],
+                            cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def run_script(*args):
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_imported_gpt2_computes_what_transformers_does(hf_folder):
+    reference = AutoModelForCausalLM.from_pretrained(hf_folder).eval()
+    model = GPT.from_pretrained(str(hf_folder)).eval()
+    assert model.config.activation == "gelu_tanh" and model.config.vocab_size == 128 and model.config.n_tokens == 100
+    x = torch.randint(0, 100, (3, 16), generator=torch.Generator().manual_seed(1))
+    ours, theirs = logits_of(model, x), logits_of(reference, x)
+    assert (ours[..., :100] - theirs).abs().max() <= 1e-4
+    assert torch.isneginf(ours[..., 100:]).all()  # padding rows are never a token
+    with torch.no_grad():
+        their_loss = reference(x, labels=x).loss  # transformers shifts the labels itself
+        _, our_loss = model(x[:, :-1], x[:, 1:])
+    assert abs(their_loss.item() - our_loss.item()) <= 1e-5
+    prompt = x[:, :4]
+    with torch.no_grad():
+        theirs = reference.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(prompt, 10, top_k=1), theirs)
+
+
+def test_sharded_safetensors_and_pytorch_bin_folders_import_alike(tmp_path, hf_folder):
+    reference = hf_model()
+    reference.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "config.json").write_text((hf_folder / "config.json").read_text())
+    torch.save({k.removeprefix("transformer."): v for k, v in reference.state_dict().items()},  # old files: no prefix
+               tmp_path / "bin" / "pytorch_model.bin")
+    _, expected, _ = hf.load_weights(str(hf_folder))
+    for folder in ("sharded", "bin"):
+        _, weights, _ = hf.load_weights(str(tmp_path / folder))
+        assert weights.keys() == expected.keys()
+        assert all(torch.equal(weights[k], expected[k]) for k in weights), folder
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, data_dir):
+    out = tmp_path_factory.mktemp("tiny_run")
+    train(out, data_dir, "--max_iters=4", "--bias=True")
+    return out
+
+
+def assert_export_matches(export_dir, model_args, weights):
+    model = GPT(GPTConfig(**model_args))
+    model.load_state_dict(weights)
+    reference = AutoModelForCausalLM.from_pretrained(export_dir).eval()
+    x = torch.randint(0, model_args["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(2))
+    assert (logits_of(model.eval(), x) - logits_of(reference, x)).abs().max() <= 1e-4
+
+
+def test_export_of_a_trained_checkpoint_loads_in_transformers(tmp_path, tiny_run):
+    result = run_script("scripts/export_hf.py", str(tiny_run), str(tmp_path / "hf"), "--dtype", "float32")
+    assert result.returncode == 0, result.stderr
+    state = checkpoint.load_checkpoint(str(tiny_run / "ckpt_4.pt"), log=lambda m: None)
+    assert_export_matches(tmp_path / "hf", state["model_args"], state["model"])
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["activation_function"] == "gelu" and config["vocab_size"] == 64
+    assert (tmp_path / "hf" / "generation_config.json").exists()
+
+
+def test_round_trip_is_exact(tmp_path, tiny_run):
+    hf.export(str(tiny_run / "ckpt_4.pt"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
+    args, weights, _ = hf.load_weights(str(tmp_path / "hf"))
+    original = torch.load(tiny_run / "ckpt_4.pt", weights_only=True)["model"]
+    assert weights.keys() == original.keys()
+    assert all(torch.equal(weights[k], original[k]) for k in original)
+    assert GPTConfig(**args) == GPTConfig(**torch.load(tiny_run / "ckpt_4.pt", weights_only=True)["model_args"])
+
+
+def test_bf16_export_without_biases_is_large_enough_to_shard(tmp_path, monkeypatch):
+    """bias=False becomes zero biases (transformers' GPT-2 always has them); past SHARD_BYTES the
+    weights go into shards with an index, which transformers follows."""
+    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, bias=False))
+    checkpoint.save_checkpoint({"model": model.state_dict(), "model_args": dict(
+        n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, bias=False), "iter_num": 0},
+        str(tmp_path / "run"), 0, keep_last_n=0, log=lambda m: None)
+    monkeypatch.setattr(hf, "SHARD_BYTES", 20_000)
+    hf.export(str(tmp_path / "run"), str(tmp_path / "hf"), log=lambda m: None)
+    index = json.loads((tmp_path / "hf" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    assert reference.transformer.h[0].mlp.c_fc.bias.abs().sum() == 0
+    x = torch.randint(0, 64, (2, 16))
+    bf16_model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, bias=False))
+    bf16_model.load_state_dict({k: v.bfloat16().float() for k, v in model.state_dict().items()})
+    assert (logits_of(bf16_model.eval(), x) - logits_of(reference, x)).abs().max() <= 1e-4
+
+
+def test_exported_tokenizer_encodes_like_tiktoken(tmp_path, gpt2_rank_file):
+    """A GPT-2-encoded checkpoint (vocab padded to 50304) exports 50257 rows and GPT-2's tokenizer."""
+    args = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=50304, bias=True)
+    model = GPT(GPTConfig(**args))
+    checkpoint.save_checkpoint({"model": model.state_dict(), "model_args": args, "iter_num": 7,
+                                "encoding": gpt2_rank_file}, str(tmp_path / "run"), 7, keep_last_n=0,
+                               log=lambda m: None)
+    hf.export(str(tmp_path / "run" / "ckpt_7.pt"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    encoding = get_encoding(gpt2_rank_file)
+    for text in ["hello world", "  Ünïcödé 東京 🚀 x=1;\n\n\tdef f():\n    return 'it's'", (REPO / "model.py").read_text()]:
+        assert tokenizer.encode(text) == encoding.encode_ordinary(text)
+    assert tokenizer.eos_token_id == 50256
+    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert reference.config.vocab_size == 50257
+    x = torch.randint(0, 50257, (1, 8))
+    assert (logits_of(model.eval(), x)[..., :50257] - logits_of(reference, x)).abs().max() <= 1e-4
+
+
+def test_a_run_starts_from_weights_then_resumes_itself(tmp_path, data_dir, hf_folder, tiny_run):
+    # from a Hugging Face folder: the architecture comes from it, iteration 0
+    out = tmp_path / "from_hf"
+    first = train_from(out, data_dir, f"--init_weights={hf_folder}", "--max_iters=2", "--vocab_size=128")
+    assert "starting from" in first.stdout and "iter 1:" in first.stdout
+    state = torch.load(out / "ckpt_2.pt", weights_only=True)
+    assert state["model_args"]["activation"] == "gelu_tanh" and state["model_args"]["n_tokens"] == 100
+    again = train_from(out, data_dir, f"--init_weights={hf_folder}", "--max_iters=4", "--vocab_size=128")
+    assert "resuming after 2 completed steps" in again.stdout and "starting from" not in again.stdout
+    # from our own checkpoint, on other data: not refused as a resume would be
+    other = tmp_path / "other_data"
+    other.mkdir()
+    rng = np.random.default_rng(5)
+    for split, n in (("train", 5000), ("val", 500)):
+        rng.integers(0, 64, n).astype(np.uint16).tofile(other / f"{split}.bin")
+    tuned = tmp_path / "tuned"
+    result = train(tuned, str(other), f"--init_weights={tiny_run / 'ckpt_4.pt'}", "--max_iters=2", "--bias=True")
+    assert "starting from" in result.stdout and "iter 1:" in result.stdout and (tuned / "ckpt_2.pt").exists()
+
+
+def test_old_checkpoints_without_the_new_architecture_keys_still_resume(tmp_path, data_dir):
+    out = tmp_path / "old"
+    train(out, data_dir, "--max_iters=2")
+    state = torch.load(out / "ckpt_2.pt", weights_only=True)
+    for key in ("activation", "n_tokens"):
+        state["model_args"].pop(key, None)
+    torch.save(state, out / "ckpt_2.pt")
+    assert "resuming after 2 completed steps" in train(out, data_dir, "--max_iters=3").stdout
+
+
+def broken_folder(tmp_path, hf_folder, case):
+    folder = tmp_path / case
+    folder.mkdir()
+    config = json.loads((hf_folder / "config.json").read_text())
+    weights = (hf_folder / "model.safetensors").read_bytes()
+    if case == "llama":
+        config["model_type"] = "llama"
+    (folder / "config.json").write_text(json.dumps(config))
+    if case in ("llama", "truncated"):
+        (folder / "model.safetensors").write_bytes(weights[: len(weights) // 2] if case == "truncated" else weights)
+    return folder
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("llama", "only GPT-2-style models"), ("truncated", "missing or truncated"), ("no_weights", "no model.safetensors"),
+    ("nonexistent", "no such model")])
+def test_bad_weights_give_one_line(tmp_path, data_dir, hf_folder, case, expected):
+    folder = tmp_path / "nowhere" if case == "nonexistent" else broken_folder(tmp_path, hf_folder, case)
+    with pytest.raises(hf.WeightsError, match=expected):
+        GPT.from_pretrained(str(folder))
+    result = train(tmp_path / "out", data_dir, f"--init_weights={folder}", "--max_iters=1", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("error: init_weights: ") and expected in last
+
+
+def test_bad_exports_give_one_line_and_write_nothing(tmp_path, tiny_run):
+    args = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=512, bias=True)
+    checkpoint.save_checkpoint({"model": GPT(GPTConfig(**args)).state_dict(), "model_args": args, "iter_num": 1,
+                                "encoding": "bytes"}, str(tmp_path / "big_vocab"), 1, keep_last_n=0, log=lambda m: None)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("x")
+    cases = [(tmp_path / "big_vocab", tmp_path / "a", "not padding"),
+             (tmp_path / "missing", tmp_path / "b", "no such checkpoint"),
+             (tmp_path / "taken", tmp_path / "c", "holds no checkpoint"),
+             (tiny_run, tmp_path / "taken", "not empty")]
+    for source, out, expected in cases:
+        result = run_script("scripts/export_hf.py", str(source), str(out))
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.startswith("error: ") and expected in result.stderr, result.stderr
+        assert out == tmp_path / "taken" or not out.exists()
+    assert list((tmp_path / "taken").iterdir()) == [tmp_path / "taken" / "file"]
+    assert not list(tmp_path.glob("*.tmp-export"))
+
+
+def test_gpt2_by_name_offline_without_a_cached_copy_is_one_line(tmp_path, data_dir):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "empty_cache"), OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, "train.py", "config/train_tiny.py", *TINY_ANY_VOCAB, "--init_from=gpt2",
+                             f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'out'}"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("error: init_from: cannot get gpt2")
