@@ -25,6 +25,9 @@ DEFAULTS = dict(
     log_interval=10,
     eval_iters=100,  # validation batches per evaluation (the same batches every time)
     eval_only=False,  # evaluate once and exit
+    hellaswag_interval=1000,  # iterations between HellaSwag evaluations (and at the end); 0: off
+    hellaswag_file="",  # data/hellaswag/prepare.py's hellaswag.json or the official jsonl; '': beside the bins
+    hellaswag_limit=0,  # score only the first N examples (0: all 10,042)
     # 'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', a ckpt path to roll back to,
     # or OpenAI's 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' (a new run from their weights; then as 'auto')
     init_from="auto",
@@ -68,6 +71,17 @@ DEFAULTS = dict(
     beta2=0.95,
     grad_clip=1.0,  # clip the global gradient norm to this (0: off)
     max_nonfinite_steps=10,  # consecutive steps with a non-finite loss or gradient that stop the run
+    # loss spikes (spikes.py), judged after warmup: an update whose loss or grad norm is more than z sd above
+    # the mean of the last spike_window accepted steps is skipped (z = 0: off); spike_rollback_after skipped
+    # steps within spike_window roll back to the newest checkpoint spike_rollback_margin steps before the
+    # first, and the data goes on spike_skip_batches global batches past it (PaLM's recipe), max_rollbacks times
+    spike_window=100,
+    spike_loss_z=5.0,
+    spike_grad_z=5.0,
+    spike_rollback_after=5,  # 0: never roll back
+    spike_rollback_margin=100,
+    spike_skip_batches=250,
+    max_rollbacks=3,
     # learning-rate schedule: linear warmup, cosine decay to min_lr
     decay_lr=True,
     warmup_iters=715,  # 375M tokens, as GPT-3

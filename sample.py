@@ -80,6 +80,31 @@ def encoding_name(args, state):
     return name
 
 
+def load_model(args, local_rank=0):
+    """(model in eval mode, checkpoint state, encoding, device, autocast) from --out_dir/--init_from,
+    --encoding, --device and --dtype; scripts/eval_hellaswag.py shares it."""
+    device, device_type = hardware.resolve_device(args.device, local_rank)
+    if device_type == "cuda" and not torch.cuda.is_available():
+        fail(f"--device {device}: PyTorch sees no GPU here; use --device cpu")
+    dtype = args.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    state = load_state(args)
+    try:
+        enc = tokenizer.get_encoding(encoding_name(args, state))
+    except ValueError as e:
+        fail(str(e))
+    with torch.device(device):
+        model = GPT(GPTConfig(**state["model_args"]))
+    try:
+        checkpoint.restore(state, model)  # a ckpt_<N>.pt file or an FSDP run's ckpt_<N>/ folder
+    except checkpoint.CheckpointError as e:
+        fail(str(e))
+    # the same bf16 autocast over fp32 weights as training, so what is measured is what was trained
+    autocast = torch.autocast(device_type, dtype=torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+    return model.eval(), state, enc, device, autocast
+
+
 def prompt_ids(args, enc, vocab_size):
     text = args.start
     if text.startswith("FILE:"):
@@ -99,28 +124,9 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature <= 0 or args.top_k < 0:
         fail("need --num_samples >= 1, --max_new_tokens >= 0, --temperature > 0 and --top_k >= 0")
-    device, device_type = hardware.resolve_device(args.device)
-    if device_type == "cuda" and not torch.cuda.is_available():
-        fail(f"--device {device}: PyTorch sees no GPU here; use --device cpu")
-    dtype = args.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-    state = load_state(args)
-    try:
-        enc = tokenizer.get_encoding(encoding_name(args, state))
-    except ValueError as e:
-        fail(str(e))
-
     torch.manual_seed(args.seed)
-    with torch.device(device):
-        model = GPT(GPTConfig(**state["model_args"]))
-    try:
-        checkpoint.restore(state, model)  # a ckpt_<N>.pt file or an FSDP run's ckpt_<N>/ folder
-    except checkpoint.CheckpointError as e:
-        fail(str(e))
-    model.eval()
-    # the same bf16 autocast over fp32 weights as training, so the samples match what was evaluated
-    autocast = torch.autocast(device_type, dtype=torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+    model, state, enc, device, autocast = load_model(args)
+    dtype = "bfloat16" if isinstance(autocast, torch.autocast) else "float32"
     idx = torch.tensor([prompt_ids(args, enc, model.config.vocab_size)], dtype=torch.long, device=device)
     log(f"sampling {args.num_samples} x {args.max_new_tokens} tokens from step {state.get('iter_num')} "
         f"({enc.name} encoding, {device}, {dtype})")

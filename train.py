@@ -31,8 +31,11 @@ import bins
 import checkpoint
 import configurator
 import hardware
+import hellaswag
 import hf
 import memory
+import spikes
+import tokenizer
 from model import CHECKPOINTING_POLICIES, GPT, GPTConfig
 
 # -----------------------------------------------------------------------------
@@ -269,6 +272,15 @@ micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share
 val_windows = bins.WindowSampler(val_bin.num_windows(gptconf.block_size), cfg.seed).next_indices(
     cfg.eval_iters * eval_batch_size).reshape(cfg.eval_iters, eval_batch_size)
 tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
+hellaswag_examples = None
+if cfg.hellaswag_interval > 0:
+    try:  # a bad file turns the evaluation off rather than stopping a long run; another encoding is refused
+        hellaswag_examples = hellaswag.load(cfg.hellaswag_file or os.path.join(cfg.data_dir, hellaswag.FILE),
+                                            tokenizer.get_encoding(encoding or "gpt2"))
+    except hellaswag.EncodingMismatch as e:
+        fail(f"hellaswag_file: {e}")
+    except (hellaswag.HellaSwagError, ValueError) as e:
+        log(f"warning: {e}; HellaSwag evaluation is off for this run")
 log(f"data: {cfg.data_dir}: {train_bin.num_tokens:,} train tokens ({tokens_per_iter:,} per step, "
     f"{cfg.max_iters * tokens_per_iter / train_bin.num_tokens:.2f} epochs to max_iters), {val_bin.num_tokens:,} val")
 
@@ -319,28 +331,39 @@ if fsdp:  # shard parameters, gradients and AdamW state block by block across th
     fully_shard(model, mp_policy=mixed)
 optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type)
 
-iter_num, best_val_loss, wandb_run_id = 0, float("inf"), None
-if resume_state is not None:
+guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
+
+
+def load_training_state(state, after_spikes=False):
+    """Everything a checkpoint holds into the live run: weights, optimizer, data position, RNGs and
+    the spike statistics (a rollback keeps its own count of rollbacks). Returns the iteration."""
+    global best_val_loss, wandb_run_id
     try:
-        checkpoint.restore(resume_state, model, optimizer)
+        checkpoint.restore(state, raw_model, optimizer)
     except checkpoint.CheckpointError as e:  # the live model may be half overwritten: stop here
         fail(f"{e}; move that checkpoint aside and rerun to resume from the one before")
-    iter_num = resume_state["iter_num"]
-    best_val_loss = resume_state["best_val_loss"]
-    wandb_run_id = resume_state["wandb_run_id"]
-    saved_windows, saved_seed = resume_state["sampler_windows"], resume_state["config"]["seed"]
+    best_val_loss, wandb_run_id = state["best_val_loss"], state["wandb_run_id"]
+    saved_windows, saved_seed = state["sampler_windows"], state["config"]["seed"]
     if (saved_windows, saved_seed) != (sampler.num_windows, cfg.seed):
         fail(f"the data order changed since the checkpoint ({saved_windows:,} windows with seed {saved_seed} then, "
              f"{sampler.num_windows:,} with seed {cfg.seed} now): resuming would repeat or skip data. Use the "
-             f"train.bin and seed the run started with, or start a new out_dir")
-    sampler.load_state_dict(resume_state["sampler"])
-    rngs = resume_state["rng"]  # one per rank of the run that saved it
+             f"train.bin and seed the run started with, or start a new out_dir (init_weights= to fine-tune)")
+    sampler.load_state_dict(state["sampler"])
+    rngs = state["rng"]  # one per rank of the run that saved it
     if len(rngs) != world_size:
         log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
             f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
     checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
+    if "spikes" in state:
+        guard.load_state_dict(state["spikes"], rolling_back=after_spikes)
+    return state["iter_num"]
+
+
+iter_num, best_val_loss, wandb_run_id = 0, float("inf"), None
+if resume_state is not None:
+    iter_num = load_training_state(resume_state)
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
-    del resume_state, rngs  # the mmap'd tensors have been copied into the model and optimizer
+    del resume_state  # the mmap'd tensors have been copied into the model and optimizer
 start_iter = iter_num
 if ddp:
     # gradient_as_bucket_view: gradients live in DDP's buckets instead of beside them (26.6 GB at 6.7B),
@@ -427,6 +450,16 @@ def evaluate():
     return (total[0] / total[1]).item()
 
 
+def evaluate_hellaswag():
+    t_eval = time.time()
+    result = hellaswag.evaluate(model, hellaswag_examples, gptconf.block_size, device, autocast,
+                                cfg.hellaswag_limit, rank, world_size)
+    log(f"hellaswag iter {iter_num}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
+        f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
+    if wandb_run:
+        wandb_run.log({"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]}, step=iter_num)
+
+
 def sync_gradients(on):
     """DDP all-reduces gradients only on a step's last micro-batch; the others accumulate locally.
     FSDP reduce-scatters after every micro-batch: skipping it would keep every block's unsharded
@@ -468,6 +501,7 @@ def save(step_start):
         "rng": rngs,
         "wandb_run_id": wandb_run_id,
         "encoding": encoding,
+        "spikes": guard.state_dict(),
     }
     try:
         if fsdp:
@@ -493,10 +527,40 @@ def memory_text():
     return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.1f}GB RSS"
 
 
-def nan_injected(it):
-    """Fault injection for the tests: TRAIN_FAULT_NAN_AT_ITERS=3,4 poisons those steps' loss."""
-    wanted = os.environ.get("TRAIN_FAULT_NAN_AT_ITERS", "")
-    return str(it + 1) in wanted.split(",")
+def fault_injected(kind, it):
+    """Fault injection for the tests: TRAIN_FAULT_NAN_AT_ITERS=3,4 poisons those steps' loss;
+    TRAIN_FAULT_SPIKE_AT_ITERS=5,6 multiplies it (and so the gradients) by 1000, except in steps
+    replayed after an automatic rollback (a spike belongs to its data, which the rollback skipped)."""
+    replayed = kind == "SPIKE" and any(r["first_spike"] <= it + 1 <= r["at"] for r in guard.rollbacks)
+    return str(it + 1) in os.environ.get(f"TRAIN_FAULT_{kind}_AT_ITERS", "").split(",") and not replayed
+
+
+def roll_back(first_spike, spike_data):
+    """PaLM's recipe: back to the newest checkpoint spike_rollback_margin steps before the first spike,
+    and on from spike_skip_batches global batches past the spike's data. Returns the iteration."""
+    found = spikes.rollback_target(checkpoint.list_checkpoints(cfg.out_dir), first_spike, cfg.spike_rollback_margin)
+    if len(guard.rollbacks) >= cfg.max_rollbacks:
+        fail(f"loss spikes again at iter {first_spike} after {len(guard.rollbacks)} automatic rollback(s) "
+             f"(max_rollbacks={cfg.max_rollbacks}); lower learning_rate or raise max_rollbacks and rerun the same "
+             "command to resume from the newest checkpoint")
+    if found is None:
+        log(f"warning: loss spike burst from iter {first_spike}, but no checkpoint {cfg.spike_rollback_margin} "
+            f"steps before it to roll back to; going on")
+        guard.skipped_at.clear()
+        return iter_num
+    if master:
+        checkpoint.roll_back_to(found[1], log=log)
+    if distributed:
+        dist.barrier()
+    rollbacks = guard.rollbacks + [{"at": iter_num, "to": found[0], "first_spike": first_spike,
+                                    "skipped_batches": first_spike - 1 - found[0] + cfg.spike_skip_batches}]
+    restored = load_training_state(checkpoint.load_checkpoint(found[1], log=log), after_spikes=True)
+    guard.rollbacks = rollbacks
+    sampler.load_state_dict(spike_data)
+    sampler.next_indices(cfg.spike_skip_batches * cfg.batch_size * cfg.gradient_accumulation_steps)
+    log(f"rolled back to iter {restored} ({len(rollbacks)} of max {cfg.max_rollbacks}) after a burst of skipped "
+        f"steps from iter {first_spike}; the data goes on {cfg.spike_skip_batches} global batches past the spike's")
+    return restored
 
 
 # -----------------------------------------------------------------------------
@@ -505,6 +569,8 @@ if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
     t0 = time.time()
     val_loss = evaluate()
     log(f"eval iter {iter_num}: val loss {val_loss:.4f} ({time.time() - t0:.1f}s)")
+    if hellaswag_examples:
+        evaluate_hellaswag()
     if cfg.eval_only:
         if distributed:
             dist.destroy_process_group()
@@ -527,11 +593,12 @@ while iter_num < cfg.max_iters and not stopping:
     my_windows = sampler.next_indices(cfg.batch_size * cfg.gradient_accumulation_steps).reshape(
         cfg.gradient_accumulation_steps, cfg.batch_size)[rank::world_size]
     x, y = get_batch(train_bin, my_windows[0])
+    fault_scale = 1000.0 if fault_injected("SPIKE", iter_num) else 1.0
     for micro_step in range(micro_steps):
         last = micro_step == micro_steps - 1
         sync_gradients(last)
         with autocast:
-            loss = model(x, y)[1]  # not `_, loss =`: that would keep the logits (0.8 GB at 6.7B) through backward
+            loss = model(x, y)[1] * fault_scale  # not `_, loss =`: that keeps the logits (0.8 GB at 6.7B) through backward
         if not last:  # fetch the next batch while the GPU works
             x, y = get_batch(train_bin, my_windows[micro_step + 1])
         (loss / micro_steps).backward()
@@ -543,23 +610,35 @@ while iter_num < cfg.max_iters and not stopping:
         optimizer.zero_grad(set_to_none=True)  # the unfinished step is dropped; resume redraws its batches
         break
     loss_mean = mean_over_ranks(loss_sum / micro_steps)  # over the whole global batch
-    if nan_injected(iter_num):
+    if fault_injected("NAN", iter_num):
         loss_mean = loss_mean * float("nan")
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
     if isinstance(grad_norm, DTensor):  # FSDP2 returns the norm as a DTensor
         grad_norm = grad_norm.full_tensor()
     loss_value, norm_value = torch.stack([loss_mean, grad_norm.float()]).tolist()
-    if math.isfinite(loss_value) and math.isfinite(norm_value):
+    finite = math.isfinite(loss_value) and math.isfinite(norm_value)
+    spike = guard.judge(iter_num + 1, loss_value, norm_value, step_start["sampler"]) \
+        if finite and iter_num >= cfg.warmup_iters else None
+    if finite and not spike:
         optimizer.step()
         nonfinite_in_a_row = 0
-    else:  # skip the update; the step still counts, and its batches are not seen again
+    elif not finite:  # skip the update; the step still counts, and its batches are not seen again
         nonfinite_in_a_row += 1
         nonfinite_total += 1
+        guard.note_skipped(iter_num + 1, step_start["sampler"])
     optimizer.zero_grad(set_to_none=not ddp)
     dt = time.time() - t0
     iter_num += 1
     step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
 
+    if spike:
+        log(f"iter {iter_num}: loss spike, step skipped: {spike} ({guard.skipped} skipped in all)")
+    burst = guard.burst(iter_num)
+    if burst:
+        iter_num = roll_back(*burst)
+        step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+        last_saved_iter = iter_num
+        continue
     if nonfinite_in_a_row:
         log(f"iter {iter_num}: non-finite loss {loss_value} or grad norm {norm_value}: step skipped "
             f"({nonfinite_in_a_row} in a row, {nonfinite_total} in all)")
@@ -570,7 +649,7 @@ while iter_num < cfg.max_iters and not stopping:
         log(f"first step took {dt:.1f}s (includes warm-up{' and compilation' if cfg.compile else ''})")
     else:
         step_time_avg = dt if step_time_avg is None else 0.9 * step_time_avg + 0.1 * dt
-    if iter_num % cfg.log_interval == 0 and not nonfinite_in_a_row:
+    if iter_num % cfg.log_interval == 0 and not nonfinite_in_a_row and not spike:
         tokens_per_sec = tokens_per_iter / dt
         mfu = hardware.utilisation(model_flops, tokens_per_sec / world_size, peak_tflops)  # per GPU
         line = (f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.0f}ms, mfu {hardware.percent(mfu)}, "
@@ -596,6 +675,8 @@ while iter_num < cfg.max_iters and not stopping:
         log(f"eval iter {iter_num}: val loss {val_loss:.4f}, best {best_val_loss:.4f} ({time.time() - t_eval:.1f}s)")
         if wandb_run:
             wandb_run.log({"val/loss": val_loss}, step=iter_num)
+    if hellaswag_examples and (iter_num % cfg.hellaswag_interval == 0 or iter_num == cfg.max_iters):
+        evaluate_hellaswag()
 
     # clocks differ between machines: a time-based save happens when any rank says so
     time_to_save = agree(cfg.checkpoint_minutes > 0 and time.time() - last_save_time >= 60 * cfg.checkpoint_minutes)

@@ -36,6 +36,7 @@ grad_clip = 1.0
 log_interval = 1
 eval_interval = 100
 eval_iters = 100
+hellaswag_interval = eval_interval  # ~3 min on one GPU: 10,042 examples, 8 a forward
 checkpoint_interval = 500
 checkpoint_minutes = 120.0
 keep_last_n = 3

@@ -46,7 +46,7 @@ from model import GPT, GPTConfig  # noqa: E402
 
 TRAIN = os.path.join(REPO, "train.py")
 # Every run starts fresh, logs each step, and neither evaluates, saves nor reports to wandb.
-FIXED_OVERRIDES = ["--init_from=scratch", "--log_interval=1", "--eval_interval=0", "--checkpoint_interval=0",
+FIXED_OVERRIDES = ["--init_from=scratch", "--log_interval=1", "--eval_interval=0", "--hellaswag_interval=0", "--checkpoint_interval=0",
                    "--wandb_log=False"]
 MEMORY_FAILURES = ("oom", "over margin")  # a setting that fails so would fail with less recompute too
 

@@ -1,12 +1,14 @@
 """
-Plot a run's train.log: train and val loss, and throughput, over iterations.
+Plot a run's train.log: train and val loss, throughput and HellaSwag accuracy over iterations.
 
     python scripts/plot_log.py out/gpt3_6b/train.log [--out loss.png]
 
 Reads the lines train.py writes ('iter N: loss X, time Yms, ..., tok/s T, ...' and
 'eval iter N: val loss X ...'). A resume from an older checkpoint repeats iterations: the
 later run's lines replace the abandoned ones from there on, so the plot shows the run as it
-continued. Writes a PNG (default: loss.png beside the log) without needing a display.
+continued. HellaSwag's acc_norm ('hellaswag iter N: acc_norm X') is drawn against the GPT-3 paper's
+zero-shot figure for the model size nearest the run's ('built N parameters'). Writes a PNG (default:
+loss.png beside the log) without needing a display.
 """
 import argparse
 import os
@@ -15,12 +17,17 @@ import sys
 
 import matplotlib
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hellaswag import gpt3_reference  # noqa: E402
+
 matplotlib.use("Agg")  # render to a file: no display on a GPU server
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
 NUMBER = r"([-+]?\d+(?:\.\d*)?(?:e[-+]?\d+)?|nan|inf)"
 TRAIN_RE = re.compile(rf"iter (\d+): loss {NUMBER}, time \S+, mfu \S+, tok/s (\d[\d,]*)")  # all GPUs' tok/s
 EVAL_RE = re.compile(rf"eval iter (\d+): val loss {NUMBER}")
+HELLASWAG_RE = re.compile(rf"hellaswag iter (\d+): acc_norm {NUMBER}")
+PARAMS_RE = re.compile(r"built ([\d,]+) parameters")
 
 
 def parse_log(lines):
@@ -41,9 +48,22 @@ def parse_log(lines):
     return train, val
 
 
-def plot(train, val, path, title):
+def parse_hellaswag(lines):
+    """({iter: acc_norm}, the model's parameter count or None) from a train.log's lines."""
+    points, params = {}, None
+    for line in lines:
+        if m := HELLASWAG_RE.match(line):
+            points[int(m.group(1))] = float(m.group(2))
+        elif m := PARAMS_RE.match(line):
+            params = int(m.group(1).replace(",", ""))
+    return points, params
+
+
+def plot(train, val, path, title, hellaswag=None, params=None):
     iters = sorted(train)
-    fig, (ax_loss, ax_speed) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, height_ratios=[2, 1])
+    rows = 3 if hellaswag else 2
+    fig, axes = plt.subplots(rows, 1, figsize=(10, 3.5 * rows), sharex=True, height_ratios=[2, 1, 1][:rows])
+    ax_loss, ax_speed = axes[:2]
     ax_loss.plot(iters, [train[i][0] for i in iters], lw=0.8, alpha=0.8, label="train loss")
     if val:
         ax_loss.plot(sorted(val), [val[i] for i in sorted(val)], "o-", ms=3, label="val loss")
@@ -53,8 +73,17 @@ def plot(train, val, path, title):
     ax_loss.legend()
     ax_speed.plot(iters, [train[i][1] for i in iters], lw=0.8, color="tab:green")
     ax_speed.set_ylabel("tokens/s")
-    ax_speed.set_xlabel("iteration")
     ax_speed.grid(alpha=0.3)
+    if hellaswag:
+        ax = axes[2]
+        ax.plot(sorted(hellaswag), [100 * hellaswag[i] for i in sorted(hellaswag)], "o-", ms=3, label="acc_norm")
+        if params:
+            name, reference = gpt3_reference(params)
+            ax.axhline(reference, ls="--", color="tab:red", label=f"{name} zero-shot ({reference}%)")
+        ax.set_ylabel("HellaSwag %")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    axes[-1].set_xlabel("iteration")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -68,13 +97,14 @@ def main(argv=None):
     out = args.out or os.path.join(os.path.dirname(args.log), "loss.png")
     try:
         with open(args.log) as f:
-            train, val = parse_log(f)
+            lines = f.readlines()
+        train, val = parse_log(lines)
     except OSError as e:
         sys.exit(f"plot_log: cannot read {args.log}: {e.strerror}")
     if not train:
         sys.exit(f"plot_log: no 'iter N: loss X' lines in {args.log}: is it a train.py log?")
     try:
-        plot(train, val, out, args.log)
+        plot(train, val, out, args.log, *parse_hellaswag(lines))
     except OSError as e:
         sys.exit(f"plot_log: cannot write {out}: {e.strerror}")
     last = f", last val loss {val[max(val)]:.4f} at iter {max(val)}" if val else ""

@@ -1,0 +1,74 @@
+"""
+Loss spikes, caught without a human awake: an update whose loss or gradient norm stands far above
+its recent history is skipped (as llm.c does), and a burst of them rolls the run back to a
+checkpoint well before the first one and skips the data around it (PaLM's recipe, automated).
+
+A step is a spike when its loss (or norm) is more than `loss_z` (`grad_z`) standard deviations above
+the mean of the last `window` accepted steps; it is judged only once that window is full. Skipped
+steps never enter the window, so a spike does not raise the bar for the next one. A burst is
+`rollback_after` skipped steps (spikes or non-finite) within `window` steps. Everything here is
+plain numbers, saved in checkpoints, so a resumed run judges exactly as the original would have.
+"""
+import math
+from collections import deque
+
+
+class SpikeGuard:
+    def __init__(self, window, loss_z, grad_z, rollback_after):
+        self.window, self.loss_z, self.grad_z, self.rollback_after = window, loss_z, grad_z, rollback_after
+        self.history = deque(maxlen=window)  # (loss, grad norm) of accepted steps
+        self.skipped_at = deque()  # (iteration, data position at its start) of recent skipped steps
+        self.skipped = 0  # spikes skipped in the whole run
+        self.rollbacks = []  # one {'at', 'to', 'first_spike', 'skipped_batches'} per automatic rollback
+
+    @property
+    def on(self):
+        return self.loss_z > 0 or self.grad_z > 0
+
+    def judge(self, iteration, loss, grad_norm, data_position):
+        """Why this step is a spike ('loss 9.1 is 12.3 sd above its mean 3.2'), or None, then it is
+        accepted into the history. data_position: the sampler's state at the step's start."""
+        if self.on and len(self.history) == self.window:
+            for name, value, z, column in (("loss", loss, self.loss_z, 0), ("grad norm", grad_norm, self.grad_z, 1)):
+                values = [h[column] for h in self.history]
+                mean = sum(values) / len(values)
+                sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+                if z > 0 and value > mean + z * max(sd, 1e-6 * abs(mean)):
+                    self.skipped += 1
+                    self.note_skipped(iteration, data_position)
+                    return f"{name} {value:.4g} is {(value - mean) / max(sd, 1e-12):.1f} sd above its mean {mean:.4g}"
+        self.history.append((loss, grad_norm))
+        return None
+
+    def note_skipped(self, iteration, data_position):
+        """A skipped step of any kind (spike or non-finite), toward a burst."""
+        self.skipped_at.append((iteration, data_position))
+
+    def burst(self, iteration):
+        """(iteration, data position) of the first skipped step of a burst ending at `iteration`, or None."""
+        while self.skipped_at and self.skipped_at[0][0] <= iteration - self.window:
+            self.skipped_at.popleft()
+        if self.rollback_after > 0 and len(self.skipped_at) >= self.rollback_after:
+            return self.skipped_at[0]
+        return None
+
+    def state_dict(self):
+        return {"history": [list(h) for h in self.history], "skipped_at": [list(s) for s in self.skipped_at],
+                "skipped": self.skipped, "rollbacks": list(self.rollbacks)}
+
+    def load_state_dict(self, state, rolling_back=False):
+        """A checkpoint's statistics. rolling_back: the burst that caused it is dealt with, and the run
+        keeps its own record of rollbacks (and the limit on them) instead of the older checkpoint's."""
+        self.history = deque((tuple(h) for h in state["history"]), maxlen=self.window)
+        self.skipped = state["skipped"]
+        if rolling_back:
+            self.skipped_at = deque()
+        else:
+            self.skipped_at = deque(tuple(s) for s in state["skipped_at"])
+            self.rollbacks = list(state["rollbacks"])
+
+
+def rollback_target(checkpoints, first_spike, margin):
+    """(N, path) of the newest checkpoint at least `margin` steps before first_spike (the spike is step
+    first_spike), or None. checkpoints: checkpoint.list_checkpoints' newest-first (N, path) list."""
+    return next(((n, path) for n, path in checkpoints if n <= first_spike - 1 - margin), None)

@@ -1,0 +1,150 @@
+"""HellaSwag: scoring equals a plain per-ending computation on a model that has learnt the answers,
+one and two processes agree, the in-loop evaluation logs and plots, and bad files are one line."""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import checkpoint
+import hellaswag
+from conftest import REPO
+from model import GPT, GPTConfig
+from tokenizer import get_encoding
+
+POOL = ["apple pie", "river bank", "stone wall", "cloud nine", "green door", "paper boat"]
+MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=32", "--batch_size=16",
+         "--gradient_accumulation_steps=1", "--warmup_iters=10", "--learning_rate=3e-3", "--eval_iters=2",
+         "--log_interval=50", "--wandb_log=False"]
+
+
+def write_examples(path, n=24):
+    rng = random.Random(0)
+    examples = [{"ctx": f"Q{i:02d} says", "endings": rng.sample(POOL, 4), "label": rng.randrange(4)} for i in range(n)]
+    path.write_text("".join(json.dumps(ex) + "\n" for ex in examples))
+    return examples
+
+
+def run(*args, env=None, torchrun=0):
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}"] \
+        if torchrun else [sys.executable]
+    return subprocess.run([*launcher, *args], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+
+
+@pytest.fixture(scope="module")
+def learnt(tmp_path_factory):
+    """A tiny byte-level model trained on 'context + correct ending' documents, with HellaSwag in the loop."""
+    folder = tmp_path_factory.mktemp("hellaswag")
+    examples = write_examples(folder / "hellaswag_val.jsonl")
+    docs = [{"text": ex["ctx"] + " " + ex["endings"][ex["label"]]} for ex in examples] * 150
+    (folder / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    data = folder / "data"
+    prepared = run("data/pile/prepare.py", "--source", str(folder / "docs.jsonl"), "--data_dir", str(data),
+                   "--encoding", "bytes", "--val_fraction", "0")
+    assert prepared.returncode == 0, prepared.stderr
+    shutil.copy(data / "train.bin", data / "val.bin")  # every document is a duplicate: no split to hold out
+    result = run("train.py", "config/train_tiny.py", *MODEL, f"--data_dir={data}", f"--out_dir={folder / 'run'}",
+                 "--max_iters=300", "--lr_decay_iters=300", "--eval_interval=150", "--checkpoint_interval=300",
+                 "--hellaswag_interval=150", f"--hellaswag_file={folder / 'hellaswag_val.jsonl'}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder, result.stdout
+
+
+def load_model(folder):
+    state = checkpoint.load_checkpoint(str(folder / "run" / "ckpt_300.pt"), log=lambda m: None)
+    model = GPT(GPTConfig(**state["model_args"]))
+    checkpoint.restore(state, model)
+    return model.eval()
+
+
+def plain_losses(model, ctx, ending):
+    """The ending's summed and mean cross-entropy, one row at a time, no padding."""
+    ids = torch.tensor([ctx + ending])
+    with torch.no_grad():
+        logits = model(ids[:, :-1], ids[:, 1:])[0][0]
+    losses = -F.log_softmax(logits, -1)[torch.arange(len(ids[0]) - 1), ids[0, 1:]][-len(ending):]
+    return losses.sum().item(), losses.mean().item()
+
+
+def test_scoring_equals_a_plain_computation(learnt):
+    folder, _ = learnt
+    model = load_model(folder)
+    examples = hellaswag.load(str(folder / "hellaswag_val.jsonl"), get_encoding("bytes"))
+    correct = correct_norm = 0
+    for start in range(0, len(examples), 5):  # batches of 5, padded to the longest row
+        summed, mean = hellaswag.ending_losses(model, examples[start:start + 5], 32, "cpu", torch.no_grad())
+        for i, ex in enumerate(examples[start:start + 5]):
+            plain = [plain_losses(model, ex["ctx"], e) for e in ex["endings"]]
+            torch.testing.assert_close(summed[i], torch.tensor([p[0] for p in plain]), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(mean[i], torch.tensor([p[1] for p in plain]), rtol=1e-5, atol=1e-5)
+            correct += min(range(4), key=lambda k: plain[k][0]) == ex["label"]
+            correct_norm += min(range(4), key=lambda k: plain[k][1]) == ex["label"]
+    result = hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad())
+    assert result == {"acc": correct / 24, "acc_norm": correct_norm / 24, "n": 24}
+    assert result["acc_norm"] >= 0.75  # it has learnt the answers: chance is 0.25
+    assert hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), limit=10)["n"] == 10
+
+
+def test_in_loop_evaluation_is_logged_and_plotted(learnt, tmp_path):
+    folder, log = learnt
+    lines = [line for line in log.splitlines() if line.startswith("hellaswag iter")]
+    assert [line.split(":")[0] for line in lines] == ["hellaswag iter 0", "hellaswag iter 150", "hellaswag iter 300"]
+    assert "acc_norm" in lines[-1] and "(24 examples" in lines[-1]
+    result = run("scripts/plot_log.py", str(folder / "run" / "train.log"), "--out", str(tmp_path / "plot.png"))
+    assert result.returncode == 0 and (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_prepared_file_one_and_two_processes_agree(learnt):
+    folder, log = learnt
+    prepared = run("data/hellaswag/prepare.py", "--source", str(folder / "hellaswag_val.jsonl"),
+                   "--data_dir", str(folder / "data"))
+    assert prepared.returncode == 0 and "24 examples, bytes encoding" in prepared.stdout, prepared.stderr
+    ckpt = f"--init_from={folder / 'run' / 'ckpt_300.pt'}"
+    results = [run("scripts/eval_hellaswag.py", ckpt, "--json"),  # the prepared file beside the run's bins
+               run("scripts/eval_hellaswag.py", ckpt, "--json", f"--data={folder / 'hellaswag_val.jsonl'}"),
+               run("scripts/eval_hellaswag.py", ckpt, "--json", torchrun=2)]
+    for r in results:
+        assert r.returncode == 0, r.stderr
+    parsed = [json.loads(r.stdout) for r in results]
+    assert parsed[0] == parsed[1] == parsed[2] and parsed[0]["n"] == 24
+    in_loop = next(line for line in log.splitlines() if line.startswith("hellaswag iter 300:"))
+    assert f"acc_norm {parsed[0]['acc_norm']:.4f}" in in_loop  # the same checkpoint, scored in the loop
+
+
+@pytest.mark.parametrize("case,expected", [("three_endings", "expected 'ctx' and four 'endings'"),
+                                           ("label", "label 7 is not 0-3"), ("missing", "no HellaSwag file")])
+def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, case, expected):
+    folder, _ = learnt
+    bad = tmp_path / "bad.jsonl"
+    if case == "three_endings":
+        bad.write_text(json.dumps({"ctx": "a", "endings": ["b", "c", "d"], "label": 0}) + "\n")
+    elif case == "label":
+        bad.write_text(json.dumps({"ctx": "a", "endings": ["b", "c", "d", "e"], "label": 7}) + "\n")
+    script = run("scripts/eval_hellaswag.py", f"--init_from={folder / 'run' / 'ckpt_300.pt'}", f"--data={bad}")
+    assert script.returncode == 1 and "Traceback" not in script.stderr
+    last = script.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and expected in last
+    trained = run("train.py", "config/train_tiny.py", *MODEL, f"--data_dir={folder / 'data'}",
+                  f"--out_dir={tmp_path / 'run'}", "--max_iters=2", "--eval_interval=0", "--hellaswag_interval=1",
+                  f"--hellaswag_file={bad}")
+    assert trained.returncode == 0 and "hellaswag iter" not in trained.stdout
+    assert any(line.startswith("warning: ") and expected in line and line.endswith("HellaSwag evaluation is off for this run")
+               for line in trained.stdout.splitlines())
+
+
+def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
+    folder, _ = learnt
+    gpt2_file = tmp_path / "hellaswag.json"
+    hellaswag.write(str(gpt2_file), hellaswag.read_jsonl(str(folder / "hellaswag_val.jsonl")),
+                    get_encoding(gpt2_rank_file))
+    result = run("train.py", "config/train_tiny.py", *MODEL, f"--data_dir={folder / 'data'}",
+                 f"--out_dir={tmp_path / 'run'}", "--max_iters=2", "--hellaswag_interval=1",
+                 f"--hellaswag_file={gpt2_file}")
+    last = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 1 and last.startswith("error: hellaswag_file: ") and "tokenized with" in last

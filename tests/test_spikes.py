@@ -1,0 +1,56 @@
+"""Loss spikes: skipped, a burst rolls back to the right checkpoint with the right data skipped, the
+number of rollbacks is bounded, and a stop and resume through all of it stays bit-exact."""
+import torch
+
+import spikes
+from test_train import TINY, assert_same_weights, train
+
+SPIKY = ["--max_iters=16", "--warmup_iters=2", "--eval_interval=0", "--checkpoint_interval=2",
+         "--gradient_accumulation_steps=2", "--dropout=0.0", "--spike_window=4", "--spike_loss_z=3",
+         "--spike_grad_z=0", "--spike_rollback_after=3", "--spike_rollback_margin=2", "--spike_skip_batches=2"]
+WINDOWS_PER_STEP = 4 * 2  # batch_size x gradient_accumulation_steps
+assert "--batch_size=4" in TINY
+
+
+def spiky(out_dir, data_dir, *overrides, at="9,10,11", check=True):
+    return train(out_dir, data_dir, *SPIKY, *overrides, env={"TRAIN_FAULT_SPIKE_AT_ITERS": at}, check=check)
+
+
+def test_the_guard_judges_against_accepted_history_only():
+    guard = spikes.SpikeGuard(window=4, loss_z=3.0, grad_z=0.0, rollback_after=2)
+    for i, loss in enumerate([3.0, 3.1, 2.9, 3.0], 1):
+        assert guard.judge(i, loss, 1.0, {"position": i}) is None  # filling the window: never a spike
+    assert guard.judge(5, 30.0, 1.0, {"position": 5}).startswith("loss 30")
+    assert guard.judge(6, 3.05, 50.0, {"position": 6}) is None  # grad_z 0: the norm is not judged
+    assert guard.judge(7, 31.0, 1.0, {"position": 7})  # the spike at 5 did not raise the bar
+    assert guard.burst(7) == (5, {"position": 5}) and guard.skipped == 2
+    assert guard.burst(9) is None  # 5 has left the window of 4 steps
+
+
+def test_a_burst_rolls_back_and_skips_the_spikes_data(tmp_path, data_dir):
+    out = tmp_path / "run"
+    log = spiky(out, data_dir).stdout
+    assert log.count("loss spike, step skipped") == 3
+    assert "rolled back to iter 6 (1 of max 3) after a burst of skipped steps from iter 9" in log
+    moved = sorted(p.name for p in (out / "rolled_back").rglob("ckpt_*.pt"))
+    assert moved == ["ckpt_10.pt", "ckpt_8.pt"]  # written during the burst, set aside
+    state = torch.load(out / "ckpt_8.pt", weights_only=True)
+    # step 9 began after 8 batches; the data goes on 2 batches past it, and steps 7 and 8 took 2 more
+    assert state["sampler"] == {"epoch": 0, "position": (8 + 2 + 2) * WINDOWS_PER_STEP}
+    assert state["spikes"]["rollbacks"] == [{"at": 11, "to": 6, "first_spike": 9, "skipped_batches": 4}]
+    assert (out / "ckpt_16.pt").exists() and "done: 16 steps" in log
+
+
+def test_stop_and_resume_through_spikes_and_rollback_is_bit_exact(tmp_path, data_dir):
+    spiky(tmp_path / "whole", data_dir)
+    spiky(tmp_path / "split", data_dir, "--max_iters=10")  # stops in the middle of the burst
+    resumed = spiky(tmp_path / "split", data_dir).stdout
+    assert "rolled back to iter 6" in resumed
+    assert_same_weights(tmp_path / "whole" / "ckpt_16.pt", tmp_path / "split" / "ckpt_16.pt")
+
+
+def test_rollbacks_are_limited(tmp_path, data_dir):
+    result = spiky(tmp_path / "run", data_dir, "--max_rollbacks=1", at="9,10,11,13,14,15", check=False)
+    last = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert last.startswith("error: loss spikes again at iter 13 after 1 automatic rollback(s) (max_rollbacks=1)")
