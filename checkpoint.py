@@ -22,6 +22,7 @@ treat both forms alike, ordered by N.
 """
 
 import errno
+import io
 import operator
 import os
 import random
@@ -230,6 +231,17 @@ def rng_state(device_type):
     }
 
 
+def gather_rng_states(rng):
+    """Every rank's rng_state, in rank order (under torchrun each rank has its own dropout streams).
+    Sent as bytes: pickled tensors do not survive the trip through all_gather_object."""
+    if not dist.is_initialized():
+        return [rng]
+    buffer, blobs = io.BytesIO(), [None] * dist.get_world_size()
+    torch.save(rng, buffer)
+    dist.all_gather_object(blobs, buffer.getvalue())
+    return [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
+
+
 def set_rng_state(rng, device_type):
     """Undo rng_state: the RNGs continue exactly where the saving process's stopped."""
     torch.set_rng_state(rng["torch"])
@@ -319,6 +331,27 @@ def load_newest(out_dir, log=print, required_keys=REQUIRED_KEYS):
     raise CheckpointError(
         f"none of the {len(checkpoints)} checkpoints in {out_dir} loads (see the warnings above); "
         f"not starting from scratch over them: repair or move them away, or use another out_dir")
+
+
+def load_newest_on_every_rank(out_dir, log=print):
+    """load_newest's state on every rank, or None. Rank 0 chooses and tells the others, which could
+    see a lagging shared filesystem differently and resume from another step."""
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    state, path, error = None, None, None
+    if rank == 0:
+        try:
+            state, path = load_newest(out_dir, log=log) or (None, None)
+        except CheckpointError as e:
+            error = str(e)
+    if dist.is_initialized():
+        message = [path, error]
+        dist.broadcast_object_list(message, src=0)
+        path, error = message
+        if rank != 0 and path:
+            state = load_checkpoint(path, log=log)
+    if error:
+        raise CheckpointError(error)
+    return state
 
 
 def roll_back_to(path, log=print):

@@ -200,3 +200,25 @@ def load_config_or_exit(argv):
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def check(cfg, world_size):
+    """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)"""
+    from model import CHECKPOINTING_POLICIES
+    if cfg.dtype not in ("bfloat16", "float32"):
+        return f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}"
+    for key in ("batch_size", "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_embd",
+                "vocab_size", "log_interval", "eval_iters", "spike_window"):
+        if getattr(cfg, key) < 1:
+            return f"{key} must be at least 1, got {getattr(cfg, key)}"
+    if cfg.n_embd % cfg.n_head:
+        return f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}"
+    if cfg.strategy not in ("ddp", "fsdp"):
+        return f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}"
+    if cfg.activation_checkpointing not in (*CHECKPOINTING_POLICIES, "auto"):
+        return (f"activation_checkpointing must be one of {', '.join(CHECKPOINTING_POLICIES)} or auto, "
+                f"got {cfg.activation_checkpointing!r}")
+    if cfg.gradient_accumulation_steps % world_size:
+        return (f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must divide among {world_size} "
+                f"processes; the global batch is batch_size x gradient_accumulation_steps at any world size")
+    return None

@@ -137,3 +137,15 @@ def attention_backend(device, dtype, n_head, head_dim, seq_len):
         if kernel in name:
             return kernel.lower()
     return "math"
+
+
+def peak_memory_text(device_type):
+    """Peak memory since the last call, for the step log: on a GPU allocated by tensors and reserved by
+    the caching allocator (what really runs out; fragmentation is the difference), else the RSS."""
+    if device_type == "cuda":
+        text = f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB, reserved {torch.cuda.max_memory_reserved() / 1e9:.1f}GB"
+        torch.cuda.reset_peak_memory_stats()
+        return text
+    import resource  # peak resident memory of this process, in KiB on Linux
+
+    return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.1f}GB RSS"

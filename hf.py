@@ -46,6 +46,8 @@ def load_weights(source, log=print):
                            f"folder, or a ckpt_<N>.pt / ckpt_<N>/ checkpoint")
     if os.path.isfile(os.path.join(source, "config.json")):
         return (*read_hf_folder(source), None)
+    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, checkpoint.TRAINER_STATE)):
+        raise WeightsError(f"{source} is neither a Hugging Face folder (no config.json) nor a ckpt_<N>/ checkpoint")
     state = _load_checkpoint(source, log)
     return dict(state["model_args"]), checkpoint_weights(state), state.get("encoding")
 
@@ -62,40 +64,63 @@ def _download(name):
 def read_hf_folder(folder):
     """(model_args, state_dict) of a transformers GPT-2 folder: config.json plus model.safetensors or
     pytorch_model.bin, either one sharded with an index."""
-    with open(os.path.join(folder, "config.json")) as f:
-        config = json.load(f)
-    kind = config.get("model_type")
-    if kind != "gpt2":
-        raise WeightsError(f"{folder} holds a {kind!r} model; only GPT-2-style models (model_type 'gpt2') convert")
-    activation = config.get("activation_function", "gelu_new")
-    if activation not in ("gelu", *HF_TANH_GELUS):
-        raise WeightsError(f"{folder}: activation_function {activation!r} is not one this model has (gelu, gelu_new)")
-    if config.get("n_inner") not in (None, 4 * config["n_embd"]) or config.get("layer_norm_epsilon", 1e-5) != 1e-5:
-        raise WeightsError(f"{folder}: n_inner or layer_norm_epsilon differs from GPT-2's; this model cannot hold it")
-    tensors = _read_tensors(folder)
-    weights, expected = {}, _expected_shapes(config)
-    for name, t in tensors.items():
-        name = name.removeprefix("transformer.")
-        if name.rsplit(".", 2)[-2:] in (["attn", "bias"], ["attn", "masked_bias"]) or name == "lm_head.weight":
-            continue  # the causal-mask buffers of old files; the head is tied to wte
-        ours = "transformer." + name
-        weights[ours] = t.t() if name.endswith(TRANSPOSED) else t
+    try:
+        with open(os.path.join(folder, "config.json")) as f:
+            config = json.load(f)
+        kind = config.get("model_type")
+        if kind != "gpt2":
+            raise WeightsError(f"{folder} holds a {kind!r} model; only GPT-2-style models (model_type 'gpt2') convert")
+        _check_config(config, folder)
+        expected = _expected_shapes(config)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise WeightsError(f"{folder}/config.json is not a readable GPT-2 config ({type(e).__name__}: {e})") from None
+    weights = {}
+    for name, t in _read_tensors(folder).items():
+        name = "transformer." + name.removeprefix("transformer.")  # old files lack the prefix
+        if name.endswith(TRANSPOSED):
+            t = t.t()
+        if name in expected:
+            weights[name] = t
+        elif name == "transformer.lm_head.weight" and t.shape == expected["transformer.wte.weight"]:
+            weights[name] = t  # checked below: it must be the tied embedding
+        # other tensors: the causal-mask buffers of old files, or a task head (score, multiple choice)
     missing = sorted(set(expected) - set(weights))
     if missing:
         raise WeightsError(f"{folder} lacks {len(missing)} GPT-2 tensor(s), e.g. {missing[0]}: truncated or not GPT-2")
     for name, shape in expected.items():
         if tuple(weights[name].shape) != shape:
             raise WeightsError(f"{folder}: {name} has shape {tuple(weights[name].shape)}, config.json implies {shape}")
+    head = weights.pop("transformer.lm_head.weight", None)
+    if head is not None and not torch.equal(head, weights["transformer.wte.weight"]):
+        raise WeightsError(f"{folder}: its LM head is not tied to the token embedding; this model ties them")
     n_tokens = config["vocab_size"]
     padded = -(-n_tokens // PAD_TO) * PAD_TO
-    wte = weights["transformer.wte.weight"].float()
-    weights["transformer.wte.weight"] = torch.cat([wte, wte.new_zeros(padded - n_tokens, wte.size(1))])
-    weights["lm_head.weight"] = weights["transformer.wte.weight"]
+    weights = {k: v.float().contiguous() for k, v in weights.items()}
+    wte = weights["transformer.wte.weight"]
+    weights["transformer.wte.weight"] = weights["lm_head.weight"] = torch.cat(
+        [wte, wte.new_zeros(padded - n_tokens, wte.size(1))])
     args = dict(n_layer=config["n_layer"], n_head=config["n_head"], n_embd=config["n_embd"],
                 block_size=config["n_positions"], vocab_size=padded, bias=True,
-                activation="gelu" if activation == "gelu" else "gelu_tanh",
+                activation="gelu" if config.get("activation_function", "gelu_new") == "gelu" else "gelu_tanh",
                 n_tokens=n_tokens if padded > n_tokens else 0)
-    return args, {k: v.float().contiguous() for k, v in weights.items()}
+    return args, weights
+
+
+def _check_config(config, folder):
+    """Refuse, in one line, a GPT-2 variant that this model would compute differently."""
+    different = {
+        "activation_function": config.get("activation_function", "gelu_new") not in ("gelu", *HF_TANH_GELUS),
+        "n_inner": config.get("n_inner") not in (None, 4 * config["n_embd"]),
+        "layer_norm_epsilon": config.get("layer_norm_epsilon", 1e-5) != 1e-5,
+        "scale_attn_weights": not config.get("scale_attn_weights", True),
+        "scale_attn_by_inverse_layer_idx": config.get("scale_attn_by_inverse_layer_idx", False),
+        "add_cross_attention": config.get("add_cross_attention", False),
+        "tie_word_embeddings": not config.get("tie_word_embeddings", True),
+    }
+    wrong = [key for key, is_different in different.items() if is_different]
+    if wrong:
+        raise WeightsError(f"{folder}: {wrong[0]}={config.get(wrong[0])!r} differs from GPT-2's; this model cannot "
+                           "compute it")
 
 
 def _expected_shapes(config):
@@ -105,25 +130,34 @@ def _expected_shapes(config):
     return {k: tuple(v.shape) for k, v in model.state_dict().items() if k != "lm_head.weight"}
 
 
+def _torch_bin(path):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # files older than torch 1.6's zip format cannot be memory-mapped
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def _read_tensors(folder):
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    for name, load in (("model.safetensors", load_file),
-                       ("pytorch_model.bin", lambda p: torch.load(p, map_location="cpu", weights_only=True, mmap=True))):
+    for name, load in (("model.safetensors", load_file), ("pytorch_model.bin", _torch_bin)):
         index = os.path.join(folder, name + ".index.json")
-        if os.path.isfile(index):
-            with open(index) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
-        elif os.path.isfile(os.path.join(folder, name)):
-            files = [name]
-        else:
-            continue
+        try:
+            if os.path.isfile(index):
+                with open(index) as f:
+                    files = sorted(set(json.load(f)["weight_map"].values()))
+            elif os.path.isfile(os.path.join(folder, name)):
+                files = [name]
+            else:
+                continue
+        except (OSError, ValueError, KeyError, AttributeError) as e:
+            raise WeightsError(f"{index} is not a readable weight index ({type(e).__name__}: {e})") from None
         tensors = {}
         for file in files:
             try:
                 tensors.update(load(os.path.join(folder, file)))
-            except (OSError, RuntimeError, SafetensorError, ValueError) as e:
-                raise WeightsError(f"cannot read {os.path.join(folder, file)} ({str(e).splitlines()[0][:120]}): "
+            except (OSError, RuntimeError, SafetensorError, ValueError, EOFError) as e:
+                raise WeightsError(f"cannot read {os.path.join(folder, file)} ({str(e).splitlines()[0]}): "
                                    "missing or truncated? download it again") from None
         return tensors
     raise WeightsError(f"{folder} has config.json but no model.safetensors or pytorch_model.bin (nor their index)")
@@ -159,14 +193,13 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print):
     out_dir as a transformers GPT-2 folder: config.json, generation_config.json, model.safetensors
     (sharded with an index past SHARD_BYTES) and, for a GPT-2-pattern encoding, tokenizer files.
     Everything goes to a temporary folder renamed at the end, so out_dir is complete or absent."""
-    from safetensors.torch import save_file
     from transformers import GenerationConfig, GPT2Config
-    if os.path.exists(out_dir) and os.listdir(out_dir):
-        raise WeightsError(f"{out_dir} exists and is not empty: choose a new folder for the export")
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise WeightsError(f"{out_dir} exists and is not an empty folder: choose a new folder for the export")
     state = _newest(source, log)
     dtype_name = str(dtype).removeprefix("torch.")
     args = GPTConfig(**state["model_args"])
-    encoding = _encoding(state.get("encoding"))
+    encoding = _encoding(state.get("encoding"), log)
     rows = _exported_rows(args, encoding, source)
     eot = encoding.eot_token if encoding else None
     config = GPT2Config(vocab_size=rows, n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer,
@@ -180,7 +213,7 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print):
     try:
         config.save_pretrained(tmp)
         GenerationConfig(bos_token_id=eot, eos_token_id=eot).save_pretrained(tmp)
-        shards = _write_tensors(_hf_tensors(checkpoint_weights(state), args, rows, dtype), tmp, dtype, save_file)
+        shards = _write_tensors(_hf_tensors(checkpoint_weights(state), args, rows, dtype), tmp, dtype)
         if encoding:
             _write_tokenizer(encoding, tmp)
         else:
@@ -209,18 +242,21 @@ def _newest(source, log):
     return _load_checkpoint(source, log)
 
 
-def _encoding(name):
-    if not name:
-        return None
+def _encoding(name, log):
+    """The checkpoint's encoding, or None (then no tokenizer files) where it records none or it cannot load."""
     from tokenizer import get_encoding
     try:
-        return get_encoding(name)
+        return get_encoding(name) if name else None
     except ValueError as e:
-        raise WeightsError(f"the checkpoint's encoding: {e}") from None
+        log(f"note: the checkpoint's encoding {name!r} does not load ({e}); exporting without tokenizer files")
+        return None
 
 
 def _exported_rows(args, encoding, source):
     """How many embedding rows are tokens: the padding the model masks, or that past the encoding, goes."""
+    if encoding is not None and encoding.n_vocab > (args.n_tokens or args.vocab_size):
+        raise WeightsError(f"{source}: its encoding {encoding.name!r} has {encoding.n_vocab} tokens but the model only "
+                           f"{args.n_tokens or args.vocab_size}: the tokenizer would emit ids the model lacks")
     if args.n_tokens:
         return args.n_tokens
     if encoding is None or args.vocab_size == encoding.n_vocab:
@@ -254,8 +290,9 @@ def _hf_tensors(weights, args, rows, dtype):
     return out
 
 
-def _write_tensors(tensors, folder, dtype, save_file):
+def _write_tensors(tensors, folder, dtype):
     """model.safetensors, or model-0000k-of-0000n.safetensors and an index past SHARD_BYTES."""
+    from safetensors.torch import save_file
     itemsize = torch.empty((), dtype=dtype).element_size()
     shards, size = [[]], 0
     for name, shape, make in tensors:

@@ -75,7 +75,7 @@ def get_encoding(name):
         # no merges, so every byte is its own token whatever the split pattern; splitting
         # into long runs rather than GPT-2's words makes it ~6x faster
         ranks = {bytes([b]): b for b in range(256)}
-        return Encoding(name, tiktoken.Encoding("bytes", pat_str=r"(?s).{1,64}",
+        return Encoding(name, tiktoken.Encoding("bytes", pat_str=r"[\s\S]{1,64}",
                                                 mergeable_ranks=ranks, special_tokens={EOT: 256}))
     if name == "gpt2":
         try:

@@ -9,13 +9,9 @@ optimizer), then the loop. Re-running the same command continues from the newest
 checkpoint in out_dir; Ctrl+C, SIGTERM and SIGHUP stop after the current micro-batch with
 the state of the last completed step saved. Every printed line also goes to <out_dir>/train.log.
 """
-import io
 import json
 import math
-import netrc
 import os
-import secrets
-import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -35,8 +31,10 @@ import hellaswag
 import hf
 import memory
 import spikes
+import stopping
 import tokenizer
-from model import CHECKPOINTING_POLICIES, GPT, GPTConfig
+import wandb_logging
+from model import GPT, GPTConfig
 
 # -----------------------------------------------------------------------------
 # config
@@ -74,39 +72,13 @@ def fail(message):
     sys.exit(1)
 
 
-if cfg.dtype not in ("bfloat16", "float32"):
-    fail(f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}")
-for key in ("batch_size", "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_embd", "vocab_size",
-            "log_interval", "eval_iters"):
-    if getattr(cfg, key) < 1:
-        fail(f"{key} must be at least 1, got {getattr(cfg, key)}")
-if cfg.n_embd % cfg.n_head:
-    fail(f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}")
-if cfg.strategy not in ("ddp", "fsdp"):
-    fail(f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}")
-if cfg.activation_checkpointing not in (*CHECKPOINTING_POLICIES, "auto"):
-    fail(f"activation_checkpointing must be one of {', '.join(CHECKPOINTING_POLICIES)} or auto, "
-         f"got {cfg.activation_checkpointing!r}")
-if cfg.gradient_accumulation_steps % world_size:
-    fail(f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must divide among {world_size} "
-         f"processes; the global batch is batch_size x gradient_accumulation_steps at any world size")
+problem = configurator.check(cfg, world_size)
+if problem:
+    fail(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
     + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))
 
-# Signals only set a flag: the loop stops after the current micro-batch and saves the state
-# of the last completed optimizer step. At 6.7B a step takes ~100 s, longer than most
-# shutdown grace periods, so waiting for the step to end is not an option.
-stop_signal = None
-
-
-def request_stop(signum, frame):
-    global stop_signal
-    stop_signal = signum
-
-
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    if signal.getsignal(sig) is not signal.SIG_IGN:  # under nohup a hang-up stays ignored
-        signal.signal(sig, request_stop)
+stop_signal = stopping.StopSignal()  # from here on a signal stops the run cleanly (stopping.py)
 
 # -----------------------------------------------------------------------------
 # device, precision and process group
@@ -137,54 +109,8 @@ def agree(flag):
     return t.item() > 0
 
 
-class StopVote:
-    """A signal on any rank, agreed without stalling the GPU as agree() does (.item() on a GPU tensor):
-    each micro-batch posts its flag in a non-blocking all-reduce on a CPU (gloo) group and reads the
-    vote of the micro-batch before, long done, so every rank stops after the same micro-batch."""
-
-    def __init__(self):
-        self.group, self.pending = (dist.new_group(backend="gloo") if distributed else None), None
-
-    def read_previous_and_post(self):
-        if not distributed:
-            return stop_signal is not None
-        previous, flag = self.pending, torch.tensor([float(stop_signal is not None)])
-        self.pending = flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
-        if previous is None:
-            return False
-        previous[1].wait()
-        return previous[0].item() > 0
-
-    def finish(self):
-        """Every rank posted the vote still out: wait for it, then let go of the work and the group, which
-        must not outlive destroy_process_group (at interpreter exit gloo's threads abort the process)."""
-        if self.pending:
-            self.pending[1].wait()
-        self.group = self.pending = None
-
-
 # -----------------------------------------------------------------------------
 # what to start from: a checkpoint (resume, roll back) or scratch
-def newest_checkpoint():
-    """The newest loadable checkpoint's state, or None. Rank 0 chooses and tells the others,
-    which could see a lagging shared filesystem differently and resume from another step."""
-    state, path, error = None, None, None
-    if master:
-        try:
-            state, path = checkpoint.load_newest(cfg.out_dir, log=log) or (None, None)
-        except checkpoint.CheckpointError as e:
-            error = str(e)
-    if distributed:
-        message = [path, error]
-        dist.broadcast_object_list(message, src=0)
-        path, error = message
-        if not master and path:
-            state = checkpoint.load_checkpoint(path, log=log)
-    if error:
-        fail(error)
-    return state
-
-
 # init_from='gpt2' etc. or init_weights=PATH: a new run from those weights, resumed like 'auto' once it has checkpoints
 pretrained = cfg.init_weights or (cfg.init_from if cfg.init_from in hf.GPT2_MODELS else "")
 rolling_back = cfg.init_from not in ("auto", "resume", "scratch", *hf.GPT2_MODELS)
@@ -212,7 +138,7 @@ try:
             fail(f"init_from='scratch' but {cfg.out_dir} holds {len(existing)} checkpoint(s) (newest "
                  f"{os.path.basename(existing[0][1])}); use another out_dir, or init_from='auto' to continue")
     elif cfg.init_from in ("auto", "resume", *hf.GPT2_MODELS):
-        resume_state = newest_checkpoint()
+        resume_state = checkpoint.load_newest_on_every_rank(cfg.out_dir, log=log)
         if resume_state is None and cfg.init_from == "resume":
             fail(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to start from scratch")
     else:
@@ -258,8 +184,9 @@ gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=
 # -----------------------------------------------------------------------------
 # data: uint16 token bins, sampled without replacement in a per-epoch permutation of windows
 try:
-    train_bin = bins.open_split(cfg.data_dir, "train", gptconf.block_size, gptconf.vocab_size)
-    val_bin = bins.open_split(cfg.data_dir, "val", gptconf.block_size, gptconf.vocab_size)
+    tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
+    train_bin = bins.open_split(cfg.data_dir, "train", gptconf.block_size, tokens)
+    val_bin = bins.open_split(cfg.data_dir, "val", gptconf.block_size, tokens)
 except bins.BinError as e:
     fail(str(e))
 meta = bins.read_meta(cfg.data_dir)
@@ -390,32 +317,10 @@ hardware_flops = model_flops + hardware.recompute_flops_per_token(
     memory.block_params(raw_model), gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size, gptconf.activation_checkpointing)
 
 # -----------------------------------------------------------------------------
-# wandb: optional, and never allowed to hang or prompt inside tmux
-def wandb_credentials():
-    """An API key in the environment or ~/.netrc (where `wandb login` puts it), looked up without wandb."""
-    try:
-        return bool(os.environ.get("WANDB_API_KEY") or netrc.netrc().authenticators("api.wandb.ai"))
-    except (OSError, netrc.NetrcParseError):
-        return False
-
-
+# wandb: optional, and never allowed to hang or prompt inside tmux (wandb_logging.py)
 wandb_run = None
 if cfg.wandb_log and master:
-    import wandb
-
-    mode = os.environ.get("WANDB_MODE")
-    if mode is None and not wandb_credentials():  # wandb would prompt for a key inside tmux
-        log("warning: no wandb credentials (wandb login / WANDB_API_KEY); logging offline, `wandb sync` later")
-        mode = "offline"
-    wandb_run_id = wandb_run_id or secrets.token_hex(4)  # kept in checkpoints: a resume continues the charts
-    try:
-        wandb_run = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, id=wandb_run_id,
-                               resume="allow", config=vars(cfg), mode=mode,
-                               settings=wandb.Settings(init_timeout=60))
-    except Exception as e:  # no network, server trouble: the run matters more than the charts
-        log(f"warning: wandb.init failed ({type(e).__name__}: {e}); logging offline")
-        wandb_run = wandb.init(project=cfg.wandb_project, name=cfg.wandb_run_name, id=wandb_run_id,
-                               resume="allow", config=vars(cfg), mode="offline")
+    wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), wandb_run_id, log)
 
 
 # -----------------------------------------------------------------------------
@@ -485,12 +390,6 @@ def save(step_start):
     if not weights_are_finite():
         fail(f"weights are not finite after step {iter_num}; not saving. Roll back with "
              f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
-    rngs = [step_start["rng"]]
-    if distributed:  # every rank's own RNG streams, sent as bytes (pickled tensors do not survive the trip)
-        buffer, blobs = io.BytesIO(), [None] * world_size
-        torch.save(step_start["rng"], buffer)
-        dist.all_gather_object(blobs, buffer.getvalue())
-        rngs = [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
     trainer_state = {
         "model_args": model_args,
         "iter_num": iter_num,
@@ -498,7 +397,7 @@ def save(step_start):
         "config": vars(cfg),
         "sampler": step_start["sampler"],
         "sampler_windows": sampler.num_windows,  # with config's seed: which permutation the position is in
-        "rng": rngs,
+        "rng": checkpoint.gather_rng_states(step_start["rng"]),
         "wandb_run_id": wandb_run_id,
         "encoding": encoding,
         "spikes": guard.state_dict(),
@@ -513,18 +412,6 @@ def save(step_start):
             checkpoint.save_checkpoint(trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n, log=log)
     except checkpoint.CheckpointError as e:
         fail(str(e))
-
-
-def memory_text():
-    """Peak memory since the last call: allocated by tensors, and reserved by the caching allocator
-    (what really runs out; fragmentation is the difference)."""
-    if device_type == "cuda":
-        text = f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB, reserved {torch.cuda.max_memory_reserved() / 1e9:.1f}GB"
-        torch.cuda.reset_peak_memory_stats()
-        return text
-    import resource  # peak resident memory of this process, in KiB on Linux
-
-    return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.1f}GB RSS"
 
 
 def fault_injected(kind, it):
@@ -582,8 +469,8 @@ last_save_time = time.time()
 nonfinite_in_a_row = nonfinite_total = 0
 step_time_avg = None
 step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
-stop_vote = StopVote()
-stopping = agree(stop_signal is not None)
+stop_vote = stopping.StopVote(stop_signal)
+stopping = agree(stop_signal.received)
 while iter_num < cfg.max_iters and not stopping:
     lr = get_lr(iter_num)
     for group in optimizer.param_groups:
@@ -656,7 +543,7 @@ while iter_num < cfg.max_iters and not stopping:
                 f"tok/s {tokens_per_sec:,.0f}")
         if distributed:
             line += f" ({tokens_per_sec / world_size:,.0f} per GPU)"
-        line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {memory_text()}"
+        line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {hardware.peak_memory_text(device_type)}"
         if hardware_flops > model_flops:
             hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
             line += f", hfu {hardware.percent(hfu)}"
@@ -683,13 +570,12 @@ while iter_num < cfg.max_iters and not stopping:
     if saving and (iter_num % cfg.checkpoint_interval == 0 or iter_num == cfg.max_iters or time_to_save):
         save(step_start)
         last_saved_iter, last_save_time = iter_num, time.time()
-    stopping = agree(stop_signal is not None)
+    stopping = agree(stop_signal.received)
 
 if stopping:
     if saving and iter_num != last_saved_iter and iter_num > start_iter:
         save(step_start)
-    name = signal.Signals(stop_signal).name if stop_signal else "a signal to another rank"
-    log(f"stopped by {name} after {iter_num} completed steps; run the same command to continue")
+    log(f"stopped by {stop_signal.name()} after {iter_num} completed steps; run the same command to continue")
 elif iter_num >= cfg.max_iters:
     log(f"done: {iter_num} steps (max_iters)" + (f"; best val loss {best_val_loss:.4f}" if best_val_loss < math.inf else ""))
 if wandb_run:

@@ -193,19 +193,27 @@ def test_old_checkpoints_without_the_new_architecture_keys_still_resume(tmp_path
 def broken_folder(tmp_path, hf_folder, case):
     folder = tmp_path / case
     folder.mkdir()
+    if case == "untied":
+        hf_model(tie_word_embeddings=False).save_pretrained(folder)
+        config = json.loads((folder / "config.json").read_text())
+        config["tie_word_embeddings"] = True  # a config that claims ties over weights that are not
+        (folder / "config.json").write_text(json.dumps(config))
+        return folder
     config = json.loads((hf_folder / "config.json").read_text())
     weights = (hf_folder / "model.safetensors").read_bytes()
-    if case == "llama":
-        config["model_type"] = "llama"
-    (folder / "config.json").write_text(json.dumps(config))
-    if case in ("llama", "truncated"):
+    config.update({"llama": {"model_type": "llama"}, "layer_idx": {"scale_attn_by_inverse_layer_idx": True},
+                   "bad_config": {"n_embd": "wide"}}.get(case, {}))
+    if case != "plain":
+        (folder / "config.json").write_text(json.dumps(config))
+    if case in ("llama", "truncated", "layer_idx", "bad_config"):
         (folder / "model.safetensors").write_bytes(weights[: len(weights) // 2] if case == "truncated" else weights)
     return folder
 
 
 @pytest.mark.parametrize("case,expected", [
     ("llama", "only GPT-2-style models"), ("truncated", "missing or truncated"), ("no_weights", "no model.safetensors"),
-    ("nonexistent", "no such model")])
+    ("nonexistent", "no such model"), ("untied", "not tied"), ("layer_idx", "scale_attn_by_inverse_layer_idx=True"),
+    ("bad_config", "not a readable GPT-2 config"), ("plain", "neither a Hugging Face folder")])
 def test_bad_weights_give_one_line(tmp_path, data_dir, hf_folder, case, expected):
     folder = tmp_path / "nowhere" if case == "nonexistent" else broken_folder(tmp_path, hf_folder, case)
     with pytest.raises(hf.WeightsError, match=expected):
@@ -222,15 +230,17 @@ def test_bad_exports_give_one_line_and_write_nothing(tmp_path, tiny_run):
                                 "encoding": "bytes"}, str(tmp_path / "big_vocab"), 1, keep_last_n=0, log=lambda m: None)
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("x")
+    (tmp_path / "a_file").write_text("x")
     cases = [(tmp_path / "big_vocab", tmp_path / "a", "not padding"),
+             (tiny_run, tmp_path / "a_file", "not an empty folder"),
              (tmp_path / "missing", tmp_path / "b", "no such checkpoint"),
              (tmp_path / "taken", tmp_path / "c", "holds no checkpoint"),
-             (tiny_run, tmp_path / "taken", "not empty")]
+             (tiny_run, tmp_path / "taken", "not an empty folder")]
     for source, out, expected in cases:
         result = run_script("scripts/export_hf.py", str(source), str(out))
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.startswith("error: ") and expected in result.stderr, result.stderr
-        assert out == tmp_path / "taken" or not out.exists()
+        assert out in (tmp_path / "taken", tmp_path / "a_file") or not out.exists()
     assert list((tmp_path / "taken").iterdir()) == [tmp_path / "taken" / "file"]
     assert not list(tmp_path.glob("*.tmp-export"))
 
@@ -242,3 +252,15 @@ def test_gpt2_by_name_offline_without_a_cached_copy_is_one_line(tmp_path, data_d
                             cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith("error: init_from: cannot get gpt2")
+
+
+def test_a_byte_level_run_exports_a_byte_level_tokenizer(tmp_path):
+    args = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=320, bias=True)
+    model = GPT(GPTConfig(**args))
+    checkpoint.save_checkpoint({"model": model.state_dict(), "model_args": args, "iter_num": 3, "encoding": "bytes"},
+                               str(tmp_path / "run"), 3, keep_last_n=0, log=lambda m: None)
+    hf.export(str(tmp_path / "run"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    text = "def f(x):\n    return 'naïve café' * 2\n\n"
+    assert tokenizer.encode(text) == list(text.encode()) and tokenizer.eos_token_id == 256
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config.vocab_size == 257

@@ -1,0 +1,35 @@
+"""
+Weights & Biases for a training run: optional, and never allowed to hang or prompt inside tmux. Without
+credentials it logs offline (`wandb sync` later); if the server cannot be reached it falls back to
+offline too, since the run matters more than its charts. The run id lives in checkpoints, so a resume
+continues the same charts.
+"""
+import netrc
+import os
+import secrets
+
+
+def has_credentials():
+    """An API key in the environment or ~/.netrc (where `wandb login` puts it), looked up without wandb."""
+    try:
+        return bool(os.environ.get("WANDB_API_KEY") or netrc.netrc().authenticators("api.wandb.ai"))
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def start(project, name, config, run_id=None, log=print):
+    """(wandb run, its id): resumes the run with run_id, or starts one with a new id."""
+    import wandb
+
+    mode = os.environ.get("WANDB_MODE")
+    if mode is None and not has_credentials():  # wandb would prompt for a key
+        log("warning: no wandb credentials (wandb login / WANDB_API_KEY); logging offline, `wandb sync` later")
+        mode = "offline"
+    run_id = run_id or secrets.token_hex(4)
+    try:
+        run = wandb.init(project=project, name=name, id=run_id, resume="allow", config=config, mode=mode,
+                         settings=wandb.Settings(init_timeout=60))
+    except Exception as e:  # no network, server trouble
+        log(f"warning: wandb.init failed ({type(e).__name__}: {e}); logging offline")
+        run = wandb.init(project=project, name=name, id=run_id, resume="allow", config=config, mode="offline")
+    return run, run_id
