@@ -12,6 +12,8 @@ config file are that file's private helpers (e.g. `_tokens = 300e9`) and are ign
 """
 import ast
 import difflib
+import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -63,6 +65,7 @@ DEFAULTS = dict(
     activation_checkpointing="auto",
     recompute_blocks=-1,  # the policy applies to blocks 0..k-1 only, the rest keep everything; -1 = all
     memory_budget_gb=0.0,  # what 'auto' may fill, in 1e9 bytes; 0 = the GPU's memory (host RAM on the CPU)
+    ignore_memory_estimate=False,  # True: start even when memory.py's estimate says the setting cannot fit
     # AdamW
     learning_rate=6e-4,
     max_iters=572205,  # optimizer steps in the whole run: 300B tokens at 524,288 per step
@@ -117,13 +120,14 @@ def _translate_legacy(key, value, source):
     return new_key, translate(value)
 
 
-def _check_type(key, value, source):
+def _check_type(key, value, source, current):
+    """value as the key's type; current: the value before this source set it, named in the message."""
     expected = type(DEFAULTS[key])
     if expected is float and type(value) is int:
         return float(value)
     if type(value) is not expected:
         raise ConfigError(
-            f"{source}: {key} must be {expected.__name__} (default {DEFAULTS[key]!r}), "
+            f"{source}: {key} must be {expected.__name__} like its value so far ({current!r}), "
             f"got {type(value).__name__} {value!r}"
         )
     return value
@@ -167,7 +171,7 @@ def _read_config_file(path, config):
         key, value = _translate_legacy(key, value, path)
         if key not in DEFAULTS:
             raise _unknown_key(key, path)
-        values[key] = _check_type(key, value, path)
+        values[key] = _check_type(key, value, path, config[key])
     return values
 
 
@@ -185,7 +189,7 @@ def load_config(argv):
                 raise _unknown_key(key, "command line")
             else:
                 value = _parse_value(key, raw)
-            config[key] = _check_type(key, value, "command line")
+            config[key] = _check_type(key, value, "command line", config[key])
         else:
             config.update(_read_config_file(arg, config))
     if not config["data_dir"]:
@@ -193,8 +197,26 @@ def load_config(argv):
     return types.SimpleNamespace(**config)
 
 
+def usage():
+    """How to call a script that takes a config, and every key with its default and comment."""
+    lines = [f"usage: python {os.path.basename(sys.argv[0])} [CONFIG.py ...] [--key=value ...]", "",
+             "Config files are Python assignments, read in order; --key=value overrides come after them.",
+             "Keys (default, and what each does; configurator.py says more):"]
+    source = Path(__file__).read_text()
+    for key, default in DEFAULTS.items():
+        comment = re.search(rf"^    {key}=.*?(?:  # (.*))?$", source, re.MULTILINE)
+        lines.append(f"  {key} = {default!r}" + (f"  # {comment.group(1)}" if comment and comment.group(1) else ""))
+    return "\n".join(lines)
+
+
 def load_config_or_exit(argv):
-    """load_config for scripts: a bad config is one line on stderr and exit status 2."""
+    """load_config for scripts: --help / -h prints usage(); a bad config is one line on stderr and exit status 2."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        try:
+            print(usage(), flush=True)
+        except BrokenPipeError:  # `| head` closed the pipe: end quietly, as a Unix tool does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     try:
         return load_config(argv)
     except ConfigError as e:

@@ -78,6 +78,25 @@ def resolve_device(name, index=0):
     return name, "cuda" if name.startswith("cuda") else name
 
 
+def device_problem(device):
+    """Why a resolved device (resolve_device's first value) cannot run here, as one line, or None."""
+    if device == "cpu":
+        return None
+    if device == "mps":
+        return None if torch.backends.mps.is_available() else "device=mps: this machine has no MPS (Apple GPU); use cpu"
+    index = device.removeprefix("cuda:")
+    if not device.startswith("cuda:") or not index.isdigit():
+        return f"device={device!r} is not a device: use auto, cpu, cuda, cuda:N or mps"
+    if not torch.cuda.is_available():
+        build = f"ROCm {torch.version.hip}" if torch.version.hip else (f"CUDA {torch.version.cuda}" if torch.version.cuda
+                                                                       else "a CPU-only build")
+        return (f"device={device}: PyTorch {torch.__version__} ({build}) sees no GPU here: install the ROCm or CUDA "
+                f"build for this machine (README, Install) or use device=cpu")
+    if int(index) >= torch.cuda.device_count():
+        return f"device={device}: there are only {torch.cuda.device_count()} GPU(s) here, cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+    return None
+
+
 def memory_capacity(device):
     """Bytes the device holds: the GPU's memory, or the host's RAM for a CPU (or MPS) run."""
     if str(device).startswith("cuda"):

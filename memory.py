@@ -201,6 +201,23 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
     return None
 
 
+REFUSE_FACTOR = 1.1  # train.py and bench.py refuse a setting whose estimate passes the budget by this much
+
+
+def over_budget(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
+                strategy="ddp", checkpointing=None):
+    """Why this setting will not fit budget_bytes per device, naming what would, as one line; None if
+    its estimated peak is within REFUSE_FACTOR of the budget (the estimate already holds a margin)."""
+    peak = estimate(model, batch_size, dtype, gpus, strategy, checkpointing)["total"]
+    if peak <= REFUSE_FACTOR * budget_bytes:
+        return None
+    choice = choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype, gpus, strategy)
+    instead = (f"activation_checkpointing=auto would run {choice.describe(model.config.n_layer)} "
+               f"({choice.peak_gb:.1f} GB)" if choice else
+               "nothing fits at any recompute or micro-batch: a smaller model, or more GPUs with strategy=fsdp")
+    return f"the estimated peak is {peak / 1e9:.1f} GB per device but the device has {budget_bytes / 1e9:.1f} GB; {instead}"
+
+
 # -----------------------------------------------------------------------------
 # the simulation: a real training step on fake tensors
 

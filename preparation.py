@@ -36,7 +36,9 @@ import time
 import numpy as np
 from tqdm import tqdm
 
+import runlock
 from bins import SPLITS, BinError, BinWriter, bin_path, check_vocab, write_json_atomic, write_meta
+from tokenizer import describe as describe_encoding
 from tokenizer import get_encoding
 
 # A unit of work: at most this many records or about this much text; the output depends on neither.
@@ -360,7 +362,7 @@ def _new_state(job, start):
 def _meta(state):
     """meta.json: what train.py and people need to know about the bins, derived from the manifest."""
     job = state["job"]
-    return {"encoding": job["encoding"], "vocab_size": job["vocab_size"], "eot_token": job["eot_token"],
+    return {**describe_encoding(job["encoding"]), "vocab_size": job["vocab_size"], "eot_token": job["eot_token"],
             "dtype": "uint16",
             "splits": {s: {"tokens": state["tokens"][s], "documents": state["documents"][s]} for s in SPLITS},
             "sources": [p for p, _ in job["inputs"]] if job["inputs"] else job["source"],
@@ -512,14 +514,29 @@ def _validate(args):
     return encoding
 
 
+def _val_fraction(args, source, encoding):
+    """--val_fraction, raised for a small source so that val.bin gets about --min_val_tokens, but never
+    past a tenth of the corpus: 0.0005 of a 3.6M-token corpus would be two documents, and noise."""
+    text = source.text_bytes()
+    if not text or not args.min_val_tokens or not args.val_fraction:  # 0: no val.bin wanted
+        return args.val_fraction
+    tokens = text if encoding.n_vocab <= 257 else text / 3  # ~3 bytes of text a GPT-2 token
+    fraction = max(args.val_fraction, min(args.min_val_tokens / tokens, 0.1))
+    if fraction > args.val_fraction:
+        print(f"val_fraction {args.val_fraction:g} raised to {fraction:.4g}: about {tokens / 1e6:,.1f}M tokens in all, "
+              f"and val.bin should hold --min_val_tokens {args.min_val_tokens:,} (at most a tenth of them)")
+    return fraction
+
+
 def _prepare(args, source):
     encoding = _validate(args)
     source = source or open_source(args.source, args.text_field)
+    args.val_fraction = _val_fraction(args, source, encoding)
     job = {"source": source.spec, "inputs": source.fingerprint(), "encoding": encoding.name,
            "vocab_size": encoding.n_vocab, "eot_token": encoding.eot_token, "val_fraction": args.val_fraction,
            "max_tokens": args.max_tokens, "text_field": args.text_field}  # --num_proc is not part of it
     try:
-        os.makedirs(args.data_dir, exist_ok=True)
+        lock = runlock.hold(args.data_dir, "prepare job")  # one job per data_dir, until this one ends
         state = _load_state(args.data_dir, job, source.start)
         if state["complete"]:
             write_meta(args.data_dir, _meta(state))  # in case a kill fell between manifest and meta
@@ -530,6 +547,8 @@ def _prepare(args, source):
             _commit(args.data_dir, state, writer, 0)  # meta.json says 'incomplete' from the start
     except OSError as e:
         raise PrepareError(f"cannot write to {args.data_dir}: {e.strerror or e}") from None
+    except runlock.Busy as e:
+        raise PrepareError(str(e)) from None
     if state["records"]:
         print(f"resuming {args.data_dir} after {state['records']:,} records: {_summary(state)}")
     _check_disk(args.data_dir, source, encoding, args.max_tokens, state)
@@ -541,6 +560,10 @@ def _prepare(args, source):
         raise PrepareError(f"writing to {args.data_dir} failed ({e.strerror or e}): work up to the last commit "
                            "is kept; fix that and re-run the same command to resume") from None
     seconds = time.time() - started
+    lock.close()
+    if args.val_fraction and state["tokens"]["val"] < args.min_val_tokens:
+        warn(f"val.bin holds only {state['tokens']['val']:,} tokens ({state['documents']['val']:,} documents), fewer "
+             f"than --min_val_tokens {args.min_val_tokens:,}: the source is small, and validation loss on so little is noisy")
     print(f"prepared {args.data_dir}: {_summary(state)}; this run {tokens:,} tokens in {seconds:.1f}s "
           f"({tokens / max(seconds, 1e-9) / 1e6:.2f}M tokens/s)")
     return 0
@@ -587,6 +610,9 @@ def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005):
                    help="stop at the first document boundary at or past this many tokens, train plus val")
     p.add_argument("--val_fraction", type=float, default=val_fraction,
                    help="share of documents (chosen by a hash of their text) that go to val.bin (default: %(default)s)")
+    p.add_argument("--min_val_tokens", type=_count, default=1_000_000,
+                   help="raise --val_fraction for a small source so that val.bin gets about this many tokens, "
+                        "up to a tenth of the corpus (default: %(default)s; 0: off)")
     p.add_argument("--text_field", default="text", help="the field that holds the text (default: %(default)s)")
     p.add_argument("--commit_seconds", type=float, default=10.0,
                    help="how often progress is made durable: the most work a kill can lose (default: %(default)s)")

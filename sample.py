@@ -11,6 +11,7 @@ costs one token's forward pass (with a sliding window past block_size).
 """
 import argparse
 import os
+import signal
 import sys
 from contextlib import nullcontext
 
@@ -73,7 +74,12 @@ def encoding_name(args, state):
         return args.encoding
     data_dir = state.get("config", {}).get("data_dir")
     meta = bins.read_meta(data_dir) if data_dir and os.path.isdir(data_dir) else None
-    name = (meta or {}).get("encoding") or state.get("encoding")
+    if meta:
+        try:
+            return tokenizer.find(meta["encoding"], meta.get("encoding_sha256"), [data_dir])
+        except ValueError as e:
+            fail(f"{data_dir}/meta.json: {e}")
+    name = state.get("encoding")
     if not name:
         fail("cannot tell which encoding the model was trained with (no meta.json beside its data and none in "
              "the checkpoint): pass --encoding bytes, --encoding gpt2 or --encoding path/to/ranks.tiktoken")
@@ -84,8 +90,8 @@ def load_model(args, local_rank=0):
     """(model in eval mode, checkpoint state, encoding, device, autocast) from --out_dir/--init_from,
     --encoding, --device and --dtype; scripts/eval_hellaswag.py shares it."""
     device, device_type = hardware.resolve_device(args.device, local_rank)
-    if device_type == "cuda" and not torch.cuda.is_available():
-        fail(f"--device {device}: PyTorch sees no GPU here; use --device cpu")
+    if hardware.device_problem(device):
+        fail(hardware.device_problem(device))
     dtype = args.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
@@ -139,4 +145,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly, as a Unix tool
     main()

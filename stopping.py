@@ -7,6 +7,7 @@ Under torchrun a signal may reach only some ranks, and every rank must stop afte
 micro-batch, or the ones that go on wait forever in a collective: the ranks vote.
 """
 import signal
+import sys
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,10 @@ class StopSignal:
                 signal.signal(sig, self._request)
 
     def _request(self, signum, frame):
-        self.signum = signum
+        if self.signum is not None:  # heard: say so, since nothing else visibly happens until the save ends
+            print(f"{signal.Signals(signum).name}: already stopping after this micro-batch and saving; "
+                  "the run exits when the checkpoint is complete", file=sys.stderr, flush=True)
+        self.signum = self.signum or signum
 
     @property
     def received(self):

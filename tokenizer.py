@@ -8,6 +8,8 @@ on an id the vocabulary lacks (an untrained model samples ids up to the padded v
 """
 import base64
 import functools
+import glob
+import hashlib
 import os
 
 import tiktoken
@@ -89,6 +91,34 @@ def get_encoding(name):
                                  mergeable_ranks=ranks, special_tokens={EOT: len(ranks)})
         return Encoding(name, core)
     raise ValueError(f"unknown encoding {name!r}: use 'gpt2', 'bytes' or the path of a .tiktoken rank file")
+
+
+def file_sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def describe(name):
+    """How meta.json records an encoding: a rank file by absolute path and content hash, so that it
+    is found from any directory, and found again by its hash if it moved."""
+    if name in ("gpt2", "bytes"):
+        return {"encoding": name}
+    return {"encoding": os.path.abspath(name), "encoding_sha256": file_sha256(name)}
+
+
+def find(name, sha256=None, near=()):
+    """The name to load a recorded encoding by: itself if built in or where its file is, else a .tiktoken
+    file with the recorded hash in a folder of `near` (say, beside the bins) or in .cache/."""
+    if name in ("gpt2", "bytes") or os.path.exists(name) or not sha256:
+        return name
+    folders = [*near, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache"), ".cache"]
+    for folder in folders:
+        for candidate in sorted(glob.glob(os.path.join(folder, "*.tiktoken"))):
+            if file_sha256(candidate) == sha256:
+                return candidate
+    raise ValueError(f"the rank file {name} (sha256 {sha256[:16]}...) is not there, nor a file with its hash "
+                     f"in {', '.join(folders)}: copy it to one of them (scripts/fetch_gpt2_ranks.sh writes "
+                     "GPT-2's to .cache/gpt2.tiktoken)")
 
 
 def load_ranks(path):

@@ -30,6 +30,8 @@ import hardware
 import hellaswag
 import hf
 import memory
+import runlock
+import runlog
 import spikes
 import stopping
 import tokenizer
@@ -39,6 +41,7 @@ from model import GPT, GPTConfig
 # -----------------------------------------------------------------------------
 # config
 cfg = configurator.load_config_or_exit(sys.argv[1:])
+SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters")
 ARCHITECTURE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "activation")
 
 # one process, or one per GPU under torchrun (which sets RANK, LOCAL_RANK and WORLD_SIZE)
@@ -49,28 +52,13 @@ world_size = int(os.environ.get("WORLD_SIZE", 1))
 master = rank == 0  # only rank 0 writes train.log, config.json, wandb and .pt checkpoints
 
 if master:
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    log_file = open(os.path.join(cfg.out_dir, "train.log"), "a")
-
-
-def log(message):
-    if master:
-        try:
-            print(message, flush=True)
-        except OSError:  # the terminal hung up (SSH dropped, tmux killed): train.log still gets it all
-            sys.stdout = open(os.devnull, "w")
-        log_file.write(message + "\n")
-        log_file.flush()
-
-
-def fail(message):
-    """Stop the run with one line the user can act on."""
-    if master:
-        log(f"error: {message}")
-    else:
-        print(f"rank {rank} error: {message}", file=sys.stderr, flush=True)
-    sys.exit(1)
-
+    try:  # one run per out_dir: a second one would interleave train.log and overwrite checkpoints
+        out_dir_lock = runlock.hold(cfg.out_dir, "training run")
+    except runlock.Busy as e:
+        sys.exit(f"error: {e}")
+run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
+log, fail = run_log, run_log.fail
+sys.excepthook = run_log.crash
 
 problem = configurator.check(cfg, world_size)
 if problem:
@@ -83,6 +71,8 @@ stop_signal = stopping.StopSignal()  # from here on a signal stops the run clean
 # -----------------------------------------------------------------------------
 # device, precision and process group
 device, device_type = hardware.resolve_device(cfg.device, local_rank)
+if hardware.device_problem(device):
+    fail(hardware.device_problem(device))
 if device_type == "cuda":
     torch.cuda.set_device(device)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -161,15 +151,22 @@ if saved_args is not None:
     for key in ARCHITECTURE_KEYS:
         saved, wanted = saved_args.get(key, getattr(GPTConfig, key)), getattr(cfg, key)
         if wanted != saved and wanted != configurator.DEFAULTS[key]:
-            fail(f"{key}={wanted!r} conflicts with {origin}'s {key}={saved!r}; "
-                 f"drop the override or use a new out_dir")
+            where = "the command line" if any(a.startswith(f"--{key}=") for a in sys.argv) else "the config file"
+            fail(f"{key}={wanted!r} (set on {where}) conflicts with {origin}'s {key}={saved!r}: the architecture "
+                 f"comes from {origin}, so leave {key} out, or train a new model in a new out_dir")
         model_args[key] = saved
     model_args["n_tokens"] = saved_args.get("n_tokens", 0)
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
 policy, recompute_blocks = cfg.activation_checkpointing, cfg.recompute_blocks
+budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
+if policy != "auto" and not cfg.ignore_memory_estimate:  # refuse now rather than after minutes of allocating
+    with torch.device("meta"):
+        problem = memory.over_budget(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
+                                     budget, cfg.dtype, world_size, cfg.strategy, (policy, recompute_blocks))
+    if problem:
+        fail(f"{problem}. To try anyway: ignore_memory_estimate=True")
 if policy == "auto":
     # the cheapest policy and micro-batch that fit, from memory.py's estimate; the global batch stays
-    budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
     with torch.device("meta"):
         choice = memory.choose_auto(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
                                     budget, cfg.dtype, world_size, cfg.strategy)
@@ -190,7 +187,10 @@ try:
 except bins.BinError as e:
     fail(str(e))
 meta = bins.read_meta(cfg.data_dir)
-encoding = meta["encoding"] if meta else weights_encoding  # saved in checkpoints, so sample.py can decode
+try:  # saved in checkpoints, so sample.py can decode; a rank file found by path, else by its hash
+    encoding = tokenizer.find(meta["encoding"], meta.get("encoding_sha256"), [cfg.data_dir]) if meta else weights_encoding
+except ValueError as e:
+    fail(f"{cfg.data_dir}/meta.json: {e}")
 # Every rank draws the same global batch and takes its share, so the sequence of global
 # batches does not depend on the number of processes.
 sampler = bins.WindowSampler(train_bin.num_windows(gptconf.block_size), cfg.seed)
@@ -283,6 +283,11 @@ def load_training_state(state, after_spikes=False):
     checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
     if "spikes" in state:
         guard.load_state_dict(state["spikes"], rolling_back=after_spikes)
+    changed = [f"{k} {state['config'][k]} -> {getattr(cfg, k)}" for k in SCHEDULE_KEYS
+               if k in state["config"] and state["config"][k] != getattr(cfg, k)]
+    if changed and not after_spikes:
+        log(f"note: the schedule changed since the checkpoint ({', '.join(changed)}): the learning rate follows the "
+            f"new values from iter {state['iter_num']} on")
     return state["iter_num"]
 
 
@@ -416,6 +421,7 @@ def save(step_start):
 
 def fault_injected(kind, it):
     """Fault injection for the tests: TRAIN_FAULT_NAN_AT_ITERS=3,4 poisons those steps' loss;
+    TRAIN_FAULT_RANK_ERROR_AT_ITERS=3 stops the last rank there with an error;
     TRAIN_FAULT_SPIKE_AT_ITERS=5,6 multiplies it (and so the gradients) by 1000, except in steps
     replayed after an automatic rollback (a spike belongs to its data, which the rollback skipped)."""
     replayed = kind == "SPIKE" and any(r["first_spike"] <= it + 1 <= r["at"] for r in guard.rollbacks)
@@ -455,6 +461,7 @@ def roll_back(first_spike, spike_data):
 if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
     t0 = time.time()
     val_loss = evaluate()
+    best_val_loss = min(best_val_loss, val_loss)
     log(f"eval iter {iter_num}: val loss {val_loss:.4f} ({time.time() - t0:.1f}s)")
     if hellaswag_examples:
         evaluate_hellaswag()
@@ -496,6 +503,8 @@ while iter_num < cfg.max_iters and not stopping:
     if stopping:
         optimizer.zero_grad(set_to_none=True)  # the unfinished step is dropped; resume redraws its batches
         break
+    if fault_injected("RANK_ERROR", iter_num) and rank == world_size - 1:
+        fail("injected error on the last rank")
     loss_mean = mean_over_ranks(loss_sum / micro_steps)  # over the whole global batch
     if fault_injected("NAN", iter_num):
         loss_mean = loss_mean * float("nan")
@@ -553,7 +562,7 @@ while iter_num < cfg.max_iters and not stopping:
         log(line)
         if wandb_run:
             wandb_run.log({"iter": iter_num, "train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
-                           "tokens_per_sec": tokens_per_sec, "mfu": mfu or 0.0}, step=iter_num)
+                           "tokens_per_sec": tokens_per_sec, **({"mfu": mfu} if mfu is not None else {})}, step=iter_num)
 
     if cfg.eval_interval > 0 and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
         t_eval = time.time()

@@ -27,6 +27,7 @@ import os
 import shlex
 import statistics
 import subprocess
+import signal
 import sys
 import tempfile
 import time
@@ -77,6 +78,9 @@ def parse_args(argv):
                    help="add memory.py's estimate and simulated peak (fake tensors, ~20 s at 6.7B on the CPU) to "
                         "each setting that names its policy, beside the measured peak")
     args, config_args = p.parse_known_args(argv)
+    if not config_args or config_args[0].startswith("-"):  # nanoGPT habit: no config, show how
+        p.print_help()
+        sys.exit(2)
     if args.steps < 1 or args.warmup < 1 or args.repeat < 1 or args.grad_accum < 0 or not 0 <= args.margin < 1:
         p.error("need --steps >= 1, --warmup >= 1 (the first step includes the warm-up), --repeat >= 1, "
                 "--grad_accum >= 0 and 0 <= --margin < 1")
@@ -182,7 +186,11 @@ def failure(returncode, stdout, stderr):
     """(status, one line) for a train.py that exited non-zero."""
     if "out of memory" in (stdout + stderr).lower():  # torch.OutOfMemoryError: CUDA (or HIP) out of memory
         return "oom", "out of memory"
+    if returncode in (-9, 137):  # SIGKILL, itself or through a shell: on a CPU run, the kernel's OOM killer
+        return "oom", "out of memory: killed by SIGKILL (status -9), most likely the kernel's out-of-memory killer"
     errors = [line[len("error: "):] for line in stdout.splitlines() if line.startswith("error: ")]  # train.py's fail()
+    if errors and "ignore_memory_estimate" in errors[-1]:  # train.py refused a setting its estimate says cannot fit
+        return "oom", errors[-1]
     lines = errors or [line.strip() for line in stderr.splitlines() if line.strip()]
     return "error", lines[-1] if lines else f"train.py exited with status {returncode}"
 
@@ -447,4 +455,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly, as a Unix tool
     main()

@@ -12,6 +12,7 @@ import inspect
 import math
 import os
 import shutil
+import signal
 import sys
 
 import torch
@@ -66,6 +67,20 @@ def check_gpu(cfg, needed_gb):
     if cfg.dtype == "bfloat16":
         report("ok" if bf16 else "FAIL", f"bf16 {'supported' if bf16 else 'NOT supported'} (dtype={cfg.dtype})")
     return True
+
+
+def check_device(cfg, needed_gb):
+    """The device the config asks for exists here; a CPU run also needs the config to fit host RAM."""
+    device, device_type = hardware.resolve_device(cfg.device)
+    problem = hardware.device_problem(device)
+    if problem:
+        report("FAIL", problem)
+    elif device_type == "cpu":
+        ram = hardware.memory_capacity("cpu")
+        report("ok" if needed_gb * 1e9 <= ram else "FAIL",
+               f"device=cpu: host RAM {gb(ram)}; this config needs about {gb(needed_gb * 1e9)} (scripts/plan.py)")
+    else:
+        report("ok", f"device={cfg.device}: {device}")
 
 
 def check_attention(cfg, on_gpu, math_extra_gb):
@@ -131,8 +146,11 @@ def check_data(cfg, tokens_needed):
         except bins.BinError as e:
             report("FAIL", str(e))
             continue
-        extra = f", {tokens_needed / tokens:.2f} epochs to max_iters" if split == "train" else ""
-        report("ok", f"{bins.bin_path(cfg.data_dir, split)}: {tokens:,} tokens ({gb(2 * tokens)}){extra}")
+        epochs = tokens_needed / tokens
+        extra = f", {epochs:,.2f} epochs to max_iters" if split == "train" else ""
+        many = split == "train" and epochs > 10  # each token seen more than 10 times: overfitting, not pretraining
+        report("WARN" if many else "ok", f"{bins.bin_path(cfg.data_dir, split)}: {tokens:,} tokens ({gb(2 * tokens)})"
+               f"{extra}" + (": the data is far smaller than the run; prepare more, or lower max_iters" if many else ""))
     if meta is None and os.path.isfile(bins.bin_path(cfg.data_dir, "train")):
         report("WARN", f"{cfg.data_dir} has no meta.json: its encoding is unknown (sample.py will need --encoding)")
     elif meta:
@@ -153,6 +171,7 @@ def main(argv=None):
         print(f"check_env: error: {e}", file=sys.stderr)
         sys.exit(2)
     check_torch()
+    check_device(cfg, p["memory_gb"]["total"])
     on_gpu = check_gpu(cfg, p["memory_gb"]["total"])
     check_attention(cfg, on_gpu, p["math_attention_extra_gb"])
     check_fused_adamw(on_gpu)
@@ -164,4 +183,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly, as a Unix tool
     main()

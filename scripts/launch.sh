@@ -3,8 +3,11 @@
 #
 #     scripts/launch.sh config/train_gpt3_6b.py [--key=value ...]
 #
-# The session is named after the config (train_gpt3_6b; set SESSION to choose another). If it
-# is already training, this attaches to it instead of starting a second run on the same out_dir.
+# The session is named after the run's out_dir (out/gpt3_6b -> train_out_gpt3_6b; set SESSION to
+# choose another), so two runs never share one. If it is already training, this attaches to it
+# instead of starting a second run on the same out_dir (train.py's lock refuses that too). A run
+# that dies within LAUNCH_WAIT seconds (default 5: a misspelled key, a missing data_dir) is
+# reported with its last lines and a non-zero exit.
 # If its run has ended (finished, crashed, or the machine rebooted), this starts train.py again,
 # which resumes from the newest checkpoint: after a reboot, re-run the same command.
 # NPROC=8 runs it under torchrun on 8 GPUs. Detach with Ctrl-b d; stop safely (train.py saves
@@ -26,12 +29,14 @@ if ! command -v tmux >/dev/null; then
 fi
 config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")  # the pane starts in the repo root
 repo=$(cd "$(dirname "$0")/.." && pwd)
-session=${SESSION:-$(basename "$config" .py)}
-session=${session//[.:]/_}  # tmux forbids . and : in session names
 # the tmux server may have been started from another shell (another venv, another PATH):
 # pass the interpreter by its absolute path
 python=$("${PYTHON:-python}" -c 'import sys; print(sys.executable)')
 shift
+# the config as train.py will read it: a bad key stops here, with the configurator's one line
+out_dir=$(cd "$repo" && "$python" -c 'import sys, configurator; print(configurator.load_config_or_exit(sys.argv[1:]).out_dir)' "$config" "$@")
+session=${SESSION:-train_${out_dir#./}}
+session=${session//[.:\/ ]/_}  # tmux forbids . and : in session names
 if [ "${NPROC:-1}" -gt 1 ]; then
     # torchrun SIGKILLs its workers 30 s after forwarding a stop signal, mid-save at 6.7B: give a
     # save 15 minutes where this torchrun has the flag (recent PyTorch)
@@ -49,7 +54,7 @@ fi
 if tmux has-session -t "=$session" 2>/dev/null; then
     if [ "$(tmux display-message -p -t "=$session:" '#{pane_dead}')" = 1 ]; then
         echo "the last run in tmux session $session has ended; its final lines:"
-        tmux capture-pane -p -t "=$session:" | grep -v '^$' | tail -n 5
+        tmux capture-pane -p -J -t "=$session:" | grep -v '^$' | tail -n 5  # -J: lines as printed, not as wrapped
         tmux kill-session -t "=$session"
     else
         echo "tmux session $session is already running"
@@ -65,7 +70,16 @@ if ! tmux has-session -t "=$session" 2>/dev/null; then
     # remain-on-exit keeps a finished or crashed run's output on screen until the next launch
     tmux new-session -d -s "$session" -c "$repo" "${env_args[@]}" "$(printf '%q ' "${cmd[@]}")" \; \
         set-option -w -t "=$session:" remain-on-exit on
-    echo "started ${cmd[*]} in tmux session $session (log: the out_dir's train.log)"
+    for _ in $(seq "${LAUNCH_WAIT:-5}"); do  # a run that dies at once must not look started
+        sleep 1
+        if [ "$(tmux display-message -p -t "=$session:" '#{pane_dead}')" = 1 ]; then
+            echo "launch.sh: train.py exited at start-up; its last lines:" >&2
+            tmux capture-pane -p -J -t "=$session:" | grep -v '^$' | tail -n 5 >&2
+            tmux kill-session -t "=$session"
+            exit 1
+        fi
+    done
+    echo "started ${cmd[*]} in tmux session $session (log: $out_dir/train.log)"
 fi
 if [ -t 0 ] && [ -t 1 ] && [ -z "${TMUX:-}" ]; then
     exec tmux attach -t "=$session"

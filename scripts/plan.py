@@ -17,10 +17,10 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import sys
 
 import torch
-from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
@@ -334,7 +334,20 @@ def main(argv=None):
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(plan, indent=1) if args.json else report(plan, cfg, config_args))
+    budget_note(cfg, config_args)
+
+
+def budget_note(cfg, config_args):
+    """A line on stderr when --key=value overrides change the run's token count: a config derives
+    max_iters from its own batch, so --batch_size=8 alone makes a 300B-token run a 600B one."""
+    files = configurator.load_config_or_exit([a for a in config_args if not a.startswith("--")])
+    before, after = (c.max_iters * c.batch_size * c.gradient_accumulation_steps * c.block_size for c in (files, cfg))
+    if before != after:
+        print(f"note: the overrides change the run from {before / 1e9:,.1f}B to {after / 1e9:,.1f}B tokens (the config "
+              f"derives max_iters from its own batch); for {before / 1e9:,.1f}B set --max_iters and --lr_decay_iters to "
+              f"{round(before / (after / cfg.max_iters))}", file=sys.stderr)
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly, as a Unix tool
     main()

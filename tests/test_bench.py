@@ -112,10 +112,11 @@ def test_train_log_lines_are_read_past_the_warmup():
      ("error", "weights are not finite after step 1; not saving")),
     ("", "config error: command line: unknown config key 'n_lyer'\n",
      ("error", "config error: command line: unknown config key 'n_lyer'")),
-    ("", "", ("error", "train.py exited with status -9")),
+    ("", "", ("oom", "out of memory: killed by SIGKILL (status -9), most likely the kernel's out-of-memory killer")),
 ])
 def test_failures_read_as_one_line(stdout, stderr, expected):
     assert bench.failure(-9 if not stderr + stdout else 1, stdout, stderr) == expected
+    assert bench.failure(3, "", "") == ("error", "train.py exited with status 3")
 
 
 def test_bad_config_is_one_line_before_any_run(capsys):

@@ -20,7 +20,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import bins  # noqa: E402  (needs the repo root on sys.path first)
 import hellaswag  # noqa: E402
-from tokenizer import get_encoding  # noqa: E402
+from tokenizer import find, get_encoding  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
@@ -63,7 +63,8 @@ def main():
     args = p.parse_args()
     meta = bins.read_meta(args.data_dir) if os.path.isdir(args.data_dir) else None
     try:
-        encoding = get_encoding(args.encoding or (meta or {}).get("encoding") or "gpt2")
+        name = args.encoding or (find(meta["encoding"], meta.get("encoding_sha256"), [args.data_dir]) if meta else "gpt2")
+        encoding = get_encoding(name)
     except ValueError as e:
         sys.exit(f"error: {e}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,49 @@
+"""
+One job per folder: a training run holds out_dir, a prepare job its data_dir, through an exclusive
+OS lock (flock) on a file in the folder, held for the life of the process. The kernel releases it
+when the process ends in any way, kill -9 included, so a stale lock is impossible; the file itself
+stays, holding the last holder's host, pid, start time and command for the message a second job gets.
+
+On network filesystems flock is only as good as the server's locking: NFSv4 and Lustre (mounted with
+flock) honour it across machines; NFSv3 needs a running lockd; some FUSE mounts accept it locally
+only, so two machines sharing such a mount are not protected from each other.
+"""
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+
+LOCK_FILE = ".lock"
+
+
+class Busy(Exception):
+    """Another live process holds the folder."""
+
+
+def hold(folder, what="run"):
+    """Lock folder for this process (kept until it exits) or raise Busy naming the holder. Returns the
+    open lock file: keep a reference, since closing it releases the lock."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, LOCK_FILE)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        try:
+            holder = json.loads(f.read())
+            who = (f"pid {holder['pid']} on {holder['host']}, started {holder['started']}: "
+                   f"{holder['command']}")
+        except (ValueError, KeyError):
+            who = "another process"
+        f.close()
+        raise Busy(f"{folder} is in use by another {what} ({who}); wait for it to end, stop it, "
+                   f"or choose another folder") from None
+    f.seek(0)
+    f.truncate()
+    f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                        "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}))
+    f.flush()
+    return f

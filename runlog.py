@@ -1,0 +1,44 @@
+"""
+What a training run says, and where: every line to stdout and to <out_dir>/train.log (appended across
+restarts, so `tail -f` needs no tee), from rank 0 only; a failure as one line the user can act on, from
+any rank; and an unexpected crash with its traceback in train.log too, where a dead run is looked at.
+"""
+import os
+import sys
+import traceback
+
+
+class RunLog:
+    def __init__(self, out_dir, rank=0):
+        self.path, self.rank = os.path.join(out_dir, "train.log"), rank
+        self.file = open(self.path, "a") if rank == 0 else None
+
+    def __call__(self, message):
+        if self.file is None:
+            return
+        try:
+            print(message, flush=True)
+        except OSError:  # the terminal hung up (SSH dropped, tmux killed): train.log still gets it all
+            sys.stdout = open(os.devnull, "w")
+        self.file.write(message + "\n")
+        self.file.flush()
+
+    def fail(self, message):
+        """Stop the process with one line. Another rank's line goes to train.log too, where `tail -f` shows
+        why the job ended (torchrun then stops the other ranks)."""
+        if self.file is not None:
+            self(f"error: {message}")
+        else:
+            print(f"rank {self.rank} error: {message}", file=sys.stderr, flush=True)
+            with open(self.path, "a") as f:
+                f.write(f"rank {self.rank} error: {message}\n")
+        sys.exit(1)
+
+    def crash(self, kind, value, tb):
+        """sys.excepthook: the traceback on stderr as usual, and into train.log with a last line."""
+        sys.__excepthook__(kind, value, tb)
+        if self.file is not None and not issubclass(kind, KeyboardInterrupt):
+            self.file.write("".join(traceback.format_exception(kind, value, tb)))
+            first = str(value).splitlines()[0] if str(value) else ""
+            self(f"error: train.py crashed: {kind.__name__}: {first} (traceback above; under torchrun, "
+                 "look for another rank's error first)")

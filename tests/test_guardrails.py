@@ -1,0 +1,238 @@
+"""Guardrails found by trying the project as a new user: one job per folder, devices and memory checked
+before anything is spent, encodings found from anywhere, a useful validation split, messages that
+name the real cause, crashes in train.log, --help, closed pipes, and a failing rank ending the job."""
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import runlock
+from conftest import REPO
+from test_train import TINY, train
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def run(*args, env=None, timeout=300, **kwargs):
+    return subprocess.run([sys.executable, *args], cwd=kwargs.pop("cwd", REPO), capture_output=True, text=True,
+                          timeout=timeout, env=dict(ENV, **(env or {})), **kwargs)
+
+
+def last_line(text):
+    return text.strip().splitlines()[-1]
+
+
+def wait_for(path, text, timeout=120):
+    deadline = time.time() + timeout
+    while text not in (path.read_text() if path.exists() else ""):
+        assert time.time() < deadline, f"{text!r} never appeared in {path}"
+        time.sleep(0.2)
+
+
+# 1. one job per folder
+
+def test_a_second_run_into_the_same_out_dir_is_refused_until_the_first_dies(tmp_path, data_dir):
+    out = tmp_path / "out"
+    first = subprocess.Popen([sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+                              f"--out_dir={out}", "--max_iters=1000000", "--checkpoint_interval=1000000"],
+                             cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(out / "train.log", "iter 2:")
+        second = train(out, data_dir, "--max_iters=2", check=False)
+        assert second.returncode == 1 and "Traceback" not in second.stderr
+        line = last_line(second.stderr)
+        assert line.startswith(f"error: {out} is in use by another training run (pid {first.pid} on ")
+        assert "train.py config/train_tiny.py" in line
+        assert (out / "train.log").read_text().count("=== ") == 1  # the second run wrote nothing there
+    finally:
+        first.send_signal(signal.SIGKILL)  # kill -9 leaves no stale lock: the kernel drops it
+        first.wait()
+    assert "done: 3 steps" in train(out, data_dir, "--max_iters=3", "--init_from=scratch").stdout
+
+
+def test_a_prepare_job_holds_its_data_dir(tmp_path):
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(10)))
+    held = runlock.hold(str(tmp_path / "data"), "prepare job")
+    try:
+        result = run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "data"),
+                     "--encoding", "bytes")
+        assert result.returncode == 1 and f"is in use by another prepare job (pid {os.getpid()} on" in result.stderr
+    finally:
+        held.close()
+    assert run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "data"),
+               "--encoding", "bytes").returncode == 0
+
+
+# 2. devices
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+@pytest.mark.parametrize("device,expected", [("cuda", "sees no GPU here"), ("cuda:1", "sees no GPU here"),
+                                             ("gpu", "'gpu' is not a device"), ("cuda:x", "'cuda:x' is not a device")])
+def test_a_device_this_machine_lacks_is_one_line(tmp_path, data_dir, device, expected):
+    result = train(tmp_path / "out", data_dir, f"--device={device}", check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr and expected in last_line(result.stdout)
+    env_check = run("scripts/check_env.py", "config/train_tiny.py", f"--device={device}", f"--data_dir={data_dir}")
+    assert env_check.returncode == 1 and any(line.startswith("FAIL") and expected in line
+                                             for line in env_check.stdout.splitlines())
+
+
+# 3. memory
+
+def test_a_config_that_cannot_fit_is_refused_before_allocating(tmp_path, data_dir):
+    result = train(tmp_path / "out", data_dir, "--memory_budget_gb=0.5", check=False)
+    line = last_line(result.stdout)
+    assert result.returncode == 1 and "building the model" not in result.stdout
+    assert line.startswith("error: the estimated peak is") and "the device has 0.5 GB" in line
+    assert "ignore_memory_estimate=True" in line
+    forced = train(tmp_path / "forced", data_dir, "--memory_budget_gb=0.5", "--ignore_memory_estimate=True",
+                   "--max_iters=1")
+    assert "done: 1 steps" in forced.stdout
+
+
+def test_check_env_fails_a_cpu_config_larger_than_ram(data_dir):
+    result = run("scripts/check_env.py", "config/train_gpt3_6b.py", "--device=cpu", f"--data_dir={data_dir}")
+    assert result.returncode == 1
+    assert any(line.startswith("FAIL  device=cpu: host RAM") for line in result.stdout.splitlines())
+
+
+def test_bench_names_an_oom_kill_and_shows_usage_without_a_config():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench
+    assert bench.failure(-9, "", "")[0] == "oom" and "out-of-memory killer" in bench.failure(-9, "", "")[1]
+    usage = run("scripts/bench.py")
+    assert usage.returncode == 2 and usage.stdout.startswith("usage: bench.py CONFIG")
+
+
+# 4. encodings found from anywhere
+
+def test_meta_json_finds_its_rank_file_by_path_then_by_hash(tmp_path):
+    ranks = tmp_path / "ranks" / "mine.tiktoken"  # a rank file of its own: no copy of it in .cache/
+    ranks.parent.mkdir()
+    tokens = [bytes([b]) for b in range(256)] + [b"he", b"ll", b"hell", b"hello"]
+    ranks.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % i for i, t in enumerate(tokens)))
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": f"hello world {i}"}) + "\n" for i in range(50)))
+    data = tmp_path / "data"
+    assert run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(data), "--encoding",
+               os.path.relpath(ranks, REPO), "--val_fraction", "0.5").returncode == 0
+    meta = json.loads((data / "meta.json").read_text())
+    assert meta["encoding"] == str(ranks) and len(meta["encoding_sha256"]) == 64  # absolute, and its hash
+    import tokenizer
+    assert tokenizer.find(meta["encoding"], meta["encoding_sha256"], [str(data)]) == str(ranks)
+    ranks.rename(data / "moved.tiktoken")  # moved beside the bins: found by its hash
+    assert tokenizer.find(meta["encoding"], meta["encoding_sha256"], [str(data)]) == str(data / "moved.tiktoken")
+    (data / "moved.tiktoken").unlink()
+    with pytest.raises(ValueError, match=f"sha256 {meta['encoding_sha256'][:16]}"):
+        tokenizer.find(meta["encoding"], meta["encoding_sha256"], [str(data)])
+
+
+# 5. a useful validation split
+
+def test_a_small_corpus_gets_a_validation_split_worth_evaluating(tmp_path):
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": " ".join(rng.choice(words, 40))}) + "\n" for _ in range(3000)))
+    result = run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "data"),
+                 "--encoding", "bytes", "--min_val_tokens", "50000")
+    assert result.returncode == 0 and "val_fraction 0.0005 raised to" in result.stdout
+    meta = json.loads((tmp_path / "data" / "meta.json").read_text())
+    assert meta["splits"]["val"]["tokens"] >= 0.5 * 50000  # not a handful of documents
+    assert meta["splits"]["val"]["tokens"] <= 0.15 * (meta["splits"]["train"]["tokens"] + meta["splits"]["val"]["tokens"])
+    tiny = run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "tiny"),
+               "--encoding", "bytes", "--max_tokens", "5000")
+    assert "fewer than --min_val_tokens" in tiny.stderr
+
+
+# 6. messages that name the real cause
+
+def test_messages_name_the_real_cause(tmp_path, data_dir):
+    out = tmp_path / "out"
+    train(out, data_dir, "--max_iters=2")
+    conflict = train(out, data_dir, "--n_layer=3", check=False)
+    assert "n_layer=3 (set on the command line) conflicts with the checkpoint's n_layer=2" in last_line(conflict.stdout)
+    config = tmp_path / "mine.py"
+    config.write_text("batch_size = 8\n")
+    typed = run("train.py", str(config), "--batch_size=eight")
+    assert typed.returncode == 2 and "batch_size must be int like its value so far (8)" in typed.stderr
+    resumed = train(out, data_dir, "--max_iters=4", "--lr_decay_iters=80").stdout
+    assert "note: the schedule changed since the checkpoint (lr_decay_iters 40 -> 80, max_iters 2 -> 4)" in resumed
+    assert "best val loss inf" not in resumed
+
+
+def test_a_second_ctrl_c_is_heard(tmp_path, data_dir):
+    out = tmp_path / "out"
+    slow = ["--n_layer=4", "--n_embd=256", "--block_size=256", "--batch_size=16"]  # micro-batches of ~0.5 s
+    proc = subprocess.Popen([sys.executable, "train.py", "config/train_tiny.py", *TINY, *slow, f"--data_dir={data_dir}",
+                             f"--out_dir={out}", "--max_iters=1000000", "--checkpoint_interval=1000000"],
+                            cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(out / "train.log", "iter 1:")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)  # two signals at once would arrive as one
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "SIGINT: already stopping after this micro-batch and saving" in stderr
+    assert "stopped by SIGINT" in stdout
+
+
+# 8. crashes reach train.log
+
+def test_an_unexpected_crash_is_written_to_train_log(tmp_path, data_dir):
+    crash = ("import runpy, sys, model; model.GPT.forward = lambda *a, **k: 1 / 0; "
+             "sys.argv = sys.argv[1:]; runpy.run_path('train.py', run_name='__main__')")
+    result = run("-c", crash, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+                 f"--out_dir={tmp_path / 'out'}")
+    log = (tmp_path / "out" / "train.log").read_text()
+    assert result.returncode == 1 and "ZeroDivisionError" in result.stderr
+    assert "Traceback (most recent call last)" in log
+    assert last_line(log).startswith("error: train.py crashed: ZeroDivisionError: division by zero")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_launch_reports_a_run_that_dies_at_start(tmp_path, data_dir):
+    env = {k: v for k, v in ENV.items() if k != "TMUX"}
+    env.update(TMUX_TMPDIR=str(tmp_path))
+    bad = subprocess.run(["bash", "scripts/launch.sh", "config/train_tiny.py", "--learning_rat=1"], cwd=REPO,
+                         capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
+    assert bad.returncode == 2 and "unknown config key 'learning_rat'" in bad.stderr
+    dies = subprocess.run(["bash", "scripts/launch.sh", "config/train_tiny.py", f"--out_dir={tmp_path / 'out'}",
+                           f"--data_dir={tmp_path / 'no_data'}"], cwd=REPO, capture_output=True, text=True,
+                          env=env, stdin=subprocess.DEVNULL, timeout=60)
+    subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)
+    assert dies.returncode == 1 and "exited at start-up" in dies.stderr and "no_data" in dies.stderr
+
+
+# 9. habits
+
+def test_help_closed_pipes_and_budget_notes():
+    help_text = run("train.py", "--help")
+    assert help_text.returncode == 0 and help_text.stdout.startswith("usage: python train.py")
+    assert "  learning_rate = 0.0006" in help_text.stdout and run("train.py", "-h").returncode == 0
+    piped = subprocess.run(f"{sys.executable} scripts/plan.py config/train_gpt3_6b.py | head -1", shell=True,
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+    doubled = run("scripts/plan.py", "config/train_gpt3_6b.py", "--batch_size=8")
+    assert "the overrides change the run from 300.0B to 600.0B tokens" in doubled.stderr
+
+
+# 10. a failing rank ends the job
+
+def test_a_failing_rank_ends_the_whole_job_within_seconds(tmp_path, data_dir):
+    out = tmp_path / "out"
+    started = time.time()
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
+         "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=50",
+         "--gradient_accumulation_steps=4"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(ENV, TRAIN_FAULT_RANK_ERROR_AT_ITERS="3"))
+    assert result.returncode != 0 and time.time() - started < 90
+    assert "rank 1 error: injected error on the last rank" in result.stderr
+    assert "rank 1 error: injected error on the last rank" in (out / "train.log").read_text()
