@@ -25,6 +25,7 @@ import errno
 import io
 import operator
 import os
+import pickle
 import random
 import re
 import shutil
@@ -195,7 +196,13 @@ def _torch_load(path):
     # weights_only: a checkpoint is data, and loading it must not run code from the file.
     # mmap: tensors stay in the file's pages until used, so an 80 GB checkpoint needs neither 80 GB
     # of RAM up front nor a second copy on the GPU.
-    return torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    try:
+        return torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        if 'torchao.optim' not in str(e):
+            raise
+        import torchao.optim  # noqa: F401  (allow-lists the low-bit AdamW state of optim.py, then again)
+        return torch.load(path, map_location='cpu', weights_only=True, mmap=True)
 
 
 def _check_loads(tmp, path):

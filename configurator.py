@@ -67,6 +67,7 @@ DEFAULTS = dict(
     memory_budget_gb=0.0,  # what 'auto' may fill, in 1e9 bytes; 0 = the GPU's memory (host RAM on the CPU)
     ignore_memory_estimate=False,  # True: start even when memory.py's estimate says the setting cannot fit
     # AdamW
+    optimizer="adamw",  # 'adamw' (fp32 moments, 8 B/param), or torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B)
     learning_rate=6e-4,
     max_iters=572205,  # optimizer steps in the whole run: 300B tokens at 524,288 per step
     weight_decay=1e-1,
@@ -159,7 +160,7 @@ def _read_config_file(path, config):
     compute from values it does not set itself (block_size in a token budget, say)."""
     if not Path(path).is_file():
         raise ConfigError(f"config file not found: {path}")
-    scope = dict(config)
+    scope = dict(config, __file__=path)  # so that a config can read another beside it
     try:
         exec(compile(Path(path).read_text(), path, "exec"), scope)
     except Exception as e:  # a user's file: report where it broke, in one line
@@ -227,6 +228,7 @@ def load_config_or_exit(argv):
 def check(cfg, world_size):
     """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)"""
     from model import CHECKPOINTING_POLICIES
+    from optim import OPTIMIZERS
     if cfg.dtype not in ("bfloat16", "float32"):
         return f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}"
     for key in ("batch_size", "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_embd",
@@ -235,6 +237,8 @@ def check(cfg, world_size):
             return f"{key} must be at least 1, got {getattr(cfg, key)}"
     if cfg.n_embd % cfg.n_head:
         return f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}"
+    if cfg.optimizer not in OPTIMIZERS:
+        return f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}"
     if cfg.strategy not in ("ddp", "fsdp"):
         return f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}"
     if cfg.activation_checkpointing not in (*CHECKPOINTING_POLICIES, "auto"):

@@ -39,7 +39,11 @@ GPUS = {
     "h100-pcie": GPU("NVIDIA H100 PCIe", 756.0, 80),
     "a100": GPU("NVIDIA A100 80GB", 312.0, 80),
     "a100-40gb": GPU("NVIDIA A100 40GB", 312.0, 40),
+    "l40s": GPU("NVIDIA L40S", 362.05, 45),  # "48 GB" of GDDR6, 46,068 MiB usable with ECC on
+    "a6000": GPU("NVIDIA RTX A6000", 154.8, 48),
+    "rtx4090": GPU("NVIDIA GeForce RTX 4090", 165.2, 24),
 }
+GPUS["a100-80gb"] = GPUS["a100"]
 
 # ROCm names are not always informative ('AMD Instinct MI300X VF', or a generic
 # 'AMD Radeon Graphics'), so the gfx architecture and compute-unit count decide:
@@ -52,6 +56,7 @@ _NAME_PATTERNS = [
     ("mi325x", "mi325x"), ("mi300x", "mi300x"), ("mi300a", "mi300a"), ("mi250x", "mi250x"),
     ("nvl", None), ("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100"),
     ("a100-sxm4-40gb", "a100-40gb"), ("a100-pcie-40gb", "a100-40gb"), ("a100", "a100"),
+    ("l40s", "l40s"), ("rtx a6000", "a6000"), ("4090", "rtx4090"),
 ]
 
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from model import GPT
+from optim import STATE_BYTES
 
 # Allocator fragmentation grows with what is allocated (the caching allocator rounds and splits
 # blocks; 5% is typical of long runs); the CUDA/ROCm context and the BLAS and attention
@@ -111,7 +112,7 @@ def block_params(model):
     return sum(p.numel() for p in model.transformer.h[0].parameters())
 
 
-def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None):
+def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw"):
     """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
     checkpointing policy or the (activation_checkpointing, recompute_blocks) given instead (model
     may live on the meta device: only shapes are read). The peak is
@@ -121,7 +122,8 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     DDP replicates weights, gradients and moments on every GPU (this assumes
     gradient_as_bucket_view=True, as train.py sets). FSDP2 shards all three N ways and, under bf16,
     gathers bf16 weights (train.py's MixedPrecisionPolicy), so autocast has nothing left to cast.
-    Each GPU runs the same micro-batch either way."""
+    Each GPU runs the same micro-batch either way. optimizer: one of optim.OPTIMIZERS, whose moments
+    cost optim.STATE_BYTES a parameter."""
     config = model.config
     if checkpointing:
         config = dataclasses.replace(config, activation_checkpointing=checkpointing[0],
@@ -136,7 +138,7 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     m = {
         "weights": 4 * n_params / shards,  # fp32 master weights
         "grads": 4 * n_params / shards,  # fp32, accumulated across micro-batches
-        "optimizer": 8 * n_params / shards,  # AdamW's exp_avg and exp_avg_sq, fp32
+        "optimizer": STATE_BYTES[optimizer] * n_params / shards,  # AdamW's exp_avg and exp_avg_sq
         **moment,
         # FSDP2 gathers the root's weights for the whole step, the block running and the one
         # prefetched, and in backward holds one block's unsharded gradient (and its fp32 copy for
@@ -178,7 +180,7 @@ def auto_policies(n_layer):
 
 
 def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp"):
+                strategy="ddp", optimizer="adamw"):
     """The Choice 'auto' makes for a memory budget per GPU (model's own policy does not matter),
     keeping the global batch, or None when
     nothing fits. The config's micro-batch and its doublings come first (up to
@@ -195,7 +197,7 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
     for candidates in (larger, smaller):
         for policy, k in auto_policies(model.config.n_layer):
             for b in candidates:
-                peak = estimate(model, b, dtype, gpus, strategy, checkpointing=(policy, k))["total"]
+                peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer)["total"]
                 if peak <= budget_bytes:
                     return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
     return None
@@ -205,13 +207,13 @@ REFUSE_FACTOR = 1.1  # train.py and bench.py refuse a setting whose estimate pas
 
 
 def over_budget(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", checkpointing=None):
+                strategy="ddp", checkpointing=None, optimizer="adamw"):
     """Why this setting will not fit budget_bytes per device, naming what would, as one line; None if
     its estimated peak is within REFUSE_FACTOR of the budget (the estimate already holds a margin)."""
-    peak = estimate(model, batch_size, dtype, gpus, strategy, checkpointing)["total"]
+    peak = estimate(model, batch_size, dtype, gpus, strategy, checkpointing, optimizer)["total"]
     if peak <= REFUSE_FACTOR * budget_bytes:
         return None
-    choice = choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype, gpus, strategy)
+    choice = choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype, gpus, strategy, optimizer)
     instead = (f"activation_checkpointing=auto would run {choice.describe(model.config.n_layer)} "
                f"({choice.peak_gb:.1f} GB)" if choice else
                "nothing fits at any recompute or micro-batch: a smaller model, or more GPUs with strategy=fsdp")

@@ -12,7 +12,6 @@ adds, casts). memory.py says which one a GPU's memory forces.
 
 This file knows nothing about files, data or devices beyond what a forward pass needs.
 """
-import inspect
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -254,17 +253,10 @@ class GPT(nn.Module):
         model.load_state_dict(weights)
         return model
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW with weight decay on 2-D tensors (matmul weights, embeddings) and none on
-        biases and LayerNorm gains. Fused kernels on GPU (ROCm reports device type 'cuda' too)."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-        ]
-        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-        extra = {"fused": True} if fused else {"foreach": device_type != "cpu"}
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw"):
+        """AdamW with weight decay on 2-D tensors only; optim.py builds it (and its low-bit kinds)."""
+        import optim  # beside this file: which optimizer, and what its state costs
+        return optim.build(self, optimizer, weight_decay, learning_rate, betas, device_type)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):

@@ -594,7 +594,7 @@ def _count(text):
     return int(float(text))  # accepts 10e9 and 10_000_000_000
 
 
-def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005):
+def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005, min_val_tokens=1_000_000):
     """The flags every prepare script shares, with that script's defaults."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", nargs="+", default=[source],
@@ -610,7 +610,7 @@ def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005):
                    help="stop at the first document boundary at or past this many tokens, train plus val")
     p.add_argument("--val_fraction", type=float, default=val_fraction,
                    help="share of documents (chosen by a hash of their text) that go to val.bin (default: %(default)s)")
-    p.add_argument("--min_val_tokens", type=_count, default=1_000_000,
+    p.add_argument("--min_val_tokens", type=_count, default=min_val_tokens,
                    help="raise --val_fraction for a small source so that val.bin gets about this many tokens, "
                         "up to a tenth of the corpus (default: %(default)s; 0: off)")
     p.add_argument("--text_field", default="text", help="the field that holds the text (default: %(default)s)")

@@ -30,6 +30,7 @@ import hardware
 import hellaswag
 import hf
 import memory
+import optim
 import runlock
 import runlog
 import spikes
@@ -162,14 +163,14 @@ budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
 if policy != "auto" and not cfg.ignore_memory_estimate:  # refuse now rather than after minutes of allocating
     with torch.device("meta"):
         problem = memory.over_budget(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                     budget, cfg.dtype, world_size, cfg.strategy, (policy, recompute_blocks))
+                                     budget, cfg.dtype, world_size, cfg.strategy, (policy, recompute_blocks), cfg.optimizer)
     if problem:
         fail(f"{problem}. To try anyway: ignore_memory_estimate=True")
 if policy == "auto":
     # the cheapest policy and micro-batch that fit, from memory.py's estimate; the global batch stays
     with torch.device("meta"):
         choice = memory.choose_auto(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                    budget, cfg.dtype, world_size, cfg.strategy)
+                                    budget, cfg.dtype, world_size, cfg.strategy, cfg.optimizer)
     if not choice:
         fail(f"activation_checkpointing=auto: nothing fits {budget / 1e9:.1f} GB per device, not even full "
              f"checkpointing at micro-batch 1; see python scripts/plan.py {' '.join(sys.argv[1:])}")
@@ -256,7 +257,8 @@ if fsdp:  # shard parameters, gradients and AdamW state block by block across th
     for block in model.transformer.h:
         fully_shard(block, mp_policy=mixed)
     fully_shard(model, mp_policy=mixed)
-optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type)
+optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type,
+                                       cfg.optimizer)
 
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 
@@ -265,6 +267,10 @@ def load_training_state(state, after_spikes=False):
     """Everything a checkpoint holds into the live run: weights, optimizer, data position, RNGs and
     the spike statistics (a rollback keeps its own count of rollbacks). Returns the iteration."""
     global best_val_loss, wandb_run_id
+    saved_optimizer = state["config"].get("optimizer", "adamw")
+    if saved_optimizer != cfg.optimizer:  # 8-bit moments are not fp32 ones: no silent conversion
+        fail(f"the checkpoint holds {saved_optimizer} state but optimizer={cfg.optimizer!r}: resume with "
+             f"optimizer={saved_optimizer}, or start a new out_dir from its weights (init_weights=...) with a fresh {cfg.optimizer}")
     try:
         checkpoint.restore(state, raw_model, optimizer)
     except checkpoint.CheckpointError as e:  # the live model may be half overwritten: stop here
@@ -480,8 +486,7 @@ stop_vote = stopping.StopVote(stop_signal)
 stopping = agree(stop_signal.received)
 while iter_num < cfg.max_iters and not stopping:
     lr = get_lr(iter_num)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
+    optim.set_lr(optimizer, lr)
     t0 = time.time()
     loss_sum = torch.zeros((), device=device)
     my_windows = sampler.next_indices(cfg.batch_size * cfg.gradient_accumulation_steps).reshape(

@@ -33,7 +33,7 @@ def main():
     model = GPT(GPTConfig(**state["model_args"]))
     config = state["config"]
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
-                                           (config["beta1"], config["beta2"]), "cpu")
+                                           (config["beta1"], config["beta2"]), "cpu", config.get("optimizer", "adamw"))
     try:
         checkpoint.restore(state, model, optimizer)
     except checkpoint.CheckpointError as e:

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
 import hardware  # noqa: E402
 import memory  # noqa: E402
+from optim import STATE_BYTES  # noqa: E402
 from model import CHECKPOINTING_POLICIES, GPT, GPTConfig  # noqa: E402
 
 DEFAULT_GPU = "mi300x"
@@ -48,10 +49,10 @@ def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
         return GPT(model_config(cfg, activation_checkpointing, recompute_blocks))
 
 
-def checkpoint_bytes(n_params):
-    """A saved checkpoint: fp32 weights (4 B/param) and AdamW's two fp32 moments (8 B/param);
-    the sampler, RNG and config add kilobytes."""
-    return 12 * n_params
+def checkpoint_bytes(n_params, optimizer="adamw"):
+    """A saved checkpoint: fp32 weights (4 B/param) and the AdamW moments (8 B/param in fp32, less in
+    low bits: optim.STATE_BYTES); the sampler, RNG and config add kilobytes."""
+    return (4 + STATE_BYTES[optimizer]) * n_params
 
 
 # -----------------------------------------------------------------------------
@@ -67,7 +68,7 @@ def choose_setting(cfg, gpu, gpus):
     its policy gets it as it is; 'auto' gets auto's choice, or full checkpointing (the least
     memory) when nothing fits, so the plan can say by how much."""
     choice = memory.choose_auto(build_meta_model(cfg, "none"), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                budget_bytes(cfg, gpu), cfg.dtype, gpus, cfg.strategy)
+                                budget_bytes(cfg, gpu), cfg.dtype, gpus, cfg.strategy, cfg.optimizer)
     if cfg.activation_checkpointing != "auto":
         return choice, (cfg.activation_checkpointing, cfg.recompute_blocks, cfg.batch_size,
                         cfg.gradient_accumulation_steps)
@@ -91,7 +92,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
     # MFU is defined on model FLOPs; the recompute is extra work the GPU does at the same time (HFU)
     seconds_per_iter = tokens_per_iter * flops / (gpus * mfu * gpu.peak_tflops * 1e12)
     days = cfg.max_iters * seconds_per_iter / 86400
-    estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy)
+    estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, optimizer=cfg.optimizer)
     plan = {
         "params": model.get_num_params(non_embedding=False),
         "params_without_position_embeddings": model.get_num_params(),
@@ -113,8 +114,9 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "strategy": cfg.strategy if gpus > 1 else "single",
         "memory_gb": {k: v / 1e9 for k, v in estimate.items()},
         # the same micro-batch under each policy, every block
-        "total_gb_by_policy": {p: memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy,
-                                                  checkpointing=(p, -1))["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
+        "total_gb_by_policy": {p: memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, (p, -1),
+                                                  cfg.optimizer)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
+        "optimizer": cfg.optimizer,
         "fits": estimate["total"] <= budget_bytes(cfg, gpu),
         "auto": dataclasses.asdict(choice) if choice else None,
         "peak_tflops": gpu.peak_tflops,
@@ -125,7 +127,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "days": days,
         "price_per_hour": price_per_hour,
         "cost_usd": days * 24 * price_per_hour * gpus,
-        "checkpoint_gb": checkpoint_bytes(model.get_num_params(non_embedding=False)) / 1e9,
+        "checkpoint_gb": checkpoint_bytes(model.get_num_params(non_embedding=False), cfg.optimizer) / 1e9,
         "keep_last_n": cfg.keep_last_n,
         "math_attention_extra_gb": (config.n_layer - n_recomputed + 1) * memory.math_attention_bytes(
             batch_size, config.block_size, config.n_head) / 1e9,
@@ -146,7 +148,7 @@ def suggestions(plan, model, cfg):
                 out.append(f"--activation_checkpointing={policy} (or auto): {plan['total_gb_by_policy'][policy]:.1f} GB")
                 break
         smaller = [b for b in range(batch_size - 1, 0, -1)
-                   if memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy)["total"] <= limit]
+                   if memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy, optimizer=cfg.optimizer)["total"] <= limit]
         if smaller:
             b = smaller[0]
             steps = math.ceil(batch_size * plan["gradient_accumulation_steps"] / b)
@@ -154,7 +156,7 @@ def suggestions(plan, model, cfg):
                        f"(about the same tokens per iteration)")
         for n in (2, 4, 8, 16, 32, 64):
             current = n == gpus and cfg.strategy == "fsdp"  # the plan that does not fit
-            if n >= gpus and not current and memory.estimate(model, batch_size, cfg.dtype, n, "fsdp")["total"] <= limit:
+            if n >= gpus and not current and memory.estimate(model, batch_size, cfg.dtype, n, "fsdp", optimizer=cfg.optimizer)["total"] <= limit:
                 out.append(f"shard over {n} GPUs with FSDP: {torchrun(n)} train.py CONFIG --strategy=fsdp")
                 break
         bigger = [key for key, gpu in hardware.GPUS.items() if plan["memory_gb"]["total"] <= gpu.capacity_gb]
@@ -186,7 +188,7 @@ def torchrun(n):
 MEMORY_ROWS = [
     ("weights", "weights (fp32 master)", "4 B/param"),
     ("grads", "gradients (fp32)", "4 B/param"),
-    ("optimizer", "AdamW moments (fp32)", "8 B/param"),
+    ("optimizer", "AdamW moments", None),  # the note depends on the optimizer: optimizer_text()
     ("autocast_bf16_weights", "autocast bf16 weight copies", "2 B per matmul weight autograd keeps for backward"),
     ("fsdp_unsharded", "FSDP gathered weights", "the root's and ~2 blocks' weights, 1 block's gradient"),
     ("activations", "activations", None),
@@ -245,9 +247,12 @@ def report(plan, cfg, config_args):
                      f"= {plan['total_flops'] * (plan['hfu'] / plan['mfu']):.3g} executed")
     lines += ["", f"memory per GPU on {plan['gpu_name']} ({hardware.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
                   f"{plan['gpu_memory_gb']:.1f}e9 bytes), {setup}:"]
+    optimizer_note = {"adamw": "fp32, 8 B/param", "adamw8bit": "8-bit (torchao), ~2 B/param",
+                      "adamw4bit": "4-bit (torchao), ~1 B/param"}[plan["optimizer"]]
     for key, label, note in MEMORY_ROWS:
         if mem[key]:
-            lines.append(f"  {label:<29} {mem[key]:7.1f} GB  {note or act_note}")
+            note = optimizer_note if key == "optimizer" else note or act_note
+            lines.append(f"  {label:<29} {mem[key]:7.1f} GB  {note}")
     spare = plan["budget_gb"] - mem["total"]
     verdict = f"fits, {spare:.1f} GB to spare" if plan["fits"] else f"DOES NOT FIT: {-spare:.1f} GB over"
     by_policy = ", ".join(f"{p} {gb:.1f} GB" for p, gb in plan["total_gb_by_policy"].items())

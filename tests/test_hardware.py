@@ -27,8 +27,14 @@ def test_identify_gpu(name, gfx, cus, key, peak):
     assert hardware.GPUS[key].peak_tflops == peak
 
 
+def test_the_smaller_cards_of_the_lean_recipes_are_known():
+    assert [hardware.identify_gpu(n) for n in ("NVIDIA GeForce RTX 4090", "NVIDIA L40S", "NVIDIA RTX A6000")] == \
+        ["rtx4090", "l40s", "a6000"]
+    assert hardware.GPUS["a100-80gb"].capacity_gb > 85
+
+
 def test_unknown_gpu_is_not_guessed():
-    assert hardware.identify_gpu("NVIDIA GeForce RTX 4090") is None
+    assert hardware.identify_gpu("NVIDIA GeForce RTX 3090") is None
     assert hardware.identify_gpu("NVIDIA H100 NVL") is None  # lower clocks than the SXM part
     assert hardware.identify_gpu("AMD Radeon Graphics", "gfx1100", 48) is None
     assert hardware.utilisation(1e9, 1e4, 0.0) is None

@@ -32,7 +32,8 @@ def stdlib_files(max_bytes=MAX_BYTES):
 
 
 if __name__ == "__main__":
-    args = preparation.parser(__doc__, source=STDLIB, data_dir="data/quickstart",
-                              encoding="bytes", val_fraction=0.1).parse_args()
+    # a tenth of the 8 MB for val.bin: ~0.6M byte tokens, plenty for a tiny model
+    args = preparation.parser(__doc__, source=STDLIB, data_dir="data/quickstart", encoding="bytes",
+                              val_fraction=0.1, min_val_tokens=500_000).parse_args()
     source = preparation.LocalFiles([STDLIB], stdlib_files(), args.text_field) if args.source == [STDLIB] else None
     sys.exit(preparation.run(args, source))
