@@ -123,11 +123,17 @@ def _check_config(config, folder):
                            "compute it")
 
 
-def _expected_shapes(config):
+def _gpt2_shapes(n_layer, n_head, n_embd, block_size, vocab_size):
+    """{name: shape} of a GPT-2 (biases included, the tied head left out) in this model's layout."""
     with torch.device("meta"):
-        model = GPT(GPTConfig(n_layer=config["n_layer"], n_head=config["n_head"], n_embd=config["n_embd"],
-                              block_size=config["n_positions"], vocab_size=config["vocab_size"], bias=True))
+        model = GPT(GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block_size,
+                              vocab_size=vocab_size, bias=True))
     return {k: tuple(v.shape) for k, v in model.state_dict().items() if k != "lm_head.weight"}
+
+
+def _expected_shapes(config):
+    return _gpt2_shapes(config["n_layer"], config["n_head"], config["n_embd"], config["n_positions"],
+                        config["vocab_size"])
 
 
 def _torch_bin(path):
@@ -282,11 +288,9 @@ def _hf_tensors(weights, args, rows, dtype):
         else:
             out.append((name, tuple(t.shape), lambda t=t: t.to(dtype).contiguous()))
     if not args.bias:  # transformers' GPT-2 always has biases: zeros compute the same
-        with torch.device("meta"):
-            full = GPT(GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                                 block_size=args.block_size, vocab_size=args.vocab_size, bias=True))
-        out += [(name, tuple(t.shape), lambda t=t: torch.zeros(t.shape, dtype=dtype))
-                for name, t in full.state_dict().items() if name.endswith(".bias")]
+        shapes = _gpt2_shapes(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab_size)
+        out += [(name, shape, lambda shape=shape: torch.zeros(shape, dtype=dtype))
+                for name, shape in shapes.items() if name.endswith(".bias")]
     return out
 
 

@@ -436,13 +436,16 @@ def _load_state(data_dir, job, start):
     return state
 
 
+def _tokens_per_text_byte(encoding):
+    """Rough: the byte encoding makes a token of every byte, GPT-2's BPE one of ~3 bytes of text."""
+    return 1.0 if encoding.n_vocab <= 257 else 0.35
+
+
 def _check_disk(data_dir, source, encoding, max_tokens, state):
-    # ~3 bytes of text a GPT-2 token, 2 bytes each written: ~0.7x the text; the byte encoding writes 2x
-    per_text_byte = 2.0 if encoding.n_vocab <= 257 else 0.7
     text = source.text_bytes()
-    projected = [2 * max_tokens] if max_tokens else []
+    projected = [2 * max_tokens] if max_tokens else []  # 2 bytes a token written
     if text is not None:
-        projected.append(int(text * per_text_byte))
+        projected.append(int(2 * text * _tokens_per_text_byte(encoding)))
     if not projected:
         return
     needed = min(projected) - sum(state["bin_bytes"].values())
@@ -520,7 +523,7 @@ def _val_fraction(args, source, encoding):
     text = source.text_bytes()
     if not text or not args.min_val_tokens or not args.val_fraction:  # 0: no val.bin wanted
         return args.val_fraction
-    tokens = text if encoding.n_vocab <= 257 else text / 3  # ~3 bytes of text a GPT-2 token
+    tokens = text * _tokens_per_text_byte(encoding)
     fraction = max(args.val_fraction, min(args.min_val_tokens / tokens, 0.1))
     if fraction > args.val_fraction:
         print(f"val_fraction {args.val_fraction:g} raised to {fraction:.4g}: about {tokens / 1e6:,.1f}M tokens in all, "

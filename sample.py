@@ -90,8 +90,8 @@ def load_model(args, local_rank=0):
     """(model in eval mode, checkpoint state, encoding, device, autocast) from --out_dir/--init_from,
     --encoding, --device and --dtype; scripts/eval_hellaswag.py shares it."""
     device, device_type = hardware.resolve_device(args.device, local_rank)
-    if hardware.device_problem(device):
-        fail(hardware.device_problem(device))
+    if problem := hardware.device_problem(device):
+        fail(problem)
     dtype = args.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"

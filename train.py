@@ -61,8 +61,7 @@ run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 log, fail = run_log, run_log.fail
 sys.excepthook = run_log.crash
 
-problem = configurator.check(cfg, world_size)
-if problem:
+if problem := configurator.check(cfg, world_size):
     fail(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
     + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))
@@ -72,8 +71,8 @@ stop_signal = stopping.StopSignal()  # from here on a signal stops the run clean
 # -----------------------------------------------------------------------------
 # device, precision and process group
 device, device_type = hardware.resolve_device(cfg.device, local_rank)
-if hardware.device_problem(device):
-    fail(hardware.device_problem(device))
+if problem := hardware.device_problem(device):
+    fail(problem)
 if device_type == "cuda":
     torch.cuda.set_device(device)
     torch.backends.cuda.matmul.allow_tf32 = True
