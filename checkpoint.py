@@ -44,7 +44,7 @@ from torch.utils.serialization import config as serialization_config
 # no sign and no zero padding, so each step has exactly one name (ckpt_010.pt is not step 10)
 _CKPT_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)\.pt')
 _SHARDED_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)')
-_TEMP_RE = re.compile(r'\.ckpt_[0-9]+(\.pt\.tmp-[0-9]+|\.tmp-sharded)')  # a .pt's, a sharded folder's
+_TEMP_RE = re.compile(r'\.ckpt_[0-9]+(\.pt\.tmp-[0-9]+|\.tmp-sharded(-replaced)?)')  # a .pt's, a sharded folder's
 TRAINER_STATE = 'trainer_state.pt'  # in a sharded checkpoint: all but the model and optimizer
 ROLLED_BACK_DIR = 'rolled_back'  # roll_back_to moves checkpoints here; discovery never looks inside
 REQUIRED_KEYS = ('model', 'iter_num')
@@ -368,25 +368,29 @@ def roll_back_to(path, log=print):
     """
     path = os.path.normpath(path)
     out_dir = os.path.dirname(path) or '.'
-    numbers = {p: n for n, p in list_checkpoints(out_dir)}
+    numbers = {os.path.normpath(p): n for n, p in list_checkpoints(out_dir)}  # './ckpt_5.pt' is 'ckpt_5.pt'
     if path not in numbers:
         raise CheckpointError(f"cannot roll back to {path}: it is not an existing out_dir/ckpt_<N>.pt or ckpt_<N>/")
     target = numbers[path]
-    newer = [p for n, p in list_checkpoints(out_dir) if n > target]
+    newer = [p for p, n in numbers.items() if n > target]
     if not newer:
         log(f"{path} is already the newest checkpoint; nothing to roll back")
         return []
     parent = os.path.join(out_dir, ROLLED_BACK_DIR)
-    os.makedirs(parent, exist_ok=True)
-    # a fresh folder per roll back, so rolling back twice past the same step overwrites nothing
-    dest = tempfile.mkdtemp(prefix=time.strftime('%Y%m%d-%H%M%S') + f'_to_{target}_', dir=parent)
     moved = []
-    for p in newer:
-        moved.append(os.path.join(dest, os.path.basename(p)))
-        os.rename(p, moved[-1])
-        log(f"moved {p} to {moved[-1]}")
-    for d in (dest, parent, out_dir):
-        _fsync_dir(d)  # else after a power cut the rolled-back checkpoints could reappear and be resumed
+    try:
+        os.makedirs(parent, exist_ok=True)
+        # a fresh folder per roll back, so rolling back twice past the same step overwrites nothing
+        dest = tempfile.mkdtemp(prefix=time.strftime('%Y%m%d-%H%M%S') + f'_to_{target}_', dir=parent)
+        for p in newer:
+            os.rename(p, os.path.join(dest, os.path.basename(p)))
+            moved.append(os.path.join(dest, os.path.basename(p)))
+            log(f"moved {p} to {moved[-1]}")
+        for d in (dest, parent, out_dir):
+            _fsync_dir(d)  # else after a power cut the rolled-back checkpoints could reappear and be resumed
+    except OSError as e:
+        raise CheckpointError(f"cannot roll back to {path}: {e.strerror} setting the newer checkpoints aside in "
+                              f"{parent} ({len(moved)} of {len(newer)} moved); fix that and rerun") from None
     return moved
 
 
@@ -446,8 +450,12 @@ def save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n
     if rank == 0:
         _fsync_dir(tmp)
         _fault('kill_after_temp_write')
-        _remove(path)  # only there if it was unreadable at resume: a folder cannot be renamed over
-        os.replace(tmp, path)
+        if os.path.exists(path):  # unreadable at resume, or the one a rollback went back to
+            os.replace(path, tmp + '-replaced')  # a folder cannot be renamed over; a kill now keeps the older ones
+            os.replace(tmp, path)
+            _remove(tmp + '-replaced')
+        else:
+            os.replace(tmp, path)
         _fsync_dir(out_dir)
         log(f"saved {path}/ ({_gb(_size(path))}) in {time.time() - t0:.1f}s")
         _rotate(out_dir, iter_num, keep_last_n, log)

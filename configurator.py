@@ -235,6 +235,10 @@ def check(cfg, world_size):
                 "vocab_size", "log_interval", "eval_iters", "spike_window"):
         if getattr(cfg, key) < 1:
             return f"{key} must be at least 1, got {getattr(cfg, key)}"
+    for key in ("spike_loss_z", "spike_grad_z", "spike_rollback_after", "spike_rollback_margin", "spike_skip_batches",
+                "max_rollbacks", "hellaswag_interval", "hellaswag_limit"):
+        if getattr(cfg, key) < 0:
+            return f"{key} must be 0 or more, got {getattr(cfg, key)}"
     if cfg.n_embd % cfg.n_head:
         return f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}"
     if cfg.optimizer not in OPTIMIZERS:

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 import bins
+import tokenizer
 
 FILE = "hellaswag.json"  # the prepared form's name, beside train.bin and val.bin
 BATCH = 8  # examples a forward: 32 rows of a few dozen tokens
@@ -67,7 +68,7 @@ def _check(obj, path, line):
 
 def tokenize(examples, encoding):
     """The prepared form: ids of each context and of each ending (with its leading space)."""
-    return {"encoding": encoding.name, "examples": [
+    return {**tokenizer.describe(encoding.name), "examples": [
         {"ctx": encoding.encode_ordinary(ctx), "endings": [encoding.encode_ordinary(" " + e) for e in endings],
          "label": label} for ctx, endings, label in examples]}
 
@@ -85,17 +86,26 @@ def load(path, encoding):
         try:
             with open(path) as f:
                 prepared = json.load(f)
-            names, examples = prepared["encoding"], prepared["examples"]
-            for i, ex in enumerate(examples):
-                if len(ex["endings"]) != 4 or ex["label"] not in range(4):
-                    raise ValueError(f"example {i} has {len(ex['endings'])} endings and label {ex['label']}")
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            if tokenizer.identity(prepared) != tokenizer.identity(tokenizer.describe(encoding.name)):
+                raise EncodingMismatch(f"{path} was tokenized with {prepared['encoding']!r} but the model uses "
+                                       f"{encoding.name!r}: run data/hellaswag/prepare.py with the run's encoding")
+            for i, ex in enumerate(prepared["examples"]):
+                _check_prepared(ex, i, encoding.n_vocab)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise HellaSwagError(f"{path} is not a prepared HellaSwag file ({e}): prepare it again") from None
-        if names != encoding.name:
-            raise EncodingMismatch(f"{path} was tokenized with {names!r} but the model uses {encoding.name!r}: "
-                                 "run data/hellaswag/prepare.py with the run's encoding")
-        return examples
+        return prepared["examples"]
     return tokenize(read_jsonl(path), encoding)["examples"]
+
+
+def _check_prepared(ex, i, n_vocab):
+    """ValueError unless ex is a context and four non-empty endings of token ids below n_vocab, and a label 0-3."""
+    if len(ex["endings"]) != 4 or type(ex["label"]) is not int or ex["label"] not in range(4):
+        raise ValueError(f"example {i} has {len(ex['endings'])} endings and label {ex['label']!r}")
+    for ids in (ex["ctx"], *ex["endings"]):
+        if not isinstance(ids, list) or not all(type(t) is int and 0 <= t < n_vocab for t in ids):
+            raise ValueError(f"example {i} holds something other than token ids below {n_vocab}")
+    if not all(ex["endings"]):
+        raise ValueError(f"example {i} has an empty ending")
 
 
 def _rows(examples, block_size):

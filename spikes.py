@@ -19,7 +19,7 @@ class SpikeGuard:
         self.history = deque(maxlen=window)  # (loss, grad norm) of accepted steps
         self.skipped_at = deque()  # (iteration, data position at its start) of recent skipped steps
         self.skipped = 0  # spikes skipped in the whole run
-        self.rollbacks = []  # one {'at', 'to', 'first_spike', 'skipped_batches'} per automatic rollback
+        self.rollbacks = []  # one {'at', 'to', 'first_spike'} per automatic rollback
 
     @property
     def on(self):
@@ -56,16 +56,15 @@ class SpikeGuard:
         return {"history": [list(h) for h in self.history], "skipped_at": [list(s) for s in self.skipped_at],
                 "skipped": self.skipped, "rollbacks": list(self.rollbacks)}
 
-    def load_state_dict(self, state, rolling_back=False):
-        """A checkpoint's statistics. rolling_back: the burst that caused it is dealt with, and the run
-        keeps its own record of rollbacks (and the limit on them) instead of the older checkpoint's."""
+    def load_state_dict(self, state, after_rollback=False):
+        """A checkpoint's statistics. after_rollback: the burst that caused it is dealt with, and the run
+        keeps its own counts of skipped steps and rollbacks (and the limit on them), not the older checkpoint's."""
         self.history = deque((tuple(h) for h in state["history"]), maxlen=self.window)
-        self.skipped = state["skipped"]
-        if rolling_back:
+        if after_rollback:
             self.skipped_at = deque()
         else:
             self.skipped_at = deque(tuple(s) for s in state["skipped_at"])
-            self.rollbacks = list(state["rollbacks"])
+            self.skipped, self.rollbacks = state["skipped"], list(state["rollbacks"])
 
 
 def rollback_target(checkpoints, first_spike, margin):

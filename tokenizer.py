@@ -106,17 +106,24 @@ def describe(name):
     return {"encoding": os.path.abspath(name), "encoding_sha256": file_sha256(name)}
 
 
+def identity(recorded):
+    """What makes two encodings the same, from describe()'s record: a built-in one's name, a rank file's hash."""
+    return recorded.get("encoding_sha256") or recorded["encoding"]
+
+
 def find(name, sha256=None, near=()):
-    """The name to load a recorded encoding by: itself if built in or where its file is, else a .tiktoken
-    file with the recorded hash in a folder of `near` (say, beside the bins) or in .cache/."""
-    if name in ("gpt2", "bytes") or os.path.exists(name) or not sha256:
+    """The name to load a recorded encoding by: itself if built in or where its file is (with the recorded
+    hash: a rank file edited since would tokenize differently), else a .tiktoken file with the recorded
+    hash in a folder of `near` (say, beside the bins) or in .cache/."""
+    if name in ("gpt2", "bytes") or not sha256 or (os.path.isfile(name) and file_sha256(name) == sha256):
         return name
     folders = [*near, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache"), ".cache"]
     for folder in folders:
         for candidate in sorted(glob.glob(os.path.join(folder, "*.tiktoken"))):
             if file_sha256(candidate) == sha256:
                 return candidate
-    raise ValueError(f"the rank file {name} (sha256 {sha256[:16]}...) is not there, nor a file with its hash "
+    problem = "has changed since (another hash)" if os.path.exists(name) else "is not there"
+    raise ValueError(f"the rank file {name} (sha256 {sha256[:16]}...) {problem}, and there is no file with its hash "
                      f"in {', '.join(folders)}: copy it to one of them (scripts/fetch_gpt2_ranks.sh writes "
                      "GPT-2's to .cache/gpt2.tiktoken)")
 

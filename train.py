@@ -103,21 +103,13 @@ def agree(flag):
 # what to start from: a checkpoint (resume, roll back) or scratch
 # init_from='gpt2' etc. or init_weights=PATH: a new run from those weights, resumed like 'auto' once it has checkpoints
 pretrained = cfg.init_weights or (cfg.init_from if cfg.init_from in hf.GPT2_MODELS else "")
-rolling_back = cfg.init_from not in ("auto", "resume", "scratch", *hf.GPT2_MODELS)
+init_from_path = cfg.init_from not in ("auto", "resume", "scratch", *hf.GPT2_MODELS)  # continue or roll back
 if cfg.init_weights and cfg.init_from not in ("auto", "scratch"):
     fail(f"init_weights starts a new run, init_from={cfg.init_from!r} continues one: drop one of them")
-if rolling_back and not os.path.exists(cfg.init_from):
+if init_from_path and not os.path.exists(cfg.init_from):
     fail(f"init_from: no such checkpoint {cfg.init_from}")
 if master:
     checkpoint.remove_stale_temp_files(cfg.out_dir, log=log)
-    init_path = os.path.abspath(cfg.init_from)  # also for 'ckpt_N/' with a trailing slash
-    if rolling_back and os.path.samefile(os.path.dirname(init_path), cfg.out_dir):
-        try:
-            if checkpoint.roll_back_to(init_path, log=log):
-                log("rolled back: once this run is going, drop --init_from to continue it later "
-                    "(running this same command again would roll back again)")
-        except checkpoint.CheckpointError as e:
-            fail(str(e))
 if distributed:
     dist.barrier()  # the others look at out_dir only once rank 0 has tidied it
 resume_state = None
@@ -133,6 +125,12 @@ try:
             fail(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to start from scratch")
     else:
         resume_state = checkpoint.load_checkpoint(cfg.init_from, log=log)
+        # an earlier checkpoint of this out_dir: set the newer ones aside, only now that it has loaded
+        init_path = os.path.abspath(cfg.init_from)  # also for 'ckpt_N/' with a trailing slash
+        if master and os.path.samefile(os.path.dirname(init_path), cfg.out_dir) \
+                and checkpoint.roll_back_to(init_path, log=log):
+            log("rolled back: once this run is going, drop --init_from to continue it later "
+                "(running this same command again would roll back again)")
 except checkpoint.CheckpointError as e:
     fail(str(e))
 
@@ -262,7 +260,7 @@ optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 
 
-def load_training_state(state, after_spikes=False):
+def load_training_state(state, after_rollback=False):
     """Everything a checkpoint holds into the live run: weights, optimizer, data position, RNGs and
     the spike statistics (a rollback keeps its own count of rollbacks). Returns the iteration."""
     global best_val_loss, wandb_run_id
@@ -287,10 +285,10 @@ def load_training_state(state, after_spikes=False):
             f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
     checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
     if "spikes" in state:
-        guard.load_state_dict(state["spikes"], rolling_back=after_spikes)
+        guard.load_state_dict(state["spikes"], after_rollback=after_rollback)
     changed = [f"{k} {state['config'][k]} -> {getattr(cfg, k)}" for k in SCHEDULE_KEYS
                if k in state["config"] and state["config"][k] != getattr(cfg, k)]
-    if changed and not after_spikes:
+    if changed and not after_rollback:
         log(f"note: the schedule changed since the checkpoint ({', '.join(changed)}): the learning rate follows the "
             f"new values from iter {state['iter_num']} on")
     return state["iter_num"]
@@ -301,7 +299,6 @@ if resume_state is not None:
     iter_num = load_training_state(resume_state)
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
     del resume_state  # the mmap'd tensors have been copied into the model and optimizer
-start_iter = iter_num
 if ddp:
     # gradient_as_bucket_view: gradients live in DDP's buckets instead of beside them (26.6 GB at 6.7B),
     # as long as they are zeroed in place, never set to None (which makes the next micro-step's
@@ -371,8 +368,7 @@ def evaluate_hellaswag():
                                 cfg.hellaswag_limit, rank, world_size)
     log(f"hellaswag iter {iter_num}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
         f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
-    if wandb_run:
-        wandb_run.log({"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]}, step=iter_num)
+    wandb_logging.log(wandb_run, iter_num, {"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]})
 
 
 def sync_gradients(on):
@@ -435,24 +431,26 @@ def fault_injected(kind, it):
 
 def roll_back(first_spike, spike_data):
     """PaLM's recipe: back to the newest checkpoint spike_rollback_margin steps before the first spike,
-    and on from spike_skip_batches global batches past the spike's data. Returns the iteration."""
-    found = spikes.rollback_target(checkpoint.list_checkpoints(cfg.out_dir), first_spike, cfg.spike_rollback_margin)
+    and on from spike_skip_batches global batches past the spike's data. Returns the iteration it went
+    back to, or None if there is no checkpoint that old."""
     if len(guard.rollbacks) >= cfg.max_rollbacks:
         fail(f"loss spikes again at iter {first_spike} after {len(guard.rollbacks)} automatic rollback(s) "
              f"(max_rollbacks={cfg.max_rollbacks}); lower learning_rate or raise max_rollbacks and rerun the same "
              "command to resume from the newest checkpoint")
+    found = spikes.rollback_target(checkpoint.list_checkpoints(cfg.out_dir), first_spike, cfg.spike_rollback_margin)
     if found is None:
         log(f"warning: loss spike burst from iter {first_spike}, but no checkpoint {cfg.spike_rollback_margin} "
             f"steps before it to roll back to; going on")
         guard.skipped_at.clear()
-        return iter_num
-    if master:
-        checkpoint.roll_back_to(found[1], log=log)
-    if distributed:
-        dist.barrier()
-    rollbacks = guard.rollbacks + [{"at": iter_num, "to": found[0], "first_spike": first_spike,
-                                    "skipped_batches": first_spike - 1 - found[0] + cfg.spike_skip_batches}]
-    restored = load_training_state(checkpoint.load_checkpoint(found[1], log=log), after_spikes=True)
+        return None
+    try:  # load first: a target that cannot be read must not leave the newer checkpoints set aside
+        state = checkpoint.load_checkpoint(found[1], log=log)
+        if master:
+            checkpoint.roll_back_to(found[1], log=log)
+    except checkpoint.CheckpointError as e:
+        fail(f"loss spike burst from iter {first_spike}, and no rollback: {e}")
+    rollbacks = guard.rollbacks + [{"at": iter_num, "to": found[0], "first_spike": first_spike}]
+    restored = load_training_state(state, after_rollback=True)
     guard.rollbacks = rollbacks
     sampler.load_state_dict(spike_data)
     sampler.next_indices(cfg.spike_skip_batches * cfg.batch_size * cfg.gradient_accumulation_steps)
@@ -476,14 +474,13 @@ if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
         sys.exit(0)
 
 saving = cfg.checkpoint_interval > 0  # 0 turns checkpoints off, for benchmarks
-last_saved_iter = iter_num if start_iter > 0 else -1
-last_save_time = time.time()
-nonfinite_in_a_row = nonfinite_total = 0
+last_saved_iter, last_save_time = iter_num, time.time()  # a checkpoint's state, or scratch: nothing to save
+nonfinite_in_a_row = nonfinite_total = steps_run = 0
 step_time_avg = None
 step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
 stop_vote = stopping.StopVote(stop_signal)
-stopping = agree(stop_signal.received)
-while iter_num < cfg.max_iters and not stopping:
+stop_now = agree(stop_signal.received)
+while iter_num < cfg.max_iters and not stop_now:
     lr = get_lr(iter_num)
     optim.set_lr(optimizer, lr)
     t0 = time.time()
@@ -501,10 +498,10 @@ while iter_num < cfg.max_iters and not stopping:
             x, y = get_batch(train_bin, my_windows[micro_step + 1])
         (loss / micro_steps).backward()
         loss_sum += loss.detach()  # no .item() here: a host sync per micro-batch stalls the GPU
-        stopping = stop_vote.read_previous_and_post()
-        if stopping:
+        stop_now = stop_vote.read_previous_and_post()
+        if stop_now:
             break
-    if stopping:
+    if stop_now:
         optimizer.zero_grad(set_to_none=True)  # the unfinished step is dropped; resume redraws its batches
         break
     if fault_injected("RANK_ERROR", iter_num) and rank == world_size - 1:
@@ -515,29 +512,37 @@ while iter_num < cfg.max_iters and not stopping:
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
     if isinstance(grad_norm, DTensor):  # FSDP2 returns the norm as a DTensor
         grad_norm = grad_norm.full_tensor()
-    loss_value, norm_value = torch.stack([loss_mean, grad_norm.float()]).tolist()
+    loss_and_norm = torch.stack([loss_mean, grad_norm.float()])
+    if distributed:  # equal on every rank already; made certain, as every rank must step or skip alike
+        dist.broadcast(loss_and_norm, 0)
+    loss_value, norm_value = loss_and_norm.tolist()
     finite = math.isfinite(loss_value) and math.isfinite(norm_value)
     spike = guard.judge(iter_num + 1, loss_value, norm_value, step_start["sampler"]) \
         if finite and iter_num >= cfg.warmup_iters else None
-    if finite and not spike:
-        optimizer.step()
+    if finite:
         nonfinite_in_a_row = 0
-    elif not finite:  # skip the update; the step still counts, and its batches are not seen again
+        if not spike:
+            optimizer.step()
+    else:  # skip the update; the step still counts, and its batches are not seen again
         nonfinite_in_a_row += 1
         nonfinite_total += 1
         guard.note_skipped(iter_num + 1, step_start["sampler"])
     optimizer.zero_grad(set_to_none=not ddp)
     dt = time.time() - t0
     iter_num += 1
+    steps_run += 1
     step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
 
     if spike:
         log(f"iter {iter_num}: loss spike, step skipped: {spike} ({guard.skipped} skipped in all)")
     burst = guard.burst(iter_num)
-    if burst:
-        iter_num = roll_back(*burst)
+    restored = roll_back(*burst) if burst else None
+    if restored is not None:
+        iter_num, nonfinite_in_a_row = restored, 0
         step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
-        last_saved_iter = iter_num
+        if saving:  # over the checkpoint rolled back to: a kill now must not forget the data skip
+            save(step_start)
+        last_saved_iter, last_save_time = iter_num, time.time()
         continue
     if nonfinite_in_a_row:
         log(f"iter {iter_num}: non-finite loss {loss_value} or grad norm {norm_value}: step skipped "
@@ -545,7 +550,7 @@ while iter_num < cfg.max_iters and not stopping:
         if nonfinite_in_a_row >= cfg.max_nonfinite_steps:
             fail(f"{nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back with "
                  f"--init_from=<an earlier ckpt_N.pt> and a lower learning_rate")
-    if iter_num == start_iter + 1:
+    if steps_run == 1:
         log(f"first step took {dt:.1f}s (includes warm-up{' and compilation' if cfg.compile else ''})")
     else:
         step_time_avg = dt if step_time_avg is None else 0.9 * step_time_avg + 0.1 * dt
@@ -564,17 +569,15 @@ while iter_num < cfg.max_iters and not stopping:
             eta = (cfg.max_iters - iter_num) * step_time_avg
             line += f", eta {eta / 3600:.1f}h" if eta >= 3600 else f", eta {eta / 60:.1f}min"
         log(line)
-        if wandb_run:
-            wandb_run.log({"iter": iter_num, "train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
-                           "tokens_per_sec": tokens_per_sec, **({"mfu": mfu} if mfu is not None else {})}, step=iter_num)
+        wandb_logging.log(wandb_run, iter_num, {"train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
+                                                "tokens_per_sec": tokens_per_sec, **({"mfu": mfu} if mfu is not None else {})})
 
     if cfg.eval_interval > 0 and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
         t_eval = time.time()
         val_loss = evaluate()
         best_val_loss = min(best_val_loss, val_loss)
         log(f"eval iter {iter_num}: val loss {val_loss:.4f}, best {best_val_loss:.4f} ({time.time() - t_eval:.1f}s)")
-        if wandb_run:
-            wandb_run.log({"val/loss": val_loss}, step=iter_num)
+        wandb_logging.log(wandb_run, iter_num, {"val/loss": val_loss})
     if hellaswag_examples and (iter_num % cfg.hellaswag_interval == 0 or iter_num == cfg.max_iters):
         evaluate_hellaswag()
 
@@ -583,10 +586,10 @@ while iter_num < cfg.max_iters and not stopping:
     if saving and (iter_num % cfg.checkpoint_interval == 0 or iter_num == cfg.max_iters or time_to_save):
         save(step_start)
         last_saved_iter, last_save_time = iter_num, time.time()
-    stopping = agree(stop_signal.received)
+    stop_now = agree(stop_signal.received)
 
-if stopping:
-    if saving and iter_num != last_saved_iter and iter_num > start_iter:
+if stop_now:
+    if saving and iter_num != last_saved_iter:
         save(step_start)
     log(f"stopped by {stop_signal.name()} after {iter_num} completed steps; run the same command to continue")
 elif iter_num >= cfg.max_iters:

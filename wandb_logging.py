@@ -32,4 +32,13 @@ def start(project, name, config, run_id=None, log=print):
     except Exception as e:  # no network, server trouble
         log(f"warning: wandb.init failed ({type(e).__name__}: {e}); logging offline")
         run = wandb.init(project=project, name=name, id=run_id, resume="allow", config=config, mode="offline")
+    # charts run along 'iter', not wandb's own step: that must only grow, and a rollback takes iter back
+    run.define_metric("iter")
+    run.define_metric("*", step_metric="iter")
     return run, run_id
+
+
+def log(run, iter_num, values):
+    """values at iteration iter_num into the run's charts (nothing if wandb is off)."""
+    if run is not None:
+        run.log({"iter": iter_num, **values})

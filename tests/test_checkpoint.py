@@ -262,6 +262,14 @@ def test_roll_back_moves_newer_aside_and_rotation_leaves_them(tmp_path):
     assert roll_back_to(checkpoint_path(str(tmp_path), 5), log=quiet) == []
 
 
+def test_roll_back_from_inside_out_dir(tmp_path, monkeypatch):
+    for n in [1, 2]:
+        save(tmp_path, n)
+    monkeypatch.chdir(tmp_path)  # out_dir='.' names the files './ckpt_N.pt'
+    moved = roll_back_to("ckpt_1.pt", log=quiet)
+    assert [os.path.basename(p) for p in moved] == ['ckpt_2.pt'] and steps(tmp_path) == [1]
+
+
 def test_roll_back_to_a_non_checkpoint_raises(tmp_path):
     save(tmp_path, 1)
     for path in [tmp_path / 'ckpt_2.pt', tmp_path / 'ckpt_best.pt']:

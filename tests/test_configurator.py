@@ -105,3 +105,14 @@ def test_script_reports_one_line_and_exits_nonzero():
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "n_lyer" in result.stderr and "n_layer" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--batch_size=0", "batch_size must be at least 1, got 0"),
+    ("--spike_skip_batches=-1", "spike_skip_batches must be 0 or more, got -1"),
+    ("--max_rollbacks=-2", "max_rollbacks must be 0 or more"),
+    ("--hellaswag_interval=-1", "hellaswag_interval must be 0 or more"),
+])
+def test_values_out_of_range_are_named(override, message):
+    from configurator import check
+    assert check(load_config([override]), world_size=1).startswith(message)

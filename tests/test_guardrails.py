@@ -132,6 +132,9 @@ def test_meta_json_finds_its_rank_file_by_path_then_by_hash(tmp_path):
     (data / "moved.tiktoken").unlink()
     with pytest.raises(ValueError, match=f"sha256 {meta['encoding_sha256'][:16]}"):
         tokenizer.find(meta["encoding"], meta["encoding_sha256"], [str(data)])
+    ranks.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % i for i, t in enumerate(tokens[:-1])))
+    with pytest.raises(ValueError, match="has changed since"):  # edited in place: it would tokenize differently
+        tokenizer.find(meta["encoding"], meta["encoding_sha256"], [str(data)])
 
 
 # 5. a useful validation split

@@ -148,3 +148,21 @@ def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
                  f"--hellaswag_file={gpt2_file}")
     last = result.stdout.strip().splitlines()[-1]
     assert result.returncode == 1 and last.startswith("error: hellaswag_file: ") and "tokenized with" in last
+
+
+def test_a_prepared_file_is_checked_and_its_encoding_known_by_content(tmp_path, gpt2_rank_file):
+    ranks = get_encoding(gpt2_rank_file)
+    prepared = tmp_path / "hellaswag.json"
+    hellaswag.write(str(prepared), [("A man", ["sat.", "ran.", "flew.", "swam."], 1)], ranks)
+    copy = tmp_path / "elsewhere.tiktoken"  # the same ranks under another name: the same encoding
+    copy.write_bytes(open(gpt2_rank_file, "rb").read())
+    assert len(hellaswag.load(str(prepared), get_encoding(str(copy)))) == 1
+    with pytest.raises(hellaswag.EncodingMismatch, match="tokenized with"):
+        hellaswag.load(str(prepared), get_encoding("bytes"))
+    data = json.loads(prepared.read_text())
+    for field, value, expected in [("ctx", [50257], "token ids below 50257"), ("ctx", "A man", "token ids"),
+                                   ("label", True, "label True"), ("endings", [[1], [2], [3], []], "empty ending")]:
+        bad = tmp_path / f"bad_{field}.json"
+        bad.write_text(json.dumps(dict(data, examples=[dict(data["examples"][0], **{field: value})])))
+        with pytest.raises(hellaswag.HellaSwagError, match=expected):
+            hellaswag.load(str(bad), ranks)

@@ -34,11 +34,27 @@ def test_a_burst_rolls_back_and_skips_the_spikes_data(tmp_path, data_dir):
     assert "rolled back to iter 6 (1 of max 3) after a burst of skipped steps from iter 9" in log
     moved = sorted(p.name for p in (out / "rolled_back").rglob("ckpt_*.pt"))
     assert moved == ["ckpt_10.pt", "ckpt_8.pt"]  # written during the burst, set aside
-    state = torch.load(out / "ckpt_8.pt", weights_only=True)
-    # step 9 began after 8 batches; the data goes on 2 batches past it, and steps 7 and 8 took 2 more
+    # saved again at once, so a kill before the next save still skips the data: step 9 began after
+    # 8 batches, and the data goes on 2 batches past it
+    state = torch.load(out / "ckpt_6.pt", weights_only=True)
+    assert state["iter_num"] == 6 and state["sampler"] == {"epoch": 0, "position": (8 + 2) * WINDOWS_PER_STEP}
+    assert state["spikes"]["rollbacks"] == [{"at": 11, "to": 6, "first_spike": 9}]
+    assert state["spikes"]["skipped"] == 3  # the run's count, not the older checkpoint's
+    state = torch.load(out / "ckpt_8.pt", weights_only=True)  # steps 7 and 8 took 2 more
     assert state["sampler"] == {"epoch": 0, "position": (8 + 2 + 2) * WINDOWS_PER_STEP}
-    assert state["spikes"]["rollbacks"] == [{"at": 11, "to": 6, "first_spike": 9, "skipped_batches": 4}]
     assert (out / "ckpt_16.pt").exists() and "done: 16 steps" in log
+
+
+def test_an_unreadable_rollback_target_stops_the_run_with_nothing_moved(tmp_path, data_dir):
+    out = tmp_path / "run"
+    spiky(out, data_dir, "--max_iters=10", at="")
+    (out / "ckpt_8.pt").write_bytes(b"not a checkpoint")
+    result = spiky(out, data_dir, at="11,12,13", check=False)
+    last = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert last.startswith("error: loss spike burst from iter 11, and no rollback: ") and "ckpt_8.pt" in last
+    assert {p.name for p in out.glob("ckpt_*.pt")} >= {"ckpt_10.pt", "ckpt_12.pt"}
+    assert not (out / "rolled_back").exists()
 
 
 def test_stop_and_resume_through_spikes_and_rollback_is_bit_exact(tmp_path, data_dir):
