@@ -367,7 +367,7 @@ def _meta(state):
             "splits": {s: {"tokens": state["tokens"][s], "documents": state["documents"][s]} for s in SPLITS},
             "sources": [p for p, _ in job["inputs"]] if job["inputs"] else job["source"],
             "skipped_records": state["skipped_records"], "empty_documents": state["empty_documents"],
-            "val_fraction": job["val_fraction"], "max_tokens": job["max_tokens"], "text_field": job["text_field"],
+            "val_fraction": state["val_fraction"], "max_tokens": job["max_tokens"], "text_field": job["text_field"],
             "complete": state["complete"], "command": state["command"]}
 
 
@@ -475,7 +475,7 @@ def _encode_all(args, source, state, writer, encoding):
     last_commit = time.monotonic()
     # a process pool that raises, rather than hangs, when a worker dies (say, out of memory)
     pool = concurrent.futures.ProcessPoolExecutor(args.num_proc, initializer=_init_worker,
-                                                  initargs=(encoding.name, args.text_field, args.val_fraction))
+                                                  initargs=(encoding.name, args.text_field, state["val_fraction"]))
     try:
         chunks = source.chunks(state["position"])
         for chunk, (position, result) in enumerate(_encode_in_order(pool, chunks, 2 * args.num_proc + 2), 1):
@@ -518,12 +518,14 @@ def _validate(args):
 
 
 def _val_fraction(args, source, encoding):
-    """--val_fraction, raised for a small source so that val.bin gets about --min_val_tokens, but never
-    past a tenth of the corpus: 0.0005 of a 3.6M-token corpus would be two documents, and noise."""
+    """--val_fraction, raised for a small corpus (the source, or --max_tokens of it) so that val.bin gets
+    about --min_val_tokens, but never past a tenth of the corpus: 0.0005 of a 3.6M-token corpus would
+    be two documents, and noise."""
     text = source.text_bytes()
-    if not text or not args.min_val_tokens or not args.val_fraction:  # 0: no val.bin wanted
+    sizes = ([text * _tokens_per_text_byte(encoding)] if text else []) + ([args.max_tokens] if args.max_tokens else [])
+    if not sizes or not args.min_val_tokens or not args.val_fraction:  # val_fraction 0: no val.bin wanted
         return args.val_fraction
-    tokens = text * _tokens_per_text_byte(encoding)
+    tokens = min(sizes)
     fraction = max(args.val_fraction, min(args.min_val_tokens / tokens, 0.1))
     if fraction > args.val_fraction:
         print(f"val_fraction {args.val_fraction:g} raised to {fraction:.4g}: about {tokens / 1e6:,.1f}M tokens in all, "
@@ -534,13 +536,23 @@ def _val_fraction(args, source, encoding):
 def _prepare(args, source):
     encoding = _validate(args)
     source = source or open_source(args.source, args.text_field)
-    args.val_fraction = _val_fraction(args, source, encoding)
     job = {"source": source.spec, "inputs": source.fingerprint(), "encoding": encoding.name,
            "vocab_size": encoding.n_vocab, "eot_token": encoding.eot_token, "val_fraction": args.val_fraction,
-           "max_tokens": args.max_tokens, "text_field": args.text_field}  # --num_proc is not part of it
+           "min_val_tokens": args.min_val_tokens, "max_tokens": args.max_tokens,
+           "text_field": args.text_field}  # --num_proc is not part of it
     try:
         lock = runlock.hold(args.data_dir, "prepare job")  # one job per data_dir, until this one ends
+    except runlock.Unavailable as e:
+        raise PrepareError(str(e)) from None
+    with lock:  # closing the file releases the lock, however the job ends
+        return _run_job(args, source, encoding, job)
+
+
+def _run_job(args, source, encoding, job):
+    try:
         state = _load_state(args.data_dir, job, source.start)
+        if state["records"] == 0:  # decided once, before the first document is split: resumes keep it
+            state["val_fraction"] = _val_fraction(args, source, encoding)
         if state["complete"]:
             write_meta(args.data_dir, _meta(state))  # in case a kill fell between manifest and meta
             print(f"{args.data_dir} is already prepared, nothing to do: {_summary(state)}")
@@ -550,8 +562,6 @@ def _prepare(args, source):
             _commit(args.data_dir, state, writer, 0)  # meta.json says 'incomplete' from the start
     except OSError as e:
         raise PrepareError(f"cannot write to {args.data_dir}: {e.strerror or e}") from None
-    except runlock.Busy as e:
-        raise PrepareError(str(e)) from None
     if state["records"]:
         print(f"resuming {args.data_dir} after {state['records']:,} records: {_summary(state)}")
     _check_disk(args.data_dir, source, encoding, args.max_tokens, state)
@@ -563,8 +573,7 @@ def _prepare(args, source):
         raise PrepareError(f"writing to {args.data_dir} failed ({e.strerror or e}): work up to the last commit "
                            "is kept; fix that and re-run the same command to resume") from None
     seconds = time.time() - started
-    lock.close()
-    if args.val_fraction and state["tokens"]["val"] < args.min_val_tokens:
+    if state["val_fraction"] and state["tokens"]["val"] < args.min_val_tokens:
         warn(f"val.bin holds only {state['tokens']['val']:,} tokens ({state['documents']['val']:,} documents), fewer "
              f"than --min_val_tokens {args.min_val_tokens:,}: the source is small, and validation loss on so little is noisy")
     print(f"prepared {args.data_dir}: {_summary(state)}; this run {tokens:,} tokens in {seconds:.1f}s "

@@ -18,16 +18,19 @@ import time
 LOCK_FILE = ".lock"
 
 
-class Busy(Exception):
-    """Another live process holds the folder."""
+class Unavailable(Exception):
+    """Another live process holds the folder, or it cannot be created or written."""
 
 
 def hold(folder, what="run"):
-    """Lock folder for this process (kept until it exits) or raise Busy naming the holder. Returns the
-    open lock file: keep a reference, since closing it releases the lock."""
-    os.makedirs(folder, exist_ok=True)
+    """Lock folder for this process (kept until it exits) or raise Unavailable naming the holder. Returns the
+    open lock file: keep a reference, since closing it releases the lock. Raises Unavailable."""
     path = os.path.join(folder, LOCK_FILE)
-    f = open(path, "a+")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        f = open(path, "a+")
+    except OSError as e:
+        raise Unavailable(f"cannot write to {folder}: {e.strerror}; choose a folder this user can write") from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -39,7 +42,7 @@ def hold(folder, what="run"):
         except (ValueError, KeyError):
             who = "another process"
         f.close()
-        raise Busy(f"{folder} is in use by another {what} ({who}); wait for it to end, stop it, "
+        raise Unavailable(f"{folder} is in use by another {what} ({who}); wait for it to end, stop it, "
                    f"or choose another folder") from None
     f.seek(0)
     f.truncate()

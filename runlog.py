@@ -30,8 +30,11 @@ class RunLog:
             self(f"error: {message}")
         else:
             print(f"rank {self.rank} error: {message}", file=sys.stderr, flush=True)
-            with open(self.path, "a") as f:
-                f.write(f"rank {self.rank} error: {message}\n")
+            try:
+                with open(self.path, "a") as f:
+                    f.write(f"rank {self.rank} error: {message}\n")
+            except OSError:  # out_dir not shared with this node: stderr has it
+                pass
         sys.exit(1)
 
     def crash(self, kind, value, tb):

@@ -55,7 +55,7 @@ master = rank == 0  # only rank 0 writes train.log, config.json, wandb and .pt c
 if master:
     try:  # one run per out_dir: a second one would interleave train.log and overwrite checkpoints
         out_dir_lock = runlock.hold(cfg.out_dir, "training run")
-    except runlock.Busy as e:
+    except runlock.Unavailable as e:
         sys.exit(f"error: {e}")
 run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 log, fail = run_log, run_log.fail

@@ -69,6 +69,9 @@ def test_a_prepare_job_holds_its_data_dir(tmp_path):
         held.close()
     assert run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "data"),
                "--encoding", "bytes").returncode == 0
+    blocked = run("train.py", "config/train_tiny.py", f"--out_dir={source}/out")  # a folder inside a file
+    assert blocked.returncode == 1 and "Traceback" not in blocked.stderr
+    assert blocked.stderr.strip().splitlines()[-1].startswith(f"error: cannot write to {source}/out: Not a directory")
 
 
 # 2. devices
@@ -150,9 +153,12 @@ def test_a_small_corpus_gets_a_validation_split_worth_evaluating(tmp_path):
     meta = json.loads((tmp_path / "data" / "meta.json").read_text())
     assert meta["splits"]["val"]["tokens"] >= 0.5 * 50000  # not a handful of documents
     assert meta["splits"]["val"]["tokens"] <= 0.15 * (meta["splits"]["train"]["tokens"] + meta["splits"]["val"]["tokens"])
-    tiny = run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "tiny"),
-               "--encoding", "bytes", "--max_tokens", "5000")
+    capped = ["data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "tiny"),
+              "--encoding", "bytes", "--max_tokens", "5000"]
+    tiny = run(*capped)
+    assert "raised to 0.1:" in tiny.stdout  # a tenth of the 5000 tokens kept, not of the whole source
     assert "fewer than --min_val_tokens" in tiny.stderr
+    assert "already prepared" in run(*capped).stdout  # the same command is the same job
 
 
 # 6. messages that name the real cause
