@@ -68,6 +68,7 @@ DEFAULTS = dict(
     ignore_memory_estimate=False,  # True: start even when memory.py's estimate says the setting cannot fit
     # AdamW
     optimizer="adamw",  # 'adamw' (fp32 moments, 8 B/param), or torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B)
+    master_weights="float32",  # or 'bfloat16': 2 B/param weights, stochastically rounded steps, fp32 gradients
     learning_rate=6e-4,
     max_iters=572205,  # optimizer steps in the whole run: 300B tokens at 524,288 per step
     weight_decay=1e-1,
@@ -228,7 +229,7 @@ def load_config_or_exit(argv):
 def check(cfg, world_size):
     """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)"""
     from model import CHECKPOINTING_POLICIES
-    from optim import OPTIMIZERS
+    from optim import MASTER_WEIGHTS, OPTIMIZERS
     if cfg.dtype not in ("bfloat16", "float32"):
         return f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}"
     for key in ("batch_size", "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_embd",
@@ -243,6 +244,13 @@ def check(cfg, world_size):
         return f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}"
     if cfg.optimizer not in OPTIMIZERS:
         return f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}"
+    if cfg.master_weights not in MASTER_WEIGHTS:
+        return f"master_weights must be one of {', '.join(MASTER_WEIGHTS)}, got {cfg.master_weights!r}"
+    if cfg.master_weights == "bfloat16" and cfg.dtype != "bfloat16":
+        return "master_weights='bfloat16' needs dtype='bfloat16'"
+    if cfg.master_weights == "bfloat16" and cfg.strategy == "fsdp" and world_size > 1:
+        return ("master_weights='bfloat16' runs without FSDP (which shards the fp32 weights across GPUs instead): "
+                "use strategy='ddp', or master_weights='float32'")
     if cfg.strategy not in ("ddp", "fsdp"):
         return f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}"
     if cfg.activation_checkpointing not in (*CHECKPOINTING_POLICIES, "auto"):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from model import GPT
-from optim import STATE_BYTES
+from optim import bytes_per_param
 
 # Allocator fragmentation grows with what is allocated (the caching allocator rounds and splits
 # blocks; 5% is typical of long runs); the CUDA/ROCm context and the BLAS and attention
@@ -112,7 +112,8 @@ def block_params(model):
     return sum(p.numel() for p in model.transformer.h[0].parameters())
 
 
-def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw"):
+def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw",
+             master_weights="float32"):
     """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
     checkpointing policy or the (activation_checkpointing, recompute_blocks) given instead (model
     may live on the meta device: only shapes are read). The peak is
@@ -122,8 +123,9 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     DDP replicates weights, gradients and moments on every GPU (this assumes
     gradient_as_bucket_view=True, as train.py sets). FSDP2 shards all three N ways and, under bf16,
     gathers bf16 weights (train.py's MixedPrecisionPolicy), so autocast has nothing left to cast.
-    Each GPU runs the same micro-batch either way. optimizer: one of optim.OPTIMIZERS, whose moments
-    cost optim.STATE_BYTES a parameter."""
+    Each GPU runs the same micro-batch either way. optimizer and master_weights: the memory mode
+    (optim.py), whose bytes per parameter optim.bytes_per_param says; bf16 weights leave autocast
+    nothing to cast."""
     config = model.config
     if checkpointing:
         config = dataclasses.replace(config, activation_checkpointing=checkpointing[0],
@@ -135,10 +137,11 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
     peaks = activation_peaks(model, config, batch_size, act_bytes)
     moment = max(peaks, key=lambda p: sum(p.values()))
+    per_param = bytes_per_param(optimizer, master_weights)
     m = {
-        "weights": 4 * n_params / shards,  # fp32 master weights
-        "grads": 4 * n_params / shards,  # fp32, accumulated across micro-batches
-        "optimizer": STATE_BYTES[optimizer] * n_params / shards,  # AdamW's exp_avg and exp_avg_sq
+        "weights": per_param["weights"] * n_params / shards,  # the master weights
+        "grads": per_param["grads"] * n_params / shards,  # fp32, accumulated across micro-batches
+        "optimizer": per_param["optimizer"] * n_params / shards,  # AdamW's exp_avg and exp_avg_sq
         **moment,
         # FSDP2 gathers the root's weights for the whole step, the block running and the one
         # prefetched, and in backward holds one block's unsharded gradient (and its fp32 copy for
@@ -146,7 +149,7 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
         "fsdp_unsharded": (act_bytes * (unsharded_root + 2 * block_params(model))
                            + (act_bytes + 4 if bf16 else 4) * block_params(model)) if shards > 1 else 0,
     }
-    if shards > 1:
+    if shards > 1 or master_weights == "bfloat16":
         m["autocast_bf16_weights"] = 0
     subtotal = sum(m.values())
     m["margin"] = MARGIN_FRACTION * subtotal + CONTEXT_BYTES
@@ -180,7 +183,7 @@ def auto_policies(n_layer):
 
 
 def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", optimizer="adamw"):
+                strategy="ddp", optimizer="adamw", master_weights="float32"):
     """The Choice 'auto' makes for a memory budget per GPU (model's own policy does not matter),
     keeping the global batch, or None when
     nothing fits. The config's micro-batch and its doublings come first (up to
@@ -197,7 +200,7 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
     for candidates in (larger, smaller):
         for policy, k in auto_policies(model.config.n_layer):
             for b in candidates:
-                peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer)["total"]
+                peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer, master_weights)["total"]
                 if peak <= budget_bytes:
                     return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
     return None
@@ -207,13 +210,14 @@ REFUSE_FACTOR = 1.1  # train.py and bench.py refuse a setting whose estimate pas
 
 
 def over_budget(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", checkpointing=None, optimizer="adamw"):
+                strategy="ddp", checkpointing=None, optimizer="adamw", master_weights="float32"):
     """Why this setting will not fit budget_bytes per device, naming what would, as one line; None if
     its estimated peak is within REFUSE_FACTOR of the budget (the estimate already holds a margin)."""
-    peak = estimate(model, batch_size, dtype, gpus, strategy, checkpointing, optimizer)["total"]
+    peak = estimate(model, batch_size, dtype, gpus, strategy, checkpointing, optimizer, master_weights)["total"]
     if peak <= REFUSE_FACTOR * budget_bytes:
         return None
-    choice = choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype, gpus, strategy, optimizer)
+    choice = choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype, gpus, strategy,
+                         optimizer, master_weights)
     instead = (f"activation_checkpointing=auto would run {choice.describe(model.config.n_layer)} "
                f"({choice.peak_gb:.1f} GB)" if choice else
                "nothing fits at any recompute or micro-batch: a smaller model, or more GPUs with strategy=fsdp")

@@ -253,10 +253,11 @@ class GPT(nn.Module):
         model.load_state_dict(weights)
         return model
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw"):
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw",
+                             master_weights="float32"):
         """AdamW with weight decay on 2-D tensors only; optim.py builds it (and its low-bit kinds)."""
         import optim  # beside this file: which optimizer, and what its state costs
-        return optim.build(self, optimizer, weight_decay, learning_rate, betas, device_type)
+        return optim.build(self, optimizer, weight_decay, learning_rate, betas, device_type, master_weights)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):

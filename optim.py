@@ -6,8 +6,14 @@ The optimizer a config asks for (`optimizer`), and what its state costs.
 4 bits with one fp32 scale per block of 256 values, ~2 or ~1 byte a parameter, dequantized, updated
 in fp32 and quantized again inside the step (torchao compiles it with torch.compile, so it runs
 wherever PyTorch's inductor does: CUDA, ROCm, and the CPU with a C++ compiler). Parameters under
-4,096 values (biases, LayerNorm gains) keep fp32 moments. Weights, gradients and their accumulation
-over micro-batches stay fp32 in every mode; only the moments shrink.
+4,096 values (biases, LayerNorm gains) keep full-precision moments.
+
+`master_weights='bfloat16'` keeps the weights themselves in bf16: 2 bytes a parameter instead of 4,
+and autocast has no bf16 copies left to make (13.3 GB at 6.7B). The step (torchao's, for all three
+optimizers) computes in fp32 and rounds the new weight to bf16 stochastically, so an update smaller
+than a bf16 step still moves the weight on average instead of vanishing. Gradients stay fp32
+(PyTorch's grad_dtype): summing 160 micro-batches in bf16 would lose the small terms. With 'adamw'
+the moments are bf16 like the weights (torchao's); the low-bit ones are unchanged.
 
 torchao rather than bitsandbytes: it is PyTorch's own, its optimizers are plain torch code (no
 vendor kernels to build for ROCm), they accept FSDP2's DTensor parameters, and their state is a
@@ -16,11 +22,64 @@ tensor subclass that torch.save / torch.load(weights_only=True) handle once torc
 import inspect
 
 import torch
+import torch.distributed as dist
 
 OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit")
+MASTER_WEIGHTS = ("float32", "bfloat16")
 BLOCK = 256  # values per quantization scale
 # bytes of optimizer state per parameter: two moments, plus a 4-byte scale per block for each
 STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2 * (1 + 4 / BLOCK), "adamw4bit": 2 * (0.5 + 4 / BLOCK)}
+
+
+def bytes_per_param(optimizer, master_weights="float32"):
+    """What a mode keeps per parameter for the whole run: {'weights', 'grads', 'optimizer'} bytes."""
+    weights = 2 if master_weights == "bfloat16" else 4
+    moments = 2 * weights if optimizer == "adamw" else STATE_BYTES[optimizer]
+    return {"weights": weights, "grads": 4, "optimizer": moments}
+
+
+def describe(optimizer, master_weights="float32"):
+    """'fp32 AdamW, fp32 weights' and the like, for logs and plans."""
+    kind = {"adamw": "AdamW", "adamw8bit": "8-bit AdamW (torchao)", "adamw4bit": "4-bit AdamW (torchao)"}[optimizer]
+    return f"{kind}, {'bf16 weights (stochastic rounding)' if master_weights == 'bfloat16' else 'fp32 weights'}"
+
+
+def use_bf16_weights(model):
+    """master_weights='bfloat16': the weights in bf16, their gradients accumulated in fp32."""
+    model.to(torch.bfloat16)
+    for p in model.parameters():
+        p.grad_dtype = torch.float32
+
+
+def init_state(optimizer):
+    """Give a fresh optimizer its state (a step at learning rate 0 on zero gradients; the loop sets the
+    rate every step) for a checkpoint's to load into. torch.distributed.checkpoint does the same when it
+    finds none, but with gradients in the weights' dtype, which bf16 weights' fp32 grad_dtype refuses."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            p.grad = torch.zeros_like(p, dtype=p.grad_dtype or p.dtype)
+    set_lr(optimizer, 0.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def step(optimizer, seed, device_type):
+    """optimizer.step() drawing its random numbers (bf16 stochastic rounding) from a generator seeded by
+    `seed` alone: every rank rounds its replica of the weights alike, a resumed step rounds as the
+    original did, and the dropout stream goes on untouched."""
+    devices = [torch.cuda.current_device()] if device_type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        optimizer.step()
+
+
+def average_gradients(params, world_size):
+    """DDP cannot reduce fp32 gradients of bf16 weights, so under torchrun they are averaged here,
+    once per optimizer step after the last micro-batch (as DDP would, less the overlap with backward)."""
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad.div_(world_size)
 
 
 def param_groups(model, weight_decay):
@@ -30,16 +89,19 @@ def param_groups(model, weight_decay):
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
-def build(model, name, weight_decay, learning_rate, betas, device_type):
-    """The optimizer `name` (one of OPTIMIZERS) over model's parameters."""
+def build(model, name, weight_decay, learning_rate, betas, device_type, master_weights="float32"):
+    """The optimizer `name` (one of OPTIMIZERS) over model's parameters, whose dtype master_weights says."""
     groups = param_groups(model, weight_decay)
-    if name == "adamw":
+    rounding = master_weights == "bfloat16"
+    if name == "adamw" and not rounding:
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         extra = {"fused": True} if fused else {"foreach": device_type != "cpu"}
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
-    from torchao.optim import AdamW4bit, AdamW8bit
+    from torchao.optim import _AdamW, AdamW4bit, AdamW8bit  # _AdamW: torchao's unquantized one, which rounds
+    if name == "adamw":
+        return _AdamW(groups, lr=learning_rate, betas=betas, bf16_stochastic_round=True)
     cls = {"adamw8bit": AdamW8bit, "adamw4bit": AdamW4bit}[name]
-    return cls(groups, lr=learning_rate, betas=betas, block_size=BLOCK)
+    return cls(groups, lr=learning_rate, betas=betas, block_size=BLOCK, bf16_stochastic_round=rounding)
 
 
 def set_lr(optimizer, lr):

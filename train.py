@@ -160,14 +160,15 @@ budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
 if policy != "auto" and not cfg.ignore_memory_estimate:  # refuse now rather than after minutes of allocating
     with torch.device("meta"):
         problem = memory.over_budget(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                     budget, cfg.dtype, world_size, cfg.strategy, (policy, recompute_blocks), cfg.optimizer)
+                                     budget, cfg.dtype, world_size, cfg.strategy, (policy, recompute_blocks),
+                                     cfg.optimizer, cfg.master_weights)
     if problem:
         fail(f"{problem}. To try anyway: ignore_memory_estimate=True")
 if policy == "auto":
     # the cheapest policy and micro-batch that fit, from memory.py's estimate; the global batch stays
     with torch.device("meta"):
         choice = memory.choose_auto(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                    budget, cfg.dtype, world_size, cfg.strategy, cfg.optimizer)
+                                    budget, cfg.dtype, world_size, cfg.strategy, cfg.optimizer, cfg.master_weights)
     if not choice:
         fail(f"activation_checkpointing=auto: nothing fits {budget / 1e9:.1f} GB per device, not even full "
              f"checkpointing at micro-batch 1; see python scripts/plan.py {' '.join(sys.argv[1:])}")
@@ -235,9 +236,12 @@ if weights is not None:  # before compile and sharding, identically on every ran
     model.load_state_dict(weights)
     log(f"starting from {pretrained}'s weights at iteration 0, with a fresh optimizer and data order")
     del weights
+if cfg.master_weights == "bfloat16":  # 2 bytes a weight, gradients still fp32 (optim.py)
+    optim.use_bf16_weights(model)
 torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 raw_model = model  # the plain module, whose state_dict has no wrapper prefixes
-ddp = distributed and cfg.strategy == "ddp"
+ddp = distributed and cfg.strategy == "ddp" and cfg.master_weights == "float32"
+averaged_by_hand = distributed and cfg.strategy == "ddp" and not ddp  # DDP cannot reduce fp32 grads of bf16 weights
 if cfg.compile:  # per block, in place: state_dict keys stay the same, and each block's checkpoint is traced too
     # Dynamo's DDP optimizer would split each block's graph at bucket boundaries so that
     # all-reduces overlap backward; DDP here all-reduces only on a step's last micro-batch, so
@@ -255,7 +259,7 @@ if fsdp:  # shard parameters, gradients and AdamW state block by block across th
         fully_shard(block, mp_policy=mixed)
     fully_shard(model, mp_policy=mixed)
 optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type,
-                                       cfg.optimizer)
+                                       cfg.optimizer, cfg.master_weights)
 
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 
@@ -264,11 +268,15 @@ def load_training_state(state, after_rollback=False):
     """Everything a checkpoint holds into the live run: weights, optimizer, data position, RNGs and
     the spike statistics (a rollback keeps its own count of rollbacks). Returns the iteration."""
     global best_val_loss, wandb_run_id
-    saved_optimizer = state["config"].get("optimizer", "adamw")
-    if saved_optimizer != cfg.optimizer:  # 8-bit moments are not fp32 ones: no silent conversion
-        fail(f"the checkpoint holds {saved_optimizer} state but optimizer={cfg.optimizer!r}: resume with "
-             f"optimizer={saved_optimizer}, or start a new out_dir from its weights (init_weights=...) with a fresh {cfg.optimizer}")
+    saved = {k: state["config"].get(k, default) for k, default in (("optimizer", "adamw"), ("master_weights", "float32"))}
+    if saved != {k: getattr(cfg, k) for k in saved}:  # 8-bit moments are not fp32 ones: no silent conversion
+        mode = ", ".join(f"{k}={v!r}" for k, v in saved.items())
+        fail(f"the checkpoint holds {optim.describe(*saved.values())} state but this config asks for "
+             f"{optim.describe(cfg.optimizer, cfg.master_weights)}: resume with {mode}, or start a new out_dir "
+             f"from its weights (init_weights=...) with a fresh optimizer")
     try:
+        if cfg.master_weights == "bfloat16":
+            optim.init_state(optimizer)
         checkpoint.restore(state, raw_model, optimizer)
     except checkpoint.CheckpointError as e:  # the live model may be half overwritten: stop here
         fail(f"{e}; move that checkpoint aside and rerun to resume from the one before")
@@ -506,6 +514,8 @@ while iter_num < cfg.max_iters and not stop_now:
         break
     if fault_injected("RANK_ERROR", iter_num) and rank == world_size - 1:
         fail("injected error on the last rank")
+    if averaged_by_hand:
+        optim.average_gradients(raw_model.parameters(), world_size)
     loss_mean = mean_over_ranks(loss_sum / micro_steps)  # over the whole global batch
     if fault_injected("NAN", iter_num):
         loss_mean = loss_mean * float("nan")
@@ -522,7 +532,7 @@ while iter_num < cfg.max_iters and not stop_now:
     if finite:
         nonfinite_in_a_row = 0
         if not spike:
-            optimizer.step()
+            optim.step(optimizer, cfg.seed * 1_000_003 + iter_num, device_type)  # the same rounding on every rank
     else:  # skip the update; the step still counts, and its batches are not seen again
         nonfinite_in_a_row += 1
         nonfinite_total += 1

@@ -84,6 +84,18 @@ def test_ddp_matches_one_process(tmp_path, data_dir, single):
     assert_close(final_weights(out, 8), final_weights(single, 8))
 
 
+def test_ddp_with_bf16_weights_matches_one_process(tmp_path, data_dir):
+    """DDP cannot reduce fp32 gradients of bf16 weights, so train.py averages them itself, and every rank
+    rounds its replica alike; one process and two then follow the same path, to bf16's precision."""
+    bf16 = ["--dtype=bfloat16", "--master_weights=bfloat16", "--n_embd=64", "--max_iters=6"]
+    run(tmp_path / "one", data_dir, *bf16)
+    run(tmp_path / "two", data_dir, *bf16, nproc=2)
+    assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), abs=2e-2)
+    one, two = final_weights(tmp_path / "one", 6), final_weights(tmp_path / "two", 6)
+    for k in one:
+        torch.testing.assert_close(two[k], one[k], rtol=0.05, atol=0.02, msg=k)
+
+
 def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single, fsdp):
     assert ckpts(fsdp) == [] and sorted(p.name for p in fsdp.glob("ckpt_*")) == ["ckpt_4", "ckpt_8"]
     assert losses(fsdp) == pytest.approx(losses(single), abs=2e-4)

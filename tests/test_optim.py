@@ -14,37 +14,64 @@ from conftest import REPO
 from model import GPT, GPTConfig
 from test_train import assert_same_weights, train
 
-LOW_BIT = ["adamw8bit", "adamw4bit"]
+# (optimizer, master_weights): the modes beside fp32 AdamW, each through its own code path
+MODES = [("adamw8bit", "float32"), ("adamw4bit", "float32"), ("adamw", "bfloat16"), ("adamw4bit", "bfloat16")]
 # wide enough that the matrices have >= 4096 values, which torchao quantizes (smaller ones stay fp32)
 MODEL = ["--n_embd=64", "--max_iters=8", "--eval_interval=0"]
+STATE_TYPE = {"adamw": "Tensor", "adamw8bit": "OptimState8bit", "adamw4bit": "OptimState4bit"}
+
+
+def flags(optimizer, master_weights):
+    return [f"--optimizer={optimizer}", f"--master_weights={master_weights}",
+            *(["--dtype=bfloat16"] if master_weights == "bfloat16" else [])]
 
 
 def losses(log):
     return [float(line.split("loss ")[1].split(",")[0]) for line in log.splitlines() if line.startswith("iter ")]
 
 
-@pytest.mark.parametrize("mode", LOW_BIT)
-def test_a_low_bit_mode_trains_and_resumes_exactly(tmp_path, data_dir, mode):
-    whole = train(tmp_path / "whole", data_dir, *MODEL, f"--optimizer={mode}").stdout
+@pytest.mark.parametrize("optimizer,master_weights", MODES)
+def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, master_weights):
+    mode = flags(optimizer, master_weights)
+    whole = train(tmp_path / "whole", data_dir, *MODEL, *mode).stdout
     seen = losses(whole)
     assert len(seen) == 8 and seen[-1] < seen[0]
-    train(tmp_path / "split", data_dir, *MODEL, f"--optimizer={mode}", "--max_iters=4")
-    assert "resuming after 4" in train(tmp_path / "split", data_dir, *MODEL, f"--optimizer={mode}").stdout
+    train(tmp_path / "split", data_dir, *MODEL, *mode, "--max_iters=4")
+    assert "resuming after 4" in train(tmp_path / "split", data_dir, *MODEL, *mode).stdout
     assert_same_weights(tmp_path / "whole" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
+    weight = torch.load(tmp_path / "whole" / "ckpt_8.pt", weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"]
+    assert weight.dtype == getattr(torch, master_weights)
     # a fresh process, torchao not imported: the checkpoint still loads with weights_only=True
     probe = subprocess.run([sys.executable, "-c", f"import checkpoint; s = checkpoint.load_checkpoint("
                             f"{str(tmp_path / 'whole' / 'ckpt_8.pt')!r}, log=print); "
-                            "print(type(next(iter(s['optimizer']['state'].values()))['exp_avg']).__name__)"],
+                            "print(type(s['optimizer']['state']['transformer.h.0.mlp.c_fc.weight']['exp_avg']).__name__)"],
                            cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert probe.returncode == 0 and probe.stdout.strip().endswith("OptimState" + mode[5:]), probe.stderr
+    assert probe.returncode == 0 and probe.stdout.strip().endswith(STATE_TYPE[optimizer]), probe.stderr
 
 
 def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir):
     train(tmp_path / "run", data_dir, *MODEL, "--max_iters=2")
     result = train(tmp_path / "run", data_dir, *MODEL, "--optimizer=adamw8bit", check=False)
     last = result.stdout.strip().splitlines()[-1]
-    assert result.returncode == 1 and last.startswith("error: the checkpoint holds adamw state but optimizer='adamw8bit'")
-    assert "init_weights" in last
+    assert result.returncode == 1 and last.startswith("error: the checkpoint holds AdamW, fp32 weights state but "
+                                                      "this config asks for 8-bit AdamW (torchao), fp32 weights")
+    assert "resume with optimizer='adamw', master_weights='float32'" in last and "init_weights" in last
+
+
+def test_bf16_weights_accumulate_their_gradients_in_fp32():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(256, 1, bias=False)
+    optim.use_bf16_weights(model)
+    x = torch.randn(160, 256).to(torch.bfloat16)
+    for row in x:  # 160 micro-batches, as the 6.7B config accumulates; each one's gradient is `row`
+        model(row).sum().backward()
+    exact = x.double().sum(0)
+    assert model.weight.dtype == torch.bfloat16 and model.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(model.weight.grad[0].double(), exact, rtol=0, atol=1e-4)
+    in_bf16 = torch.zeros(256, dtype=torch.bfloat16)
+    for row in x:  # what bf16 accumulation would have given: each addition rounds to the sum's coarse step
+        in_bf16 += row
+    assert (in_bf16.double() - exact).abs().max() > 0.01
 
 
 def test_memory_and_plan_price_each_mode():
@@ -54,6 +81,8 @@ def test_memory_and_plan_price_each_mode():
     for mode in optim.OPTIMIZERS:
         assert memory.estimate(model, 4, optimizer=mode)["optimizer"] == optim.STATE_BYTES[mode] * n
     assert optim.STATE_BYTES["adamw8bit"] < 2.1 and optim.STATE_BYTES["adamw4bit"] < 1.1
+    lean = memory.estimate(model, 4, optimizer="adamw4bit", master_weights="bfloat16")
+    assert lean["weights"] == 2 * n and lean["grads"] == 4 * n and lean["autocast_bf16_weights"] == 0
     result = subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100",
                              "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
     plan = json.loads(result.stdout)
