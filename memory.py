@@ -18,8 +18,8 @@ import dataclasses
 import torch
 from torch import nn
 
+import optim
 from model import GPT
-from optim import bytes_per_param
 
 # Allocator fragmentation grows with what is allocated (the caching allocator rounds and splits
 # blocks; 5% is typical of long runs); the CUDA/ROCm context and the BLAS and attention
@@ -135,9 +135,12 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     bf16 = dtype == "bfloat16"
     act_bytes = 2 if bf16 else 4  # matmul inputs and outputs: bf16 under autocast, else fp32
     unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
-    peaks = activation_peaks(model, config, batch_size, act_bytes)
+    peaks = [{**p, "optimizer_step": 0} for p in activation_peaks(model, config, batch_size, act_bytes)]
+    # the third moment: the optimizer step, activations gone, the low-bit step's temporaries there
+    largest = max(p.numel() for p in model.parameters())
+    peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.STEP_TEMP_BYTES[optimizer] * largest / shards})
     moment = max(peaks, key=lambda p: sum(p.values()))
-    per_param = bytes_per_param(optimizer, master_weights)
+    per_param = optim.bytes_per_param(optimizer, master_weights)
     m = {
         "weights": per_param["weights"] * n_params / shards,  # the master weights
         "grads": per_param["grads"] * n_params / shards,  # fp32, accumulated across micro-batches
@@ -230,7 +233,8 @@ def over_budget(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
 SIMULATED_CATEGORIES = ("weights", "grads", "optimizer", "activations", "other", "total")
 
 
-def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True):
+def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, optimizer="adamw",
+             master_weights="float32"):
     """Bytes at the peak of a training step as PyTorch's MemTracker counts them, by category
     (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy.
 
@@ -243,18 +247,29 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True):
     default foreach AdamW would add a gradient-sized 26.6 GB at 6.7B), and attention is the CPU's
     flash kernel, which keeps what the GPU's flash kernel keeps (its output and logsumexp). The
     caching allocator's rounding and fragmentation are not simulated: that is estimate()'s margin.
-    fake=False runs the same step on real CPU tensors (the tests compare the two)."""
+    fake=False runs the same step on real CPU tensors (the tests compare the two).
+
+    optimizer and master_weights: the memory mode (optim.py), weights in their dtype. torchao's step
+    cannot run on fake tensors (its quantization reads values), so its state is made as its first
+    step makes it and its step is left out; estimate() adds the step's temporaries from a measurement
+    on real tensors (optim.STEP_TEMP_BYTES)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
+    fused = optimizer == "adamw" and master_weights == "float32"
+    if not fused:  # on real tensors first: torchao computes its quantization tables once, from values
+        optim.make_state(optim.build(nn.Linear(64, 64), optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights))
     with FakeTensorMode() if fake else contextlib.nullcontext():
         model = GPT(config)
         model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        if master_weights == "bfloat16":
+            optim.use_bf16_weights(model)
+        if fused:
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+            optim.init_state(optimizer)
+        else:
+            optimizer = optim.build(model, optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights)
+            optim.make_state(optimizer)
         idx = torch.zeros(batch_size, config.block_size, dtype=torch.long)
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False, enabled=dtype == "bfloat16")
         tracker = MemTracker()
@@ -266,7 +281,8 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True):
                     loss = model(idx, idx)[1]
                 (loss / micro_batches).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            if fused:
+                optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
     by_name = {str(key.name if hasattr(key, "name") else key): value for key, value in peak.items()}

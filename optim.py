@@ -31,6 +31,16 @@ BLOCK = 256  # values per quantization scale
 STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2 * (1 + 4 / BLOCK), "adamw4bit": 2 * (0.5 + 4 / BLOCK)}
 
 
+# torchao's quantized step makes fp32 temporaries of the parameter it updates, one parameter at a
+# time: bytes per value of the largest (the embedding), measured on real tensors on the CPU
+# (python scripts/bench_optim.py --step_memory); PyTorch's fused AdamW and torchao's unquantized one
+# make none worth counting
+STEP_TEMP_BYTES = {"adamw": 0, "adamw8bit": 8, "adamw4bit": 26}
+# from the fastest step to the leanest: what plan.py tries on a card, in this order
+RECIPES = [("adamw", "float32"), ("adamw8bit", "float32"), ("adamw4bit", "float32"),
+           ("adamw", "bfloat16"), ("adamw8bit", "bfloat16"), ("adamw4bit", "bfloat16")]
+
+
 def bytes_per_param(optimizer, master_weights="float32"):
     """What a mode keeps per parameter for the whole run: {'weights', 'grads', 'optimizer'} bytes."""
     weights = 2 if master_weights == "bfloat16" else 4
@@ -46,8 +56,8 @@ def describe(optimizer, master_weights="float32"):
 
 def use_bf16_weights(model):
     """master_weights='bfloat16': the weights in bf16, their gradients accumulated in fp32."""
-    model.to(torch.bfloat16)
-    for p in model.parameters():
+    for p in model.parameters():  # in place, not model.to(): the same Parameter objects, fake ones too
+        p.data = p.data.to(torch.bfloat16)
         p.grad_dtype = torch.float32
 
 
@@ -61,6 +71,15 @@ def init_state(optimizer):
     set_lr(optimizer, 0.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def make_state(optimizer):
+    """A torchao optimizer's state as its first step makes it, without the step, which cannot run on
+    the fake tensors memory.simulate() uses (_new_buffer is the method torchao makes it with)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            optimizer.state[p] = {"step": torch.tensor(0.0), "exp_avg": optimizer._new_buffer(p, True),
+                                  "exp_avg_sq": optimizer._new_buffer(p, False)}
 
 
 def step(optimizer, seed, device_type):

@@ -1,15 +1,19 @@
 """
-Loss parity of the memory-lean optimizers: the same small model, data and seed trained with each
-`optimizer` mode side by side, final validation loss against fp32 AdamW's, step time on this machine,
-and the curves in one PNG.
+Loss parity of the memory modes: the same small model, data and seed trained with each mode side by
+side, final validation loss against the first mode's (fp32 AdamW), step time on this machine, and the
+curves in one PNG. A mode is an `optimizer`, with `+bf16` for master_weights='bfloat16' (which needs
+dtype='bfloat16'; compare it against a baseline under the same autocast, --args=--dtype=bfloat16).
 
     python data/quickstart/prepare.py                 # real text: Python's standard library, bytes
     python scripts/bench_optim.py                     # 4 layers x 256 wide, context 256, 1,000 steps
     python scripts/bench_optim.py --steps 200 --modes adamw,adamw8bit
+    python scripts/bench_optim.py --args=--dtype=bfloat16 --modes adamw,adamw+bf16,adamw8bit+bf16,adamw4bit+bf16
+    python scripts/bench_optim.py --step_memory       # the step's temporaries per mode (optim.STEP_TEMP_BYTES)
 
 Not a test: minutes per mode on a CPU. Each run is train.py itself (see --args for the rest).
 """
 import argparse
+import multiprocessing
 import os
 import re
 import subprocess
@@ -23,14 +27,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+import optim  # noqa: E402
 from optim import OPTIMIZERS  # noqa: E402
 
 EVAL_RE = re.compile(r"eval iter (\d+): val loss ([\d.]+)")
 TIME_RE = re.compile(r"iter \d+: loss [\d.]+, time (\d+)ms")
 
 
+def mode_flags(mode):
+    optimizer, _, weights = mode.partition("+")
+    if optimizer not in OPTIMIZERS or weights not in ("", "bf16"):
+        sys.exit(f"bench_optim: unknown mode {mode!r}: an optimizer ({', '.join(OPTIMIZERS)}), optionally +bf16")
+    return [f"--optimizer={optimizer}"] + (["--master_weights=bfloat16", "--dtype=bfloat16"] if weights else [])
+
+
 def run(mode, args, out_dir):
-    command = [sys.executable, "train.py", "config/train_tiny.py", f"--optimizer={mode}", f"--out_dir={out_dir}",
+    command = [sys.executable, "train.py", "config/train_tiny.py", *mode_flags(mode), f"--out_dir={out_dir}",
                f"--data_dir={args.data_dir}", "--n_layer=4", "--n_head=4", "--n_embd=256", "--block_size=256",
                "--batch_size=8", "--gradient_accumulation_steps=1", f"--max_iters={args.steps}",
                f"--lr_decay_iters={args.steps}", "--warmup_iters=50", "--learning_rate=1e-3", "--min_lr=1e-4",
@@ -44,6 +56,40 @@ def run(mode, args, out_dir):
     return curve, times[len(times) // 2] / 1000  # the median step: robust to the first step's compilation
 
 
+def _memory_kb(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def step_temporaries(optimizer, master_weights, shape):
+    """Bytes per value the step allocates beyond the parameter, its gradient and its state: the peak
+    resident memory of this (fresh) process during a second step, the first having compiled it."""
+    import torch
+    param = torch.nn.Parameter(torch.randn(shape))
+    model = torch.nn.ParameterList([param])
+    if master_weights == "bfloat16":
+        optim.use_bf16_weights(model)
+    step = optim.build(model, optimizer, 0.1, 1e-4, (0.9, 0.95), "cpu", master_weights)
+    param.grad = torch.randn(shape)
+    step.step()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # peak resident memory := current
+    before = _memory_kb("VmRSS")
+    step.step()
+    return (_memory_kb("VmHWM") - before) * 1024 / param.numel()
+
+
+def measure_step_memory(shape):
+    print(f"optimizer step temporaries for a {shape[0]} x {shape[1]} parameter (GPT-3's embedding), on this CPU:")
+    context = multiprocessing.get_context("spawn")  # a fresh process each: peak memory of that step alone
+    for optimizer, master_weights in optim.RECIPES:
+        with context.Pool(1) as pool:
+            per_value = pool.apply(step_temporaries, (optimizer, master_weights, shape))
+        cpu_only = " (PyTorch's CPU loop; fused on a GPU, it makes none)" if (optimizer, master_weights) == optim.RECIPES[0] else ""
+        print(f"  {optimizer:10s} {master_weights:9s} {per_value:5.1f} B per value "
+              f"(optim.STEP_TEMP_BYTES: {optim.STEP_TEMP_BYTES[optimizer]}){cpu_only}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default=",".join(OPTIMIZERS), help="comma-separated (default: %(default)s)")
@@ -51,27 +97,32 @@ def main():
     p.add_argument("--data_dir", default="data/quickstart")
     p.add_argument("--args", default="", help="more train.py overrides, space-separated")
     p.add_argument("--out", default="optim_parity.png")
+    p.add_argument("--step_memory", action="store_true", help="measure the step's temporaries per mode instead")
     args = p.parse_args()
+    if args.step_memory:
+        return measure_step_memory((50304, 4096))
     modes = args.modes.split(",")
+    for mode in modes:
+        mode_flags(mode)  # a typo stops here, not after the first runs
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
             results[mode] = run(mode, args, os.path.join(tmp, mode))
             curve, step = results[mode]
-            print(f"{mode:10s} final val loss {curve[max(curve)]:.4f}, median step {step * 1000:.0f} ms", flush=True)
+            print(f"{mode:16s} final val loss {curve[max(curve)]:.4f}, median step {step * 1000:.0f} ms", flush=True)
     base_curve, base_step = results[modes[0]]
     base = base_curve[max(base_curve)]
     print(f"against {modes[0]} (val loss {base:.4f}, {base_step * 1000:.0f} ms a step):")
     for mode in modes[1:]:
         curve, step = results[mode]
         final = curve[max(curve)]
-        print(f"  {mode:10s} val loss {final:.4f} ({100 * (final / base - 1):+.2f}%), step time {step / base_step:.2f}x")
+        print(f"  {mode:16s} val loss {final:.4f} ({100 * (final / base - 1):+.2f}%), step time {step / base_step:.2f}x")
     fig, ax = plt.subplots(figsize=(8, 5))
     for mode, (curve, _) in results.items():
         ax.plot(sorted(curve), [curve[i] for i in sorted(curve)], "o-", ms=3, label=mode)
     ax.set_xlabel("iteration")
     ax.set_ylabel("val loss")
-    ax.set_title(f"optimizer modes, {args.steps} steps, 4 x 256, context 256")
+    ax.set_title(f"memory modes, {args.steps} steps, 4 x 256, context 256 {args.args}".strip())
     ax.grid(alpha=0.3)
     ax.legend()
     fig.savefig(args.out, dpi=120)

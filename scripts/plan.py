@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
 import hardware  # noqa: E402
 import memory  # noqa: E402
-from optim import STATE_BYTES  # noqa: E402
+import optim  # noqa: E402
 from model import CHECKPOINTING_POLICIES, GPT, GPTConfig  # noqa: E402
 
 DEFAULT_GPU = "mi300x"
@@ -49,10 +49,11 @@ def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
         return GPT(model_config(cfg, activation_checkpointing, recompute_blocks))
 
 
-def checkpoint_bytes(n_params, optimizer="adamw"):
-    """A saved checkpoint: fp32 weights (4 B/param) and the AdamW moments (8 B/param in fp32, less in
-    low bits: optim.STATE_BYTES); the sampler, RNG and config add kilobytes."""
-    return (4 + STATE_BYTES[optimizer]) * n_params
+def checkpoint_bytes(n_params, optimizer="adamw", master_weights="float32"):
+    """A saved checkpoint: the weights and the AdamW moments (optim.bytes_per_param); the sampler, RNG
+    and config add kilobytes."""
+    per_param = optim.bytes_per_param(optimizer, master_weights)
+    return (per_param["weights"] + per_param["optimizer"]) * n_params
 
 
 # -----------------------------------------------------------------------------
@@ -62,13 +63,15 @@ def budget_bytes(cfg, gpu):
     return cfg.memory_budget_gb * 1e9 if cfg.memory_budget_gb > 0 else gpu.capacity_gb * 1e9
 
 
-def choose_setting(cfg, gpu, gpus):
+def choose_setting(cfg, gpu, gpus, optimizer=None, master_weights=None):
     """(auto's Choice for this GPU or None when nothing fits, and the setting the plan is for:
     (policy, recompute_blocks, batch_size, gradient_accumulation_steps)). A config that names
     its policy gets it as it is; 'auto' gets auto's choice, or full checkpointing (the least
-    memory) when nothing fits, so the plan can say by how much."""
+    memory) when nothing fits, so the plan can say by how much. optimizer, master_weights: another
+    memory mode than the config's."""
     choice = memory.choose_auto(build_meta_model(cfg, "none"), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                budget_bytes(cfg, gpu), cfg.dtype, gpus, cfg.strategy, cfg.optimizer)
+                                budget_bytes(cfg, gpu), cfg.dtype, gpus, cfg.strategy, optimizer or cfg.optimizer,
+                                master_weights or cfg.master_weights)
     if cfg.activation_checkpointing != "auto":
         return choice, (cfg.activation_checkpointing, cfg.recompute_blocks, cfg.batch_size,
                         cfg.gradient_accumulation_steps)
@@ -92,7 +95,8 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
     # MFU is defined on model FLOPs; the recompute is extra work the GPU does at the same time (HFU)
     seconds_per_iter = tokens_per_iter * flops / (gpus * mfu * gpu.peak_tflops * 1e12)
     days = cfg.max_iters * seconds_per_iter / 86400
-    estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, optimizer=cfg.optimizer)
+    mode = (cfg.optimizer, cfg.master_weights)
+    estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode)
     plan = {
         "params": model.get_num_params(non_embedding=False),
         "params_without_position_embeddings": model.get_num_params(),
@@ -115,8 +119,10 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "memory_gb": {k: v / 1e9 for k, v in estimate.items()},
         # the same micro-batch under each policy, every block
         "total_gb_by_policy": {p: memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, (p, -1),
-                                                  cfg.optimizer)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
+                                                  *mode)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
         "optimizer": cfg.optimizer,
+        "master_weights": cfg.master_weights,
+        "modes": mode_table(cfg, gpu, gpus),
         "fits": estimate["total"] <= budget_bytes(cfg, gpu),
         "auto": dataclasses.asdict(choice) if choice else None,
         "peak_tflops": gpu.peak_tflops,
@@ -127,15 +133,44 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "days": days,
         "price_per_hour": price_per_hour,
         "cost_usd": days * 24 * price_per_hour * gpus,
-        "checkpoint_gb": checkpoint_bytes(model.get_num_params(non_embedding=False), cfg.optimizer) / 1e9,
+        "checkpoint_gb": checkpoint_bytes(model.get_num_params(non_embedding=False), *mode) / 1e9,
         "keep_last_n": cfg.keep_last_n,
         "math_attention_extra_gb": (config.n_layer - n_recomputed + 1) * memory.math_attention_bytes(
             batch_size, config.block_size, config.n_head) / 1e9,
     }
     if simulate:
-        plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype).items()}
+        plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype, optimizer=cfg.optimizer,
+                                                                     master_weights=cfg.master_weights).items()}
     plan["suggestions"] = suggestions(plan, model, cfg)
     return plan
+
+
+def mode_table(cfg, gpu, gpus):
+    """Each memory mode (optim.RECIPES) on this GPU at this config, as auto would run it: whether it fits,
+    its estimated peak, and its step time against no recompute at all (the recompute FLOPs auto needs to
+    fit; the optimizer step itself runs once per gradient_accumulation_steps micro-batches)."""
+    if cfg.strategy == "fsdp" and gpus > 1:  # master_weights='bfloat16' runs without FSDP
+        recipes = [r for r in optim.RECIPES if r[1] == "float32"]
+    else:
+        recipes = optim.RECIPES if cfg.dtype == "bfloat16" else [r for r in optim.RECIPES if r[1] == "float32"]
+    table = []
+    for optimizer, master_weights in recipes:
+        choice, (policy, k, batch_size, _) = choose_setting(cfg, gpu, gpus, optimizer, master_weights)
+        model = build_meta_model(cfg, policy, k)
+        flops = hardware.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
+        recompute = hardware.recompute_flops_per_token(memory.block_params(model), model.config.num_recomputed_blocks(),
+                                                       cfg.n_embd, cfg.block_size, policy)
+        total = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, optimizer, master_weights)["total"]
+        table.append({"optimizer": optimizer, "master_weights": master_weights, "fits": choice is not None,
+                      "activation_checkpointing": policy, "recompute_blocks": k, "batch_size": batch_size,
+                      "total_gb": total / 1e9, "step_time": (flops + recompute) / flops})
+    return table
+
+
+def best_mode(plan):
+    """The mode that fits with the shortest step (the first, most precise, of equals), or None."""
+    fitting = [m for m in plan["modes"] if m["fits"]]
+    return min(fitting, key=lambda m: round(m["step_time"], 3)) if fitting else None
 
 
 def suggestions(plan, model, cfg):
@@ -147,8 +182,13 @@ def suggestions(plan, model, cfg):
             if plan["total_gb_by_policy"][policy] <= plan["budget_gb"]:
                 out.append(f"--activation_checkpointing={policy} (or auto): {plan['total_gb_by_policy'][policy]:.1f} GB")
                 break
+        best = best_mode(plan)
+        if best:
+            out.append(f"a leaner memory mode: --optimizer={best['optimizer']} --master_weights={best['master_weights']} "
+                       f"fits ({best['total_gb']:.1f} GB, {best['step_time']:.2f}x the FLOPs of no recompute)")
+        mode = (cfg.optimizer, cfg.master_weights)
         smaller = [b for b in range(batch_size - 1, 0, -1)
-                   if memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy, optimizer=cfg.optimizer)["total"] <= limit]
+                   if memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy, None, *mode)["total"] <= limit]
         if smaller:
             b = smaller[0]
             steps = math.ceil(batch_size * plan["gradient_accumulation_steps"] / b)
@@ -156,7 +196,8 @@ def suggestions(plan, model, cfg):
                        f"(about the same tokens per iteration)")
         for n in (2, 4, 8, 16, 32, 64):
             current = n == gpus and cfg.strategy == "fsdp"  # the plan that does not fit
-            if n >= gpus and not current and memory.estimate(model, batch_size, cfg.dtype, n, "fsdp", optimizer=cfg.optimizer)["total"] <= limit:
+            if n >= gpus and not current and memory.estimate(model, batch_size, cfg.dtype, n, "fsdp", None,
+                                                             cfg.optimizer)["total"] <= limit:
                 out.append(f"shard over {n} GPUs with FSDP: {torchrun(n)} train.py CONFIG --strategy=fsdp")
                 break
         bigger = [key for key, gpu in hardware.GPUS.items() if plan["memory_gb"]["total"] <= gpu.capacity_gb]
@@ -186,21 +227,23 @@ def torchrun(n):
 # output
 
 MEMORY_ROWS = [
-    ("weights", "weights (fp32 master)", "4 B/param"),
+    ("weights", "weights", None),  # the notes of these two depend on the memory mode: report()
     ("grads", "gradients (fp32)", "4 B/param"),
-    ("optimizer", "AdamW moments", None),  # the note depends on the optimizer: optimizer_text()
+    ("optimizer", "AdamW moments", None),
     ("autocast_bf16_weights", "autocast bf16 weight copies", "2 B per matmul weight autograd keeps for backward"),
     ("fsdp_unsharded", "FSDP gathered weights", "the root's and ~2 blocks' weights, 1 block's gradient"),
     ("activations", "activations", None),
     ("logits", "logits and loss", "12 B per token x vocab (fp32 log-probs and gradients)"),
     ("gradients_in_flight", "weight gradients in flight", "the tied head's, waiting for the embedding's, and a block's"),
+    ("optimizer_step", "optimizer step temporaries", "torchao's fp32 copies of the largest parameter, in the step"),
     ("margin", "margin", f"{memory.MARGIN_FRACTION:.0%} for allocator fragmentation + 1 GB context and workspaces"),
 ]
 # simulate()'s categories and the estimate's rows they hold (MemTracker counts whatever the forward
 # creates as activations, casts and logits included, and what backward creates as temporaries)
 SIMULATED_ROWS = [
     ("weights", ["weights"]), ("grads", ["grads"]), ("optimizer", ["optimizer"]),
-    ("activations", ["autocast_bf16_weights", "activations", "logits", "gradients_in_flight"]), ("other", []),
+    ("activations", ["autocast_bf16_weights", "activations", "logits", "gradients_in_flight"]),
+    ("other", ["optimizer_step"]),
 ]
 
 
@@ -247,11 +290,13 @@ def report(plan, cfg, config_args):
                      f"= {plan['total_flops'] * (plan['hfu'] / plan['mfu']):.3g} executed")
     lines += ["", f"memory per GPU on {plan['gpu_name']} ({hardware.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
                   f"{plan['gpu_memory_gb']:.1f}e9 bytes), {setup}:"]
-    optimizer_note = {"adamw": "fp32, 8 B/param", "adamw8bit": "8-bit (torchao), ~2 B/param",
-                      "adamw4bit": "4-bit (torchao), ~1 B/param"}[plan["optimizer"]]
+    per_param = optim.bytes_per_param(plan["optimizer"], plan["master_weights"])
+    mode_notes = {"weights": f"{plan['master_weights']}, {per_param['weights']} B/param",
+                  "optimizer": f"{optim.describe(plan['optimizer'], plan['master_weights']).split(',')[0]}, "
+                               f"~{per_param['optimizer']:.3g} B/param"}
     for key, label, note in MEMORY_ROWS:
         if mem[key]:
-            note = optimizer_note if key == "optimizer" else note or act_note
+            note = mode_notes.get(key) or note or act_note
             lines.append(f"  {label:<29} {mem[key]:7.1f} GB  {note}")
     spare = plan["budget_gb"] - mem["total"]
     verdict = f"fits, {spare:.1f} GB to spare" if plan["fits"] else f"DOES NOT FIT: {-spare:.1f} GB over"
@@ -264,6 +309,14 @@ def report(plan, cfg, config_args):
         f"  if attention falls back to the math kernel (scripts/check_env.py tells), add "
         f"{plan['math_attention_extra_gb']:.1f} GB",
     ]
+    lines += ["", "memory modes on this GPU (optimizer, master_weights), as auto would run each:"]
+    for m in plan["modes"]:
+        recomputed = m["recompute_blocks"] if m["recompute_blocks"] >= 0 else n_layer
+        setting = (f"{policy_text(m['activation_checkpointing'], recomputed, n_layer)}, micro-batch {m['batch_size']}, "
+                   f"{m['total_gb']:.1f} GB, {m['step_time']:.2f}x the FLOPs of no recompute")
+        mark = "*" if m is best_mode(plan) else " "
+        lines.append(f" {mark}{m['optimizer'] + ', ' + m['master_weights']:<22} "
+                     f"{setting if m['fits'] else 'does not fit'}")
     if "simulated" in plan:
         lines += simulated_lines(plan)
     lines += [
@@ -272,7 +325,7 @@ def report(plan, cfg, config_args):
         + (f" (HFU {plan['hfu']:.0%} with the recompute)" if plan["recompute_flops_per_token"] else "") + ":",
         f"  {plan['seconds_per_iter']:,.1f} s per iteration, {plan['tokens_per_second']:,.0f} tokens/s",
         f"  {plan['days']:,.1f} days, ${plan['cost_usd']:,.0f} at ${plan['price_per_hour']:g} per GPU-hour",
-        f"checkpoints: {plan['checkpoint_gb']:.1f} GB each (fp32 weights + AdamW moments); "
+        f"checkpoints: {plan['checkpoint_gb']:.1f} GB each (weights + AdamW moments); "
         + (f"keep_last_n={cfg.keep_last_n} plus the save in progress: "
            f"{plan['checkpoint_gb'] * (cfg.keep_last_n + 1):.1f} GB of disk" if cfg.keep_last_n > 0
            else "keep_last_n <= 0 keeps them all"),

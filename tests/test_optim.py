@@ -89,3 +89,47 @@ def test_memory_and_plan_price_each_mode():
     assert plan["optimizer"] == "adamw4bit" and plan["fits"]
     assert plan["memory_gb"]["total"] <= 0.95 * 85.5  # the 80 GB config leaves 5% of the card free
     assert plan["total_gb_by_policy"]["full"] < 0.95 * 85.5
+
+
+def test_stochastic_rounding_is_the_same_on_every_rank_whatever_its_dropout_stream():
+    results = []
+    for rank in range(2):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(64, 64, bias=False)  # 4096 values: quantized state
+        optim.use_bf16_weights(model)
+        optimizer = optim.build(model, "adamw8bit", 0.1, 1e-3, (0.9, 0.95), "cpu", "bfloat16")
+        torch.manual_seed(100 + rank)  # each rank's own stream, as train.py seeds it for dropout
+        model(torch.randn(8, 64).to(torch.bfloat16)).square().sum().backward()
+        model.weight.grad.copy_(torch.full_like(model.weight.grad, 1.0))  # the averaged gradient, equal on all
+        before = model.weight.detach().clone()
+        optim.step(optimizer, seed=7, device_type="cpu")
+        results.append((model.weight.detach().clone(), torch.rand(1)))
+        assert not torch.equal(model.weight, before)
+    assert torch.equal(results[0][0], results[1][0])  # the same rounding
+    assert not torch.equal(results[0][1], results[1][1])  # and each rank's own stream goes on untouched
+
+
+
+@pytest.mark.parametrize("optimizer,master_weights", optim.RECIPES)
+def test_the_estimate_of_each_mode_matches_the_simulation(optimizer, master_weights):
+    config = GPTConfig(block_size=256, vocab_size=4096, n_layer=4, n_head=8, n_embd=256, bias=False,
+                       activation_checkpointing="selective")
+    simulated = memory.simulate(config, 4, optimizer=optimizer, master_weights=master_weights)
+    with torch.device("meta"):
+        estimated = memory.estimate(GPT(config), 4, optimizer=optimizer, master_weights=master_weights)
+    n = sum(p.numel() for p in GPT(config).parameters())
+    per_param = optim.bytes_per_param(optimizer, master_weights)
+    assert simulated["weights"] == per_param["weights"] * n
+    assert simulated["optimizer"] == pytest.approx(per_param["optimizer"] * n, rel=0.02)  # small tensors unquantized
+    assert estimated["total"] - estimated["margin"] == pytest.approx(simulated["total"], rel=0.05)
+
+
+def test_plan_names_the_fastest_mode_that_fits_the_card():
+    result = subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    plan = json.loads(result.stdout)
+    modes = {(m["optimizer"], m["master_weights"]): m for m in plan["modes"]}
+    assert set(modes) == set(optim.RECIPES) and not modes[("adamw", "float32")]["fits"]
+    # leaner modes leave more room for activations, so less recompute
+    assert modes[("adamw4bit", "bfloat16")]["step_time"] < modes[("adamw8bit", "float32")]["step_time"]
+    assert any("a leaner memory mode: --optimizer=adamw4bit --master_weights=bfloat16" in s for s in plan["suggestions"])
