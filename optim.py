@@ -54,6 +54,18 @@ def describe(optimizer, master_weights="float32"):
     return f"{kind}, {'bf16 weights (stochastic rounding)' if master_weights == 'bfloat16' else 'fp32 weights'}"
 
 
+def mode_change(saved_config, cfg):
+    """Why a checkpoint saved under saved_config cannot resume under cfg's memory mode, or None. 8-bit
+    moments are not fp32 ones, nor bf16 weights fp32 ones: no silent conversion."""
+    saved = {k: saved_config.get(k, default) for k, default in (("optimizer", "adamw"), ("master_weights", "float32"))}
+    if saved == {k: getattr(cfg, k) for k in saved}:
+        return None
+    return (f"the checkpoint holds {describe(*saved.values())} state but this config asks for "
+            f"{describe(cfg.optimizer, cfg.master_weights)}: resume with "
+            f"{', '.join(f'{k}={v!r}' for k, v in saved.items())}, or start a new out_dir from its weights "
+            f"(init_weights=...) with a fresh optimizer")
+
+
 def use_bf16_weights(model):
     """master_weights='bfloat16': the weights in bf16, their gradients accumulated in fp32."""
     for p in model.parameters():  # in place, not model.to(): the same Parameter objects, fake ones too

@@ -157,18 +157,16 @@ if saved_args is not None:
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
 policy, recompute_blocks = cfg.activation_checkpointing, cfg.recompute_blocks
 budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
+with torch.device("meta"):
+    shapes = GPT(GPTConfig(**model_args))  # every shape and no storage: what memory.py's estimates read
+mode = (cfg.optimizer, cfg.master_weights)
 if policy != "auto" and not cfg.ignore_memory_estimate:  # refuse now rather than after minutes of allocating
-    with torch.device("meta"):
-        problem = memory.over_budget(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                     budget, cfg.dtype, world_size, cfg.strategy, (policy, recompute_blocks),
-                                     cfg.optimizer, cfg.master_weights)
-    if problem:
+    if problem := memory.over_budget(shapes, cfg.batch_size, cfg.gradient_accumulation_steps, budget, cfg.dtype,
+                                     world_size, cfg.strategy, (policy, recompute_blocks), *mode):
         fail(f"{problem}. To try anyway: ignore_memory_estimate=True")
-if policy == "auto":
-    # the cheapest policy and micro-batch that fit, from memory.py's estimate; the global batch stays
-    with torch.device("meta"):
-        choice = memory.choose_auto(GPT(GPTConfig(**model_args)), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                    budget, cfg.dtype, world_size, cfg.strategy, cfg.optimizer, cfg.master_weights)
+if policy == "auto":  # the cheapest policy and micro-batch that fit, from memory.py's estimate; the global batch stays
+    choice = memory.choose_auto(shapes, cfg.batch_size, cfg.gradient_accumulation_steps, budget, cfg.dtype,
+                                world_size, cfg.strategy, *mode)
     if not choice:
         fail(f"activation_checkpointing=auto: nothing fits {budget / 1e9:.1f} GB per device, not even full "
              f"checkpointing at micro-batch 1; see python scripts/plan.py {' '.join(sys.argv[1:])}")
@@ -268,12 +266,8 @@ def load_training_state(state, after_rollback=False):
     """Everything a checkpoint holds into the live run: weights, optimizer, data position, RNGs and
     the spike statistics (a rollback keeps its own count of rollbacks). Returns the iteration."""
     global best_val_loss, wandb_run_id
-    saved = {k: state["config"].get(k, default) for k, default in (("optimizer", "adamw"), ("master_weights", "float32"))}
-    if saved != {k: getattr(cfg, k) for k in saved}:  # 8-bit moments are not fp32 ones: no silent conversion
-        mode = ", ".join(f"{k}={v!r}" for k, v in saved.items())
-        fail(f"the checkpoint holds {optim.describe(*saved.values())} state but this config asks for "
-             f"{optim.describe(cfg.optimizer, cfg.master_weights)}: resume with {mode}, or start a new out_dir "
-             f"from its weights (init_weights=...) with a fresh optimizer")
+    if problem := optim.mode_change(state["config"], cfg):
+        fail(problem)
     try:
         if cfg.master_weights == "bfloat16":
             optim.init_state(optimizer)

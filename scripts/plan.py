@@ -167,10 +167,13 @@ def mode_table(cfg, gpu, gpus):
     return table
 
 
-def best_mode(plan):
-    """The mode that fits with the shortest step (the first, most precise, of equals), or None."""
+def best_mode(plan, config_batch_size):
+    """The mode that fits with the fewest FLOPs a step, then one that keeps at least the config's
+    micro-batch (a smaller one costs weight casts and gradient accumulations per token), then the most
+    precise (the first of optim.RECIPES); or None."""
     fitting = [m for m in plan["modes"] if m["fits"]]
-    return min(fitting, key=lambda m: round(m["step_time"], 3)) if fitting else None
+    return min(fitting, key=lambda m: (round(m["step_time"], 3), m["batch_size"] < config_batch_size)) \
+        if fitting else None
 
 
 def suggestions(plan, model, cfg):
@@ -182,7 +185,7 @@ def suggestions(plan, model, cfg):
             if plan["total_gb_by_policy"][policy] <= plan["budget_gb"]:
                 out.append(f"--activation_checkpointing={policy} (or auto): {plan['total_gb_by_policy'][policy]:.1f} GB")
                 break
-        best = best_mode(plan)
+        best = best_mode(plan, cfg.batch_size)
         if best:
             out.append(f"a leaner memory mode: --optimizer={best['optimizer']} --master_weights={best['master_weights']} "
                        f"fits ({best['total_gb']:.1f} GB, {best['step_time']:.2f}x the FLOPs of no recompute)")
@@ -314,7 +317,7 @@ def report(plan, cfg, config_args):
         recomputed = m["recompute_blocks"] if m["recompute_blocks"] >= 0 else n_layer
         setting = (f"{policy_text(m['activation_checkpointing'], recomputed, n_layer)}, micro-batch {m['batch_size']}, "
                    f"{m['total_gb']:.1f} GB, {m['step_time']:.2f}x the FLOPs of no recompute")
-        mark = "*" if m is best_mode(plan) else " "
+        mark = "*" if m is best_mode(plan, cfg.batch_size) else " "
         lines.append(f" {mark}{m['optimizer'] + ', ' + m['master_weights']:<22} "
                      f"{setting if m['fits'] else 'does not fit'}")
     if "simulated" in plan:

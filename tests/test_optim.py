@@ -86,8 +86,9 @@ def test_memory_and_plan_price_each_mode():
     result = subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100",
                              "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
     plan = json.loads(result.stdout)
-    assert plan["optimizer"] == "adamw4bit" and plan["fits"]
+    assert (plan["optimizer"], plan["master_weights"]) == ("adamw4bit", "bfloat16") and plan["fits"]
     assert plan["memory_gb"]["total"] <= 0.95 * 85.5  # the 80 GB config leaves 5% of the card free
+    assert plan["activation_checkpointing"] == "selective"  # the room bf16 weights leave
     assert plan["total_gb_by_policy"]["full"] < 0.95 * 85.5
 
 
