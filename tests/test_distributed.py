@@ -96,6 +96,16 @@ def test_ddp_with_bf16_weights_matches_one_process(tmp_path, data_dir):
         torch.testing.assert_close(two[k], one[k], rtol=0.05, atol=0.02, msg=k)
 
 
+def test_low_bit_adamw_shards_under_fsdp_and_resumes(tmp_path, data_dir):
+    run(tmp_path / "run", data_dir, "--n_embd=64", "--max_iters=4", "--strategy=fsdp", "--optimizer=adamw8bit", nproc=2)
+    resumed = run(tmp_path / "run", data_dir, "--n_embd=64", "--max_iters=8", "--strategy=fsdp",
+                  "--optimizer=adamw8bit", nproc=2)
+    assert "resuming after 4" in resumed.stdout and sorted(p.name for p in (tmp_path / "run").glob("ckpt_*")) == \
+        ["ckpt_4", "ckpt_8"]
+    seen = losses(tmp_path / "run")
+    assert len(seen) == 8 and seen[-1] < seen[0]
+
+
 def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single, fsdp):
     assert ckpts(fsdp) == [] and sorted(p.name for p in fsdp.glob("ckpt_*")) == ["ckpt_4", "ckpt_8"]
     assert losses(fsdp) == pytest.approx(losses(single), abs=2e-4)

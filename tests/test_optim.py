@@ -49,6 +49,13 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, mas
     assert probe.returncode == 0 and probe.stdout.strip().endswith(STATE_TYPE[optimizer]), probe.stderr
 
 
+def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path, data_dir):
+    log = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True",
+                "--activation_checkpointing=full").stdout
+    seen = losses(log)
+    assert len(seen) == 8 and seen[-1] < seen[0]
+
+
 def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir):
     train(tmp_path / "run", data_dir, *MODEL, "--max_iters=2")
     result = train(tmp_path / "run", data_dir, *MODEL, "--optimizer=adamw8bit", check=False)
