@@ -35,35 +35,37 @@ AUTO_MAX_MICRO_TOKENS = 16384
 # -----------------------------------------------------------------------------
 # activations: what autograd keeps between forward and backward, for one micro-batch of
 # B sequences of T tokens, C wide. Under bf16 autocast the residual stream stays fp32 (an fp32
-# embedding plus bf16 block outputs promotes to fp32) while matmul inputs and outputs are bf16.
+# embedding plus bf16 block outputs promotes to fp32) while matmul inputs and outputs are bf16;
+# with bf16 weights (master_weights='bfloat16') the embedding and so the residual stream are bf16
+# (residual_bytes 2 instead of 4).
 # tests/test_memory.py counts the real saved tensors and checks these.
 
-def block_activation_bytes(B, T, C, n_head, act_bytes):
+def block_activation_bytes(B, T, C, n_head, act_bytes, residual_bytes=4):
     """One transformer block without checkpointing, flash or memory-efficient attention:
-    - fp32 residual stream: the inputs of ln_1 and ln_2, 2 x 4 B per BTC element
+    - the residual stream: the inputs of ln_1 and ln_2, 2 x residual_bytes per BTC element
     - act_bytes (2 in bf16): c_attn input 1, q/k/v (views of one c_attn output) 3, the attention
       output 1 (it is also c_proj's input: flash/efficient return it in (B, T, head, dim) layout,
       so model.py's .contiguous() copies nothing), c_fc input 1, GELU input 4, MLP c_proj input 4:
       14 elements per BTC
     - LayerNorm mean and rstd (2 x 2 x 4 B per token), attention logsumexp (4 B per token and head)
     These kernels keep no T x T attention matrix; the math kernel does (math_attention_bytes)."""
-    return (8 + 14 * act_bytes) * B * T * C + 16 * B * T + 4 * B * n_head * T
+    return (2 * residual_bytes + 14 * act_bytes) * B * T * C + 16 * B * T + 4 * B * n_head * T
 
 
-def selective_block_bytes(B, T, C, n_head, act_bytes):
-    """One block under 'selective': its fp32 input (4 B per BTC element), and the outputs of c_attn
+def selective_block_bytes(B, T, C, n_head, act_bytes, residual_bytes=4):
+    """One block under 'selective': its input (residual_bytes per BTC element), and the outputs of c_attn
     (3), the attention kernel (1, with its fp32 logsumexp), attention's c_proj (1) and c_fc (4):
     9 act_bytes elements per BTC."""
-    return (4 + 9 * act_bytes) * B * T * C + 4 * B * n_head * T
+    return (residual_bytes + 9 * act_bytes) * B * T * C + 4 * B * n_head * T
 
 
-def kept_block_bytes(policy, B, T, C, n_head, act_bytes):
+def kept_block_bytes(policy, B, T, C, n_head, act_bytes, residual_bytes=4):
     """What one block keeps from its forward to its backward under a policy."""
     if policy == "full":
-        return 4 * B * T * C  # only its fp32 input
+        return residual_bytes * B * T * C  # only its input
     if policy == "selective":
-        return selective_block_bytes(B, T, C, n_head, act_bytes)
-    return block_activation_bytes(B, T, C, n_head, act_bytes)
+        return selective_block_bytes(B, T, C, n_head, act_bytes, residual_bytes)
+    return block_activation_bytes(B, T, C, n_head, act_bytes, residual_bytes)
 
 
 def math_attention_bytes(B, T, n_head):
@@ -80,7 +82,7 @@ def logits_bytes(B, T, V):
     return 12 * B * T * V
 
 
-def activation_peaks(model, config, B, act_bytes):
+def activation_peaks(model, config, B, act_bytes, residual_bytes=4):
     """What a micro-batch holds besides weights, gradients and moments, by category, at the two
     moments that can be the peak: the start of backward, where every block's kept activations
     meet the logits' gradients, and the last block's backward, where its activations (kept or
@@ -91,17 +93,17 @@ def activation_peaks(model, config, B, act_bytes):
     model gives the shapes, config the checkpointing policy."""
     T, C, H, V = config.block_size, config.n_embd, config.n_head, config.vocab_size
     policies = [config.block_checkpointing(i) for i in range(config.n_layer)]
-    kept = [kept_block_bytes(p, B, T, C, H, act_bytes) for p in policies]
+    kept = [kept_block_bytes(p, B, T, C, H, act_bytes, residual_bytes) for p in policies]
     per_block_casts = sum(m.weight.numel() for m in model.transformer.h[0].modules() if isinstance(m, nn.Linear))
     # bf16 weight casts (autocast runs without its cast cache): a cast lives only while autograd
     # keeps it for backward, so in the blocks without checkpointing; the others cast again when
     # they recompute. LayerNorm stays fp32 and the embedding lookup is no matmul.
     casts = [2 * per_block_casts if act_bytes == 2 and p == "none" else 0 for p in policies]
     head_cast = 2 * V * C if act_bytes == 2 else 0
-    head = (4 + act_bytes) * B * T * C + 8 * B * T  # ln_f input (fp32) and stats, lm_head input
+    head = (residual_bytes + act_bytes) * B * T * C + 8 * B * T  # ln_f input and stats, lm_head input
     at_loss = {"autocast_bf16_weights": sum(casts) + head_cast, "activations": sum(kept) + head,
                "logits": max(logits_bytes(B, T, V), 10 * B * T * V + 4 * B * T * C), "gradients_in_flight": 0}
-    full = block_activation_bytes(B, T, C, H, act_bytes)
+    full = block_activation_bytes(B, T, C, H, act_bytes, residual_bytes)
     in_last_block = {"autocast_bf16_weights": sum(casts[:-1]) + (2 * per_block_casts if act_bytes == 2 else 0),
                      "activations": sum(kept[:-1]) + full + (6 + 4 * act_bytes) * B * T * C, "logits": 0,
                      "gradients_in_flight": 8 * C * C + 4 * V * C}
@@ -135,7 +137,8 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     bf16 = dtype == "bfloat16"
     act_bytes = 2 if bf16 else 4  # matmul inputs and outputs: bf16 under autocast, else fp32
     unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
-    peaks = [{**p, "optimizer_step": 0} for p in activation_peaks(model, config, batch_size, act_bytes)]
+    residual_bytes = 2 if master_weights == "bfloat16" else 4
+    peaks = [{**p, "optimizer_step": 0} for p in activation_peaks(model, config, batch_size, act_bytes, residual_bytes)]
     # the third moment: the optimizer step, activations gone, the low-bit step's temporaries there
     largest = max(p.numel() for p in model.parameters())
     peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.STEP_TEMP_BYTES[optimizer] * largest / shards})

@@ -1,7 +1,7 @@
 # GPT-3 6.7B on one 80 GB GPU (H100, A100 80GB): train_gpt3_6b.py in the leanest memory mode, torchao's
 # 4-bit AdamW moments (~1 B/param instead of 8) over bf16 weights (2 B instead of 4) with stochastically
 # rounded steps; gradients and their accumulation stay fp32. That leaves 'auto' room for selective
-# checkpointing at micro-batch 4 (80.4 GB estimated, 73.4 GB simulated on fake tensors), where fp32
+# checkpointing at micro-batch 4 (73.4 GB simulated on fake tensors, 78.1 GB with the margin), where fp32
 # weights would need full recompute of 28 of 32 blocks (28% more FLOPs a step). The budget leaves 5%
 # of the card free. See every mode: python scripts/plan.py THIS --gpu h100
 import os

@@ -118,10 +118,11 @@ def test_stochastic_rounding_is_the_same_on_every_rank_whatever_its_dropout_stre
 
 
 
+@pytest.mark.parametrize("policy", [("selective", -1), ("full", 2)])
 @pytest.mark.parametrize("optimizer,master_weights", optim.RECIPES)
-def test_the_estimate_of_each_mode_matches_the_simulation(optimizer, master_weights):
+def test_the_estimate_of_each_mode_matches_the_simulation(optimizer, master_weights, policy):
     config = GPTConfig(block_size=256, vocab_size=4096, n_layer=4, n_head=8, n_embd=256, bias=False,
-                       activation_checkpointing="selective")
+                       activation_checkpointing=policy[0], recompute_blocks=policy[1])
     simulated = memory.simulate(config, 4, optimizer=optimizer, master_weights=master_weights)
     with torch.device("meta"):
         estimated = memory.estimate(GPT(config), 4, optimizer=optimizer, master_weights=master_weights)
@@ -129,7 +130,8 @@ def test_the_estimate_of_each_mode_matches_the_simulation(optimizer, master_weig
     per_param = optim.bytes_per_param(optimizer, master_weights)
     assert simulated["weights"] == per_param["weights"] * n
     assert simulated["optimizer"] == pytest.approx(per_param["optimizer"] * n, rel=0.02)  # small tensors unquantized
-    assert estimated["total"] - estimated["margin"] == pytest.approx(simulated["total"], rel=0.05)
+    # the issue asks for 5%; the arithmetic does better (a bf16 residual stream priced as fp32 was 2-8% off)
+    assert estimated["total"] - estimated["margin"] == pytest.approx(simulated["total"], rel=0.01)
 
 
 def test_plan_names_the_fastest_mode_that_fits_the_card():
@@ -140,4 +142,5 @@ def test_plan_names_the_fastest_mode_that_fits_the_card():
     assert set(modes) == set(optim.RECIPES) and not modes[("adamw", "float32")]["fits"]
     # leaner modes leave more room for activations, so less recompute
     assert modes[("adamw4bit", "bfloat16")]["step_time"] < modes[("adamw8bit", "float32")]["step_time"]
-    assert any("a leaner memory mode: --optimizer=adamw4bit --master_weights=bfloat16" in s for s in plan["suggestions"])
+    # the most precise of the modes that need no full recompute at the config's micro-batch
+    assert any("a leaner memory mode: --optimizer=adamw8bit --master_weights=bfloat16" in s for s in plan["suggestions"])
