@@ -248,9 +248,6 @@ def check(cfg, world_size):
         return f"master_weights must be one of {', '.join(MASTER_WEIGHTS)}, got {cfg.master_weights!r}"
     if cfg.master_weights == "bfloat16" and cfg.dtype != "bfloat16":
         return "master_weights='bfloat16' needs dtype='bfloat16'"
-    if cfg.master_weights == "bfloat16" and cfg.strategy == "fsdp" and world_size > 1:
-        return ("master_weights='bfloat16' runs without FSDP (which shards the fp32 weights across GPUs instead): "
-                "use strategy='ddp', or master_weights='float32'")
     if cfg.strategy not in ("ddp", "fsdp"):
         return f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}"
     if cfg.activation_checkpointing not in (*CHECKPOINTING_POLICIES, "auto"):

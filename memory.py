@@ -37,19 +37,20 @@ AUTO_MAX_MICRO_TOKENS = 16384
 # B sequences of T tokens, C wide. Under bf16 autocast the residual stream stays fp32 (an fp32
 # embedding plus bf16 block outputs promotes to fp32) while matmul inputs and outputs are bf16;
 # with bf16 weights (master_weights='bfloat16') the embedding and so the residual stream are bf16
-# (residual_bytes 2 instead of 4).
+# (residual_bytes 2 instead of 4), but a GPU's autocast still runs LayerNorm in fp32 and keeps an fp32
+# copy of its input (the CPU's autocast keeps it bf16: there the simulation is a little lower).
 # tests/test_memory.py counts the real saved tensors and checks these.
 
-def block_activation_bytes(B, T, C, n_head, act_bytes, residual_bytes=4):
+def block_activation_bytes(B, T, C, n_head, act_bytes):
     """One transformer block without checkpointing, flash or memory-efficient attention:
-    - the residual stream: the inputs of ln_1 and ln_2, 2 x residual_bytes per BTC element
+    - the fp32 inputs of ln_1 and ln_2 (on a GPU, whatever the residual stream's dtype): 2 x 4 B per BTC element
     - act_bytes (2 in bf16): c_attn input 1, q/k/v (views of one c_attn output) 3, the attention
       output 1 (it is also c_proj's input: flash/efficient return it in (B, T, head, dim) layout,
       so model.py's .contiguous() copies nothing), c_fc input 1, GELU input 4, MLP c_proj input 4:
       14 elements per BTC
     - LayerNorm mean and rstd (2 x 2 x 4 B per token), attention logsumexp (4 B per token and head)
     These kernels keep no T x T attention matrix; the math kernel does (math_attention_bytes)."""
-    return (2 * residual_bytes + 14 * act_bytes) * B * T * C + 16 * B * T + 4 * B * n_head * T
+    return (8 + 14 * act_bytes) * B * T * C + 16 * B * T + 4 * B * n_head * T
 
 
 def selective_block_bytes(B, T, C, n_head, act_bytes, residual_bytes=4):
@@ -65,7 +66,7 @@ def kept_block_bytes(policy, B, T, C, n_head, act_bytes, residual_bytes=4):
         return residual_bytes * B * T * C  # only its input
     if policy == "selective":
         return selective_block_bytes(B, T, C, n_head, act_bytes, residual_bytes)
-    return block_activation_bytes(B, T, C, n_head, act_bytes, residual_bytes)
+    return block_activation_bytes(B, T, C, n_head, act_bytes)
 
 
 def math_attention_bytes(B, T, n_head):
@@ -100,10 +101,10 @@ def activation_peaks(model, config, B, act_bytes, residual_bytes=4):
     # they recompute. LayerNorm stays fp32 and the embedding lookup is no matmul.
     casts = [2 * per_block_casts if act_bytes == 2 and p == "none" else 0 for p in policies]
     head_cast = 2 * V * C if act_bytes == 2 else 0
-    head = (residual_bytes + act_bytes) * B * T * C + 8 * B * T  # ln_f input and stats, lm_head input
+    head = (4 + act_bytes) * B * T * C + 8 * B * T  # ln_f's fp32 input and stats, lm_head input
     at_loss = {"autocast_bf16_weights": sum(casts) + head_cast, "activations": sum(kept) + head,
                "logits": max(logits_bytes(B, T, V), 10 * B * T * V + 4 * B * T * C), "gradients_in_flight": 0}
-    full = block_activation_bytes(B, T, C, H, act_bytes, residual_bytes)
+    full = block_activation_bytes(B, T, C, H, act_bytes)
     in_last_block = {"autocast_bf16_weights": sum(casts[:-1]) + (2 * per_block_casts if act_bytes == 2 else 0),
                      "activations": sum(kept[:-1]) + full + (6 + 4 * act_bytes) * B * T * C, "logits": 0,
                      "gradients_in_flight": 8 * C * C + 4 * V * C}

@@ -74,9 +74,8 @@ def use_bf16_weights(model):
 
 
 def init_state(optimizer):
-    """Give a fresh optimizer its state (a step at learning rate 0 on zero gradients; the loop sets the
-    rate every step) for a checkpoint's to load into. torch.distributed.checkpoint does the same when it
-    finds none, but with gradients in the weights' dtype, which bf16 weights' fp32 grad_dtype refuses."""
+    """Give a fresh optimizer its state: a step at learning rate 0 on zero gradients (in each weight's
+    grad_dtype), as PyTorch's fused AdamW makes it in memory.simulate()."""
     for group in optimizer.param_groups:
         for p in group["params"]:
             p.grad = torch.zeros_like(p, dtype=p.grad_dtype or p.dtype)
@@ -86,8 +85,9 @@ def init_state(optimizer):
 
 
 def make_state(optimizer):
-    """A torchao optimizer's state as its first step makes it, without the step, which cannot run on
-    the fake tensors memory.simulate() uses (_new_buffer is the method torchao makes it with)."""
+    """A torchao optimizer's state as its first step makes it, without the step: for bf16 weights
+    (build), and for the fake tensors memory.simulate() uses, on which the step cannot run
+    (_new_buffer is the method torchao makes it with)."""
     for group in optimizer.param_groups:
         for p in group["params"]:
             optimizer.state[p] = {"step": torch.tensor(0.0), "exp_avg": optimizer._new_buffer(p, True),
@@ -130,9 +130,13 @@ def build(model, name, weight_decay, learning_rate, betas, device_type, master_w
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
     from torchao.optim import _AdamW, AdamW4bit, AdamW8bit  # _AdamW: torchao's unquantized one, which rounds
     if name == "adamw":
-        return _AdamW(groups, lr=learning_rate, betas=betas, bf16_stochastic_round=True)
-    cls = {"adamw8bit": AdamW8bit, "adamw4bit": AdamW4bit}[name]
-    return cls(groups, lr=learning_rate, betas=betas, block_size=BLOCK, bf16_stochastic_round=rounding)
+        optimizer = _AdamW(groups, lr=learning_rate, betas=betas, bf16_stochastic_round=True)
+    else:
+        cls = {"adamw8bit": AdamW8bit, "adamw4bit": AdamW4bit}[name]
+        optimizer = cls(groups, lr=learning_rate, betas=betas, block_size=BLOCK, bf16_stochastic_round=rounding)
+    if rounding:  # state from the start: PyTorch's own way to make it (a save before the first step, a
+        make_state(optimizer)  # restore) gives bf16 gradients, which the weights' fp32 grad_dtype refuses
+    return optimizer
 
 
 def set_lr(optimizer, lr):

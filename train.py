@@ -248,6 +248,9 @@ if cfg.compile:  # per block, in place: state_dict keys stay the same, and each 
     for block in model.transformer.h:
         block.compile()
 fsdp = distributed and cfg.strategy == "fsdp"
+if fsdp and cfg.master_weights == "bfloat16":  # even one process: fully_shard's parameters drop grad_dtype
+    fail("master_weights='bfloat16' runs without FSDP (which shards the fp32 weights across GPUs instead): "
+         "use strategy='ddp', or master_weights='float32'")
 if fsdp:  # shard parameters, gradients and AdamW state block by block across the ranks
     # Under bf16, gather bf16 weights (half the traffic, and autocast then has nothing to cast)
     # and reduce-scatter gradients in fp32 into the fp32 shards AdamW updates.
@@ -269,8 +272,6 @@ def load_training_state(state, after_rollback=False):
     if problem := optim.mode_change(state["config"], cfg):
         fail(problem)
     try:
-        if cfg.master_weights == "bfloat16":
-            optim.init_state(optimizer)
         checkpoint.restore(state, raw_model, optimizer)
     except checkpoint.CheckpointError as e:  # the live model may be half overwritten: stop here
         fail(f"{e}; move that checkpoint aside and rerun to resume from the one before")

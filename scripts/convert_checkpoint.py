@@ -16,6 +16,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import checkpoint  # noqa: E402
+import optim  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 
@@ -32,8 +33,12 @@ def main():
         sys.exit(f"error: {e}")
     model = GPT(GPTConfig(**state["model_args"]))
     config = state["config"]
+    master_weights = config.get("master_weights", "float32")
+    if master_weights == "bfloat16":  # the checkpoint's own memory mode: nothing converted on the way
+        optim.use_bf16_weights(model)
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
-                                           (config["beta1"], config["beta2"]), "cpu", config.get("optimizer", "adamw"))
+                                           (config["beta1"], config["beta2"]), "cpu", config.get("optimizer", "adamw"),
+                                           master_weights)
     try:
         checkpoint.restore(state, model, optimizer)
     except checkpoint.CheckpointError as e:

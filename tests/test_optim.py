@@ -56,6 +56,26 @@ def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path,
     assert len(seen) == 8 and seen[-1] < seen[0]
 
 
+def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, data_dir):
+    skipped = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=4",
+                    env={"TRAIN_FAULT_NAN_AT_ITERS": "1,2,3,4"})  # no step taken when ckpt_4 is saved
+    assert "saved" in skipped.stdout and "resuming after 4" in train(
+        tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=6").stdout
+    for source, dest in ((tmp_path / "run" / "ckpt_6.pt", tmp_path / "sharded"),
+                         (tmp_path / "sharded" / "ckpt_6", tmp_path / "back")):  # converted in its own mode
+        subprocess.run([sys.executable, "scripts/convert_checkpoint.py", str(source), str(dest)], cwd=REPO,
+                       check=True, capture_output=True, timeout=120)
+    before, after = (torch.load(p, weights_only=True) for p in (tmp_path / "run" / "ckpt_6.pt", tmp_path / "back" / "ckpt_6.pt"))
+    assert all(torch.equal(before["model"][k], after["model"][k]) and after["model"][k].dtype == torch.bfloat16
+               for k in before["model"])
+    one_process = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py",
+         "config/train_tiny.py", "--device=cpu", f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'fsdp'}",
+         "--vocab_size=64", "--block_size=16", "--strategy=fsdp", *flags("adamw", "bfloat16")],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert one_process.returncode != 0 and "master_weights='bfloat16' runs without FSDP" in one_process.stdout
+
+
 def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir):
     train(tmp_path / "run", data_dir, *MODEL, "--max_iters=2")
     result = train(tmp_path / "run", data_dir, *MODEL, "--optimizer=adamw8bit", check=False)
@@ -130,8 +150,10 @@ def test_the_estimate_of_each_mode_matches_the_simulation(optimizer, master_weig
     per_param = optim.bytes_per_param(optimizer, master_weights)
     assert simulated["weights"] == per_param["weights"] * n
     assert simulated["optimizer"] == pytest.approx(per_param["optimizer"] * n, rel=0.02)  # small tensors unquantized
-    # the issue asks for 5%; the arithmetic does better (a bf16 residual stream priced as fp32 was 2-8% off)
-    assert estimated["total"] - estimated["margin"] == pytest.approx(simulated["total"], rel=0.01)
+    # within 1% for fp32 weights; with bf16 weights the estimate keeps LayerNorm's fp32 input copies, as a
+    # GPU's autocast makes them and the CPU's does not, so it is a little above the CPU's simulation
+    rel = 0.01 if master_weights == "float32" else 0.03
+    assert estimated["total"] - estimated["margin"] == pytest.approx(simulated["total"], rel=rel)
 
 
 def test_plan_names_the_fastest_mode_that_fits_the_card():
