@@ -262,7 +262,7 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
 
     fused = optimizer == "adamw" and master_weights == "float32"
     if not fused:  # on real tensors first: torchao computes its quantization tables once, from values
-        optim.make_state(optim.build(nn.Linear(64, 64), optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights))
+        optim.build(nn.Linear(64, 64), optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights)
     with FakeTensorMode() if fake else contextlib.nullcontext():
         model = GPT(config)
         model.train()
@@ -270,10 +270,12 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
             optim.use_bf16_weights(model)
         if fused:
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-            optim.init_state(optimizer)
-        else:
+            for p in model.parameters():
+                p.grad = torch.zeros_like(p)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:  # built with its state (optim.make_state)
             optimizer = optim.build(model, optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights)
-            optim.make_state(optimizer)
         idx = torch.zeros(batch_size, config.block_size, dtype=torch.long)
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False, enabled=dtype == "bfloat16")
         tracker = MemTracker()

@@ -49,7 +49,7 @@ def bytes_per_param(optimizer, master_weights="float32"):
 
 
 def describe(optimizer, master_weights="float32"):
-    """'fp32 AdamW, fp32 weights' and the like, for logs and plans."""
+    """'8-bit AdamW (torchao), fp32 weights' and the like, for messages and plans."""
     kind = {"adamw": "AdamW", "adamw8bit": "8-bit AdamW (torchao)", "adamw4bit": "4-bit AdamW (torchao)"}[optimizer]
     return f"{kind}, {'bf16 weights (stochastic rounding)' if master_weights == 'bfloat16' else 'fp32 weights'}"
 
@@ -73,21 +73,11 @@ def use_bf16_weights(model):
         p.grad_dtype = torch.float32
 
 
-def init_state(optimizer):
-    """Give a fresh optimizer its state: a step at learning rate 0 on zero gradients (in each weight's
-    grad_dtype), as PyTorch's fused AdamW makes it in memory.simulate()."""
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            p.grad = torch.zeros_like(p, dtype=p.grad_dtype or p.dtype)
-    set_lr(optimizer, 0.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def make_state(optimizer):
-    """A torchao optimizer's state as its first step makes it, without the step: for bf16 weights
-    (build), and for the fake tensors memory.simulate() uses, on which the step cannot run
-    (_new_buffer is the method torchao makes it with)."""
+    """A torchao optimizer's state as its first step makes it, without the step (_new_buffer is the
+    method torchao makes it with). Made at build: PyTorch's own way (a save before the first step, a
+    restore) gives bf16 gradients, which bf16 weights' fp32 grad_dtype refuses, and the fake tensors of
+    memory.simulate() cannot run the step at all."""
     for group in optimizer.param_groups:
         for p in group["params"]:
             optimizer.state[p] = {"step": torch.tensor(0.0), "exp_avg": optimizer._new_buffer(p, True),
@@ -134,8 +124,7 @@ def build(model, name, weight_decay, learning_rate, betas, device_type, master_w
     else:
         cls = {"adamw8bit": AdamW8bit, "adamw4bit": AdamW4bit}[name]
         optimizer = cls(groups, lr=learning_rate, betas=betas, block_size=BLOCK, bf16_stochastic_round=rounding)
-    if rounding:  # state from the start: PyTorch's own way to make it (a save before the first step, a
-        make_state(optimizer)  # restore) gives bf16 gradients, which the weights' fp32 grad_dtype refuses
+    make_state(optimizer)
     return optimizer
 
 

@@ -439,19 +439,18 @@ def _load_state(data_dir, job, start):
     return state
 
 
-def _tokens_per_text_byte(encoding):
-    """Rough: the byte encoding makes a token of every byte, GPT-2's BPE one of ~3 bytes of text."""
-    return 1.0 if encoding.n_vocab <= 257 else 0.35
-
-
-def _check_disk(data_dir, source, encoding, max_tokens, state):
+def _projected_tokens(source, encoding, max_tokens):
+    """Roughly how many tokens the job writes: the source's text (the byte encoding makes a token of
+    every byte, GPT-2's BPE one of ~3 bytes), at most --max_tokens; None if neither is known."""
     text = source.text_bytes()
-    projected = [2 * max_tokens] if max_tokens else []  # 2 bytes a token written
-    if text is not None:
-        projected.append(int(2 * text * _tokens_per_text_byte(encoding)))
-    if not projected:
+    sizes = ([text * (1.0 if encoding.n_vocab <= 257 else 0.35)] if text else []) + ([max_tokens] if max_tokens else [])
+    return min(sizes) if sizes else None
+
+
+def _check_disk(data_dir, projected_tokens, state):
+    if projected_tokens is None:
         return
-    needed = min(projected) - sum(state["bin_bytes"].values())
+    needed = int(2 * projected_tokens) - sum(state["bin_bytes"].values())  # 2 bytes a token written
     free = shutil.disk_usage(data_dir).free
     if needed > free:
         warn(f"{data_dir} has {tqdm.format_sizeof(free, 'B')} free but the bins are projected to need about "
@@ -520,15 +519,13 @@ def _validate(args):
     return encoding
 
 
-def _val_fraction(args, source, encoding):
+def _val_fraction(args, projected_tokens):
     """--val_fraction, raised for a small corpus (the source, or --max_tokens of it) so that val.bin gets
     about --min_val_tokens, but never past a tenth of the corpus: 0.0005 of a 3.6M-token corpus would
     be two documents, and noise."""
-    text = source.text_bytes()
-    sizes = ([text * _tokens_per_text_byte(encoding)] if text else []) + ([args.max_tokens] if args.max_tokens else [])
-    if not sizes or not args.min_val_tokens or not args.val_fraction:  # val_fraction 0: no val.bin wanted
+    tokens = projected_tokens
+    if not tokens or not args.min_val_tokens or not args.val_fraction:  # val_fraction 0: no val.bin wanted
         return args.val_fraction
-    tokens = min(sizes)
     fraction = max(args.val_fraction, min(args.min_val_tokens / tokens, 0.1))
     if fraction > args.val_fraction:
         print(f"val_fraction {args.val_fraction:g} raised to {fraction:.4g}: about {tokens / 1e6:,.1f}M tokens in all, "
@@ -552,10 +549,11 @@ def _prepare(args, source):
 
 
 def _run_job(args, source, encoding, job):
+    projected_tokens = _projected_tokens(source, encoding, args.max_tokens)
     try:
         state = _load_state(args.data_dir, job, source.start)
         if state["records"] == 0:  # decided once, before the first document is split: resumes keep it
-            state["val_fraction"] = _val_fraction(args, source, encoding)
+            state["val_fraction"] = _val_fraction(args, projected_tokens)
         if state["complete"]:
             write_meta(args.data_dir, _meta(state))  # in case a kill fell between manifest and meta
             print(f"{args.data_dir} is already prepared, nothing to do: {_summary(state)}")
@@ -567,7 +565,7 @@ def _run_job(args, source, encoding, job):
         raise PrepareError(f"cannot write to {args.data_dir}: {e.strerror or e}") from None
     if state["records"]:
         print(f"resuming {args.data_dir} after {state['records']:,} records: {_summary(state)}")
-    _check_disk(args.data_dir, source, encoding, args.max_tokens, state)
+    _check_disk(args.data_dir, projected_tokens, state)
     started = time.time()
     try:
         with contextlib.closing(writer):

@@ -149,10 +149,9 @@ def mode_table(cfg, gpu, gpus):
     """Each memory mode (optim.RECIPES) on this GPU at this config, as auto would run it: whether it fits,
     its estimated peak, and its step time against no recompute at all (the recompute FLOPs auto needs to
     fit; the optimizer step itself runs once per gradient_accumulation_steps micro-batches)."""
-    if cfg.strategy == "fsdp" and gpus > 1:  # master_weights='bfloat16' runs without FSDP
-        recipes = [r for r in optim.RECIPES if r[1] == "float32"]
-    else:
-        recipes = optim.RECIPES if cfg.dtype == "bfloat16" else [r for r in optim.RECIPES if r[1] == "float32"]
+    # bf16 weights need bf16 autocast and run without FSDP
+    bf16_weights = cfg.dtype == "bfloat16" and not (cfg.strategy == "fsdp" and gpus > 1)
+    recipes = [r for r in optim.RECIPES if bf16_weights or r[1] == "float32"]
     table = []
     for optimizer, master_weights in recipes:
         choice, (policy, k, batch_size, _) = choose_setting(cfg, gpu, gpus, optimizer, master_weights)
@@ -313,11 +312,12 @@ def report(plan, cfg, config_args):
         f"{plan['math_attention_extra_gb']:.1f} GB",
     ]
     lines += ["", "memory modes on this GPU (optimizer, master_weights), as auto would run each:"]
+    best = best_mode(plan, cfg.batch_size)
     for m in plan["modes"]:
         recomputed = m["recompute_blocks"] if m["recompute_blocks"] >= 0 else n_layer
         setting = (f"{policy_text(m['activation_checkpointing'], recomputed, n_layer)}, micro-batch {m['batch_size']}, "
                    f"{m['total_gb']:.1f} GB, {m['step_time']:.2f}x the FLOPs of no recompute")
-        mark = "*" if m is best_mode(plan, cfg.batch_size) else " "
+        mark = "*" if m is best else " "
         lines.append(f" {mark}{m['optimizer'] + ', ' + m['master_weights']:<22} "
                      f"{setting if m['fits'] else 'does not fit'}")
     if "simulated" in plan:
