@@ -69,6 +69,7 @@ DEFAULTS = dict(
     # AdamW
     optimizer="adamw",  # 'adamw' (fp32 moments, 8 B/param), or torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B)
     master_weights="float32",  # or 'bfloat16': 2 B/param weights, stochastically rounded steps, fp32 gradients
+    optimizer_offload=False,  # True: AdamW's fp32 state and step on the host (12 B/param of host memory), not the GPU
     learning_rate=6e-4,
     max_iters=572205,  # optimizer steps in the whole run: 300B tokens at 524,288 per step
     weight_decay=1e-1,
@@ -248,6 +249,9 @@ def check(cfg, world_size):
         return f"master_weights must be one of {', '.join(MASTER_WEIGHTS)}, got {cfg.master_weights!r}"
     if cfg.master_weights == "bfloat16" and cfg.dtype != "bfloat16":
         return "master_weights='bfloat16' needs dtype='bfloat16'"
+    if cfg.optimizer_offload and cfg.optimizer != "adamw":
+        return (f"optimizer_offload=True runs PyTorch's AdamW on the host, not {cfg.optimizer!r}: set optimizer='adamw' "
+                f"(low-bit moments would only save host memory)")
     if cfg.strategy not in ("ddp", "fsdp"):
         return f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}"
     if cfg.activation_checkpointing not in (*CHECKPOINTING_POLICIES, "auto"):

@@ -163,13 +163,15 @@ def attention_backend(device, dtype, n_head, head_dim, seq_len):
     return "math"
 
 
-def peak_memory_text(device_type):
+def peak_memory_text(device_type, host=False):
     """Peak memory since the last call, for the step log: on a GPU allocated by tensors and reserved by
-    the caching allocator (what really runs out; fragmentation is the difference), else the RSS."""
-    if device_type == "cuda":
-        text = f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB, reserved {torch.cuda.max_memory_reserved() / 1e9:.1f}GB"
-        torch.cuda.reset_peak_memory_stats()
-        return text
-    import resource  # peak resident memory of this process, in KiB on Linux
+    the caching allocator (what really runs out; fragmentation is the difference), and with host=True
+    (optimizer_offload) the host's too; on the CPU the process's peak resident memory."""
+    import resource  # peak resident memory of this process (pinned memory included), in KiB on Linux
 
-    return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.1f}GB RSS"
+    rss = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9:.1f}GB RSS"
+    if device_type != "cuda":
+        return rss
+    text = f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB, reserved {torch.cuda.max_memory_reserved() / 1e9:.1f}GB"
+    torch.cuda.reset_peak_memory_stats()
+    return text + (f", host {rss}" if host else "")

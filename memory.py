@@ -116,7 +116,7 @@ def block_params(model):
 
 
 def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw",
-             master_weights="float32"):
+             master_weights="float32", offload=False):
     """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
     checkpointing policy or the (activation_checkpointing, recompute_blocks) given instead (model
     may live on the meta device: only shapes are read). The peak is
@@ -126,9 +126,9 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     DDP replicates weights, gradients and moments on every GPU (this assumes
     gradient_as_bucket_view=True, as train.py sets). FSDP2 shards all three N ways and, under bf16,
     gathers bf16 weights (train.py's MixedPrecisionPolicy), so autocast has nothing left to cast.
-    Each GPU runs the same micro-batch either way. optimizer and master_weights: the memory mode
-    (optim.py), whose bytes per parameter optim.bytes_per_param says; bf16 weights leave autocast
-    nothing to cast."""
+    Each GPU runs the same micro-batch either way. optimizer, master_weights and offload: the memory
+    mode (optim.py), whose bytes per parameter on the GPU optim.bytes_per_param says (offload's are on
+    the host, not counted here); bf16 weights leave autocast nothing to cast."""
     config = model.config
     if checkpointing:
         config = dataclasses.replace(config, activation_checkpointing=checkpointing[0],
@@ -144,11 +144,11 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     largest = max(p.numel() for p in model.parameters())
     peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.STEP_TEMP_BYTES[optimizer] * largest / shards})
     moment = max(peaks, key=lambda p: sum(p.values()))
-    per_param = optim.bytes_per_param(optimizer, master_weights)
+    per_param = optim.bytes_per_param(optimizer, master_weights, offload)
     m = {
         "weights": per_param["weights"] * n_params / shards,  # the master weights
         "grads": per_param["grads"] * n_params / shards,  # fp32, accumulated across micro-batches
-        "optimizer": per_param["optimizer"] * n_params / shards,  # AdamW's exp_avg and exp_avg_sq
+        "optimizer": per_param["optimizer"] * n_params / shards,  # AdamW's exp_avg and exp_avg_sq, unless on the host
         **moment,
         # FSDP2 gathers the root's weights for the whole step, the block running and the one
         # prefetched, and in backward holds one block's unsharded gradient (and its fp32 copy for
@@ -190,7 +190,7 @@ def auto_policies(n_layer):
 
 
 def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", optimizer="adamw", master_weights="float32"):
+                strategy="ddp", optimizer="adamw", master_weights="float32", offload=False):
     """The Choice 'auto' makes for a memory budget per GPU (model's own policy does not matter),
     keeping the global batch, or None when
     nothing fits. The config's micro-batch and its doublings come first (up to
@@ -207,7 +207,7 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
     for candidates in (larger, smaller):
         for policy, k in auto_policies(model.config.n_layer):
             for b in candidates:
-                peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer, master_weights)["total"]
+                peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer, master_weights, offload)["total"]
                 if peak <= budget_bytes:
                     return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
     return None
@@ -217,14 +217,14 @@ REFUSE_FACTOR = 1.1  # train.py and bench.py refuse a setting whose estimate pas
 
 
 def over_budget(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", checkpointing=None, optimizer="adamw", master_weights="float32"):
+                strategy="ddp", checkpointing=None, optimizer="adamw", master_weights="float32", offload=False):
     """Why this setting will not fit budget_bytes per device, naming what would, as one line; None if
     its estimated peak is within REFUSE_FACTOR of the budget (the estimate already holds a margin)."""
-    peak = estimate(model, batch_size, dtype, gpus, strategy, checkpointing, optimizer, master_weights)["total"]
+    peak = estimate(model, batch_size, dtype, gpus, strategy, checkpointing, optimizer, master_weights, offload)["total"]
     if peak <= REFUSE_FACTOR * budget_bytes:
         return None
     choice = choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype, gpus, strategy,
-                         optimizer, master_weights)
+                         optimizer, master_weights, offload)
     instead = (f"activation_checkpointing=auto would run {choice.describe(model.config.n_layer)} "
                f"({choice.peak_gb:.1f} GB)" if choice else
                "nothing fits at any recompute or micro-batch: a smaller model, or more GPUs with strategy=fsdp")
@@ -238,7 +238,7 @@ SIMULATED_CATEGORIES = ("weights", "grads", "optimizer", "activations", "other",
 
 
 def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, optimizer="adamw",
-             master_weights="float32"):
+             master_weights="float32", offload=False):
     """Bytes at the peak of a training step as PyTorch's MemTracker counts them, by category
     (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy.
 
@@ -256,19 +256,21 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
     optimizer and master_weights: the memory mode (optim.py), weights in their dtype. torchao's step
     cannot run on fake tensors (its quantization reads values), so its state is made as its first
     step makes it and its step is left out; estimate() adds the step's temporaries from a measurement
-    on real tensors (optim.STEP_TEMP_BYTES)."""
+    on real tensors (optim.STEP_TEMP_BYTES). With offload there is no optimizer on the GPU at all."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    fused = optimizer == "adamw" and master_weights == "float32"
-    if not fused:  # on real tensors first: torchao computes its quantization tables once, from values
+    fused = optimizer == "adamw" and master_weights == "float32" and not offload
+    if not fused and not offload:  # on real tensors first: torchao computes its quantization tables once, from values
         optim.build(nn.Linear(64, 64), optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights)
     with FakeTensorMode() if fake else contextlib.nullcontext():
         model = GPT(config)
         model.train()
         if master_weights == "bfloat16":
             optim.use_bf16_weights(model)
-        if fused:
+        if offload:  # its state and its step are in the host's memory
+            optimizer = None
+        elif fused:
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
             for p in model.parameters():
                 p.grad = torch.zeros_like(p)
@@ -279,7 +281,7 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
         idx = torch.zeros(batch_size, config.block_size, dtype=torch.long)
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False, enabled=dtype == "bfloat16")
         tracker = MemTracker()
-        tracker.track_external(model, optimizer, idx)
+        tracker.track_external(model, idx, *([optimizer] if optimizer else []))
         with tracker:
             for _ in range(micro_batches):
                 tracker.reset_mod_stats()  # per-module figures only; the peak is kept across micro-batches
@@ -289,7 +291,7 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             if fused:
                 optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)
         peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
     by_name = {str(key.name if hasattr(key, "name") else key): value for key, value in peak.items()}
     result = {

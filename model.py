@@ -254,10 +254,10 @@ class GPT(nn.Module):
         return model
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw",
-                             master_weights="float32"):
-        """AdamW with weight decay on 2-D tensors only; optim.py builds it (and its low-bit kinds)."""
+                             master_weights="float32", offload=False):
+        """AdamW with weight decay on 2-D tensors only; optim.py builds it (its low-bit and host kinds too)."""
         import optim  # beside this file: which optimizer, and what its state costs
-        return optim.build(self, optimizer, weight_decay, learning_rate, betas, device_type, master_weights)
+        return optim.build(self, optimizer, weight_decay, learning_rate, betas, device_type, master_weights, offload)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):

@@ -18,11 +18,18 @@ the moments are bf16 like the weights (torchao's); the low-bit ones are unchange
 torchao rather than bitsandbytes: it is PyTorch's own, its optimizers are plain torch code (no
 vendor kernels to build for ROCm), they accept FSDP2's DTensor parameters, and their state is a
 tensor subclass that torch.save / torch.load(weights_only=True) handle once torchao is imported.
+
+`optimizer_offload=True` (offload.py) keeps AdamW's state and runs its step on the host: the GPU holds
+only the weights and their gradients. With bf16 weights the host's fp32 copy is the master.
+
+A memory mode is the triple (optimizer, master_weights, optimizer_offload), in that order everywhere.
 """
 import inspect
 
 import torch
 import torch.distributed as dist
+
+from offload import HOST_BYTES_PER_PARAM, HostAdamW
 
 OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit")
 MASTER_WEIGHTS = ("float32", "bfloat16")
@@ -37,33 +44,56 @@ STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2 * (1 + 4 / BLOCK), "adamw4bit": 2 * 
 # make none worth counting
 STEP_TEMP_BYTES = {"adamw": 0, "adamw8bit": 8, "adamw4bit": 26}
 # from the fastest step to the leanest: what plan.py tries on a card, in this order
-RECIPES = [("adamw", "float32"), ("adamw8bit", "float32"), ("adamw4bit", "float32"),
-           ("adamw", "bfloat16"), ("adamw8bit", "bfloat16"), ("adamw4bit", "bfloat16")]
+RECIPES = [("adamw", "float32", False), ("adamw8bit", "float32", False), ("adamw4bit", "float32", False),
+           ("adamw", "float32", True), ("adamw", "bfloat16", False), ("adamw8bit", "bfloat16", False),
+           ("adamw4bit", "bfloat16", False), ("adamw", "bfloat16", True)]
+MODE_KEYS = (("optimizer", "adamw"), ("master_weights", "float32"), ("optimizer_offload", False))
 
 
-def bytes_per_param(optimizer, master_weights="float32"):
-    """What a mode keeps per parameter for the whole run: {'weights', 'grads', 'optimizer'} bytes."""
+def mode_of(config):
+    """The memory mode of a config dict (a checkpoint's), older ones without the keys included."""
+    return tuple(config.get(key, default) for key, default in MODE_KEYS)
+
+
+def bytes_per_param(optimizer, master_weights="float32", offload=False):
+    """What a mode keeps per parameter for the whole run: {'weights', 'grads', 'optimizer'} bytes on the
+    GPU, and 'host' bytes (offload's state) in the host's memory."""
     weights = 2 if master_weights == "bfloat16" else 4
     moments = 2 * weights if optimizer == "adamw" else STATE_BYTES[optimizer]
-    return {"weights": weights, "grads": 4, "optimizer": moments}
+    if offload:
+        return {"weights": weights, "grads": 4, "optimizer": 0, "host": HOST_BYTES_PER_PARAM}
+    return {"weights": weights, "grads": 4, "optimizer": moments, "host": 0}
 
 
-def describe(optimizer, master_weights="float32"):
+def saved_bytes_per_param(optimizer, master_weights="float32", offload=False):
+    """A checkpoint's bytes per parameter: the weights and the optimizer state (offload's fp32 moments,
+    and its fp32 master behind bf16 weights)."""
+    per_param = bytes_per_param(optimizer, master_weights, offload)
+    if offload:
+        return per_param["weights"] + 8 + (4 if master_weights == "bfloat16" else 0)
+    return per_param["weights"] + per_param["optimizer"]
+
+
+def describe(optimizer, master_weights="float32", offload=False):
     """'8-bit AdamW (torchao), fp32 weights' and the like, for messages and plans."""
+    if offload:
+        weights = "bf16 weights (fp32 master on the host)" if master_weights == "bfloat16" else "fp32 weights"
+        return f"AdamW on the host (offload), {weights}"
     kind = {"adamw": "AdamW", "adamw8bit": "8-bit AdamW (torchao)", "adamw4bit": "4-bit AdamW (torchao)"}[optimizer]
     return f"{kind}, {'bf16 weights (stochastic rounding)' if master_weights == 'bfloat16' else 'fp32 weights'}"
 
 
 def mode_change(saved_config, cfg):
     """Why a checkpoint saved under saved_config cannot resume under cfg's memory mode, or None. 8-bit
-    moments are not fp32 ones, nor bf16 weights fp32 ones: no silent conversion."""
-    saved = {k: saved_config.get(k, default) for k, default in (("optimizer", "adamw"), ("master_weights", "float32"))}
-    if saved == {k: getattr(cfg, k) for k in saved}:
+    moments are not fp32 ones, nor bf16 weights fp32 ones: no silent conversion. Offload on or off is
+    no change with fp32 weights (the same AdamW state, on the host or the GPU); behind bf16 weights it
+    is (an fp32 master and moments, or bf16 moments and none)."""
+    saved, wanted = mode_of(saved_config), mode_of(vars(cfg))
+    if saved == wanted or (saved[:2] == wanted[:2] == ("adamw", "float32")):
         return None
-    return (f"the checkpoint holds {describe(*saved.values())} state but this config asks for "
-            f"{describe(cfg.optimizer, cfg.master_weights)}: resume with "
-            f"{', '.join(f'{k}={v!r}' for k, v in saved.items())}, or start a new out_dir from its weights "
-            f"(init_weights=...) with a fresh optimizer")
+    return (f"the checkpoint holds {describe(*saved)} state but this config asks for {describe(*wanted)}: "
+            f"resume with {', '.join(f'{k}={v!r}' for (k, _), v in zip(MODE_KEYS, saved))}, or start a new "
+            f"out_dir from its weights (init_weights=...) with a fresh optimizer")
 
 
 def use_bf16_weights(model):
@@ -110,9 +140,12 @@ def param_groups(model, weight_decay):
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
-def build(model, name, weight_decay, learning_rate, betas, device_type, master_weights="float32"):
-    """The optimizer `name` (one of OPTIMIZERS) over model's parameters, whose dtype master_weights says."""
+def build(model, name, weight_decay, learning_rate, betas, device_type, master_weights="float32", offload=False):
+    """The optimizer `name` (one of OPTIMIZERS) over model's parameters, whose dtype master_weights says,
+    on the host if offload (AdamW only: configurator.py checks)."""
     groups = param_groups(model, weight_decay)
+    if offload:
+        return HostAdamW(groups, lr=learning_rate, betas=betas)
     rounding = master_weights == "bfloat16"
     if name == "adamw" and not rounding:
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters

@@ -159,7 +159,7 @@ policy, recompute_blocks = cfg.activation_checkpointing, cfg.recompute_blocks
 budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
 with torch.device("meta"):
     shapes = GPT(GPTConfig(**model_args))  # every shape and no storage: what memory.py's estimates read
-mode = (cfg.optimizer, cfg.master_weights)
+mode = optim.mode_of(vars(cfg))  # (optimizer, master_weights, optimizer_offload)
 if policy != "auto" and not cfg.ignore_memory_estimate:  # refuse now rather than after minutes of allocating
     if problem := memory.over_budget(shapes, cfg.batch_size, cfg.gradient_accumulation_steps, budget, cfg.dtype,
                                      world_size, cfg.strategy, (policy, recompute_blocks), *mode):
@@ -248,9 +248,10 @@ if cfg.compile:  # per block, in place: state_dict keys stay the same, and each 
     for block in model.transformer.h:
         block.compile()
 fsdp = distributed and cfg.strategy == "fsdp"
-if fsdp and cfg.master_weights == "bfloat16":  # even one process: fully_shard's parameters drop grad_dtype
-    fail("master_weights='bfloat16' runs without FSDP (which shards the fp32 weights across GPUs instead): "
-         "use strategy='ddp', or master_weights='float32'")
+if fsdp and (cfg.master_weights == "bfloat16" or cfg.optimizer_offload):  # even one process (grad_dtype is dropped)
+    key = "master_weights" if cfg.master_weights == "bfloat16" else "optimizer_offload"
+    fail(f"{key}={getattr(cfg, key)!r} runs without FSDP (which shards the fp32 weights and AdamW state across "
+         f"GPUs instead): use strategy='ddp', or leave {key} at its default")
 if fsdp:  # shard parameters, gradients and AdamW state block by block across the ranks
     # Under bf16, gather bf16 weights (half the traffic, and autocast then has nothing to cast)
     # and reduce-scatter gradients in fp32 into the fp32 shards AdamW updates.
@@ -259,8 +260,7 @@ if fsdp:  # shard parameters, gradients and AdamW state block by block across th
     for block in model.transformer.h:
         fully_shard(block, mp_policy=mixed)
     fully_shard(model, mp_policy=mixed)
-optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type,
-                                       cfg.optimizer, cfg.master_weights)
+optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type, *mode)
 
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 
@@ -566,7 +566,7 @@ while iter_num < cfg.max_iters and not stop_now:
                 f"tok/s {tokens_per_sec:,.0f}")
         if distributed:
             line += f" ({tokens_per_sec / world_size:,.0f} per GPU)"
-        line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {hardware.peak_memory_text(device_type)}"
+        line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {hardware.peak_memory_text(device_type, cfg.optimizer_offload)}"
         if hardware_flops > model_flops:
             hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
             line += f", hfu {hardware.percent(hfu)}"

@@ -42,6 +42,7 @@ import bins  # noqa: E402  (needs the repo root on sys.path first)
 import configurator  # noqa: E402
 import hardware  # noqa: E402
 import memory  # noqa: E402
+import optim  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import GPT, GPTConfig  # noqa: E402
 
@@ -166,8 +167,9 @@ def fraction(text):
 
 
 def parse_steps(stdout, warmup):
-    """train.py's lines `iter N: loss X, time Yms, mfu Z%, tok/s T, ..., mem M[, reserved R][, hfu H%]` past
-    the warm-up (reserved: on a GPU, what the caching allocator holds)."""
+    """train.py's lines `iter N: loss X, time Yms, mfu Z%, tok/s T, ..., mem M[, reserved R][, host H][, hfu U%]`
+    past the warm-up (reserved: on a GPU, what the caching allocator holds; host: the process's resident
+    host memory, logged with optimizer_offload)."""
     steps = []
     for line in stdout.splitlines():
         if not line.startswith("iter ") or ": loss " not in line:  # also leaves out skipped non-finite steps
@@ -178,7 +180,7 @@ def parse_steps(stdout, warmup):
         values = dict(field.split(" ", 1) for field in fields)
         steps.append({"tokens_per_s": float(values["tok/s"].replace(",", "")), "mfu": fraction(values["mfu"]),
                       "hfu": fraction(values.get("hfu", "n/a")), "memory": values["mem"],
-                      "reserved": values.get("reserved")})
+                      "reserved": values.get("reserved"), "host": values.get("host")})
     return steps
 
 
@@ -202,12 +204,13 @@ def median_of(values):
 
 def summarize(steps, tokens_per_step):
     """Median step time (and tokens/s from it), MFU and HFU, and the peak memory reported (allocated, and
-    on a GPU reserved: what runs out first)."""
+    on a GPU reserved: what runs out first; the host's with optimizer_offload)."""
     step_s = statistics.median(tokens_per_step / s["tokens_per_s"] for s in steps)
     return {"tokens_per_s": tokens_per_step / step_s, "step_ms": 1000 * step_s,
             "mfu": median_of(s["mfu"] for s in steps), "hfu": median_of(s["hfu"] for s in steps),
             "peak_memory_gb": max(float(s["memory"].split("GB")[0]) for s in steps),
             "peak_reserved_gb": max((float(s["reserved"].split("GB")[0]) for s in steps if s["reserved"]), default=None),
+            "peak_host_gb": max((float(s["host"].split("GB")[0]) for s in steps if s["host"]), default=None),
             "memory_kind": "host RSS" if "RSS" in steps[0]["memory"] else "GPU allocated"}
 
 
@@ -234,6 +237,7 @@ class Bench:
         self.micro_steps = args.grad_accum or cfg.gradient_accumulation_steps
         self.deadline = time.time() + args.time_limit if args.time_limit else math.inf
         self.data_dir = os.path.join(work, "data")
+        self.mode = optim.mode_of(vars(cfg))  # the config's memory mode: what the estimates price
 
     def prepare(self, largest_batch):
         os.makedirs(self.data_dir)
@@ -268,9 +272,9 @@ class Bench:
         if self.args.simulate and policy[0] != "auto":
             config = plan.model_config(self.cfg, *policy)
             with torch.device("meta"):
-                estimate = memory.estimate(GPT(config), batch_size, self.cfg.dtype)
+                estimate = memory.estimate(GPT(config), batch_size, self.cfg.dtype, 1, "ddp", None, *self.mode)
             result.update(estimated_gb=(estimate["total"] - estimate["margin"]) / 1e9,
-                          simulated_gb=memory.simulate(config, batch_size, self.cfg.dtype)["total"] / 1e9)
+                          simulated_gb=memory.simulate(config, batch_size, self.cfg.dtype, 2, True, *self.mode)["total"] / 1e9)
         held = result["peak_reserved_gb"] or result["peak_memory_gb"]
         result["fits"] = self.memory_limit_gb is None or held <= self.memory_limit_gb
         if not result["fits"]:
@@ -280,7 +284,8 @@ class Bench:
 
 def kept_memory(cfg, policy):
     """memory.py's estimate of a policy at micro-batch 1: orders policies by what they keep."""
-    return memory.estimate(plan.build_meta_model(cfg, *policy), 1, cfg.dtype)["total"]
+    return memory.estimate(plan.build_meta_model(cfg, *policy), 1, cfg.dtype, 1, "ddp", None,
+                           *optim.mode_of(vars(cfg)))["total"]
 
 
 def sweep(run, batch_sizes, policies, cfg):
@@ -367,6 +372,8 @@ def row(result):
     if "tokens_per_s" in result:
         text += (f" {result['tokens_per_s']:>10,.0f} {result['step_ms']:>9.1f} {hardware.percent(result['mfu']):>6} "
                  f"{hardware.percent(result['hfu']):>6}  {result['peak_memory_gb']:.1f} GB {result['memory_kind']}")
+    if result.get("peak_host_gb"):
+        text += f", host {result['peak_host_gb']:.1f} GB"
     if "simulated_gb" in result:
         text += f" (simulated {result['simulated_gb']:.1f} GB)"
     if result["status"] != "ok":

@@ -2,13 +2,15 @@
 Loss parity of the memory modes: the same small model, data and seed trained with each mode side by
 side, final validation loss against the first mode's (fp32 AdamW), step time on this machine, and the
 curves in one PNG. A mode is an `optimizer`, with `+bf16` for master_weights='bfloat16' (which needs
-dtype='bfloat16'; compare it against a baseline under the same autocast, --args=--dtype=bfloat16).
+dtype='bfloat16'; compare it against a baseline under the same autocast, --args=--dtype=bfloat16) and
+`+offload` for optimizer_offload=True (adamw only).
 
     python data/quickstart/prepare.py                 # real text: Python's standard library, bytes
     python scripts/bench_optim.py                     # 4 layers x 256 wide, context 256, 1,000 steps
     python scripts/bench_optim.py --steps 200 --modes adamw,adamw8bit
     python scripts/bench_optim.py --args=--dtype=bfloat16 --modes adamw,adamw+bf16,adamw8bit+bf16,adamw4bit+bf16
     python scripts/bench_optim.py --step_memory       # the step's temporaries per mode (optim.STEP_TEMP_BYTES)
+    python scripts/bench_optim.py --host_step         # offload's AdamW step on this host: seconds at 6.7B
 
 Not a test: minutes per mode on a CPU. Each run is train.py itself (see --args for the rest).
 """
@@ -19,6 +21,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 import matplotlib
 
@@ -35,10 +38,12 @@ TIME_RE = re.compile(r"iter \d+: loss [\d.]+, time (\d+)ms")
 
 
 def mode_flags(mode):
-    optimizer, _, weights = mode.partition("+")
-    if optimizer not in OPTIMIZERS or weights not in ("", "bf16"):
-        sys.exit(f"bench_optim: unknown mode {mode!r}: an optimizer ({', '.join(OPTIMIZERS)}), optionally +bf16")
-    return [f"--optimizer={optimizer}"] + (["--master_weights=bfloat16", "--dtype=bfloat16"] if weights else [])
+    optimizer, *extras = mode.split("+")
+    if optimizer not in OPTIMIZERS or not set(extras) <= {"bf16", "offload"}:
+        sys.exit(f"bench_optim: unknown mode {mode!r}: an optimizer ({', '.join(OPTIMIZERS)}), optionally "
+                 f"+bf16 and +offload")
+    return ([f"--optimizer={optimizer}"] + (["--master_weights=bfloat16", "--dtype=bfloat16"] if "bf16" in extras else [])
+            + (["--optimizer_offload=True"] if "offload" in extras else []))
 
 
 def run(mode, args, out_dir):
@@ -82,12 +87,30 @@ def step_temporaries(optimizer, master_weights, shape):
 def measure_step_memory(shape):
     print(f"optimizer step temporaries for a {shape[0]} x {shape[1]} parameter (GPT-3's embedding), on this CPU:")
     context = multiprocessing.get_context("spawn")  # a fresh process each: peak memory of that step alone
-    for optimizer, master_weights in optim.RECIPES:
+    for optimizer, master_weights, _ in [r for r in optim.RECIPES if not r[2]]:  # offload's step is not on the GPU
         with context.Pool(1) as pool:
             per_value = pool.apply(step_temporaries, (optimizer, master_weights, shape))
         cpu_only = " (PyTorch's CPU loop; fused on a GPU, it makes none)" if (optimizer, master_weights) == optim.RECIPES[0] else ""
         print(f"  {optimizer:10s} {master_weights:9s} {per_value:5.1f} B per value "
               f"(optim.STEP_TEMP_BYTES: {optim.STEP_TEMP_BYTES[optimizer]}){cpu_only}", flush=True)
+
+
+def measure_host_step(shape, n_params=6_657_150_976):
+    """offload.HostAdamW's step on this machine (on a CPU the host-device copies are plain copies): values
+    per second, and what that makes of a 6.7B model's step."""
+    import torch
+    param = torch.nn.Parameter(torch.randn(shape))
+    step = optim.build(torch.nn.ParameterList([param]), "adamw", 0.1, 1e-4, (0.9, 0.95), "cpu", offload=True)
+    param.grad = torch.randn(shape)
+    step.step()  # the first copies the master from the weight
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        step.step()
+        times.append(time.perf_counter() - t0)
+    rate = param.numel() / min(times)
+    print(f"host AdamW step (offload.HostAdamW) on {torch.get_num_threads()} threads: {rate / 1e9:.2f}e9 values/s, "
+          f"{n_params / rate:.1f} s per step at 6.7B")
 
 
 def main():
@@ -98,9 +121,12 @@ def main():
     p.add_argument("--args", default="", help="more train.py overrides, space-separated")
     p.add_argument("--out", default="optim_parity.png")
     p.add_argument("--step_memory", action="store_true", help="measure the step's temporaries per mode instead")
+    p.add_argument("--host_step", action="store_true", help="measure offload's host AdamW step instead")
     args = p.parse_args()
     if args.step_memory:
         return measure_step_memory((50304, 4096))
+    if args.host_step:
+        return measure_host_step((50304, 4096))
     modes = args.modes.split(",")
     for mode in modes:
         mode_flags(mode)  # a typo stops here, not after the first runs

@@ -33,12 +33,11 @@ def main():
         sys.exit(f"error: {e}")
     model = GPT(GPTConfig(**state["model_args"]))
     config = state["config"]
-    master_weights = config.get("master_weights", "float32")
-    if master_weights == "bfloat16":  # the checkpoint's own memory mode: nothing converted on the way
+    mode = optim.mode_of(config)  # the checkpoint's own memory mode: nothing converted on the way
+    if mode[1] == "bfloat16":
         optim.use_bf16_weights(model)
     optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
-                                           (config["beta1"], config["beta2"]), "cpu", config.get("optimizer", "adamw"),
-                                           master_weights)
+                                           (config["beta1"], config["beta2"]), "cpu", *mode)
     try:
         checkpoint.restore(state, model, optimizer)
     except checkpoint.CheckpointError as e:

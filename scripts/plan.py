@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
 import hardware  # noqa: E402
 import memory  # noqa: E402
+import offload  # noqa: E402
 import optim  # noqa: E402
 from model import CHECKPOINTING_POLICIES, GPT, GPTConfig  # noqa: E402
 
@@ -49,11 +50,17 @@ def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
         return GPT(model_config(cfg, activation_checkpointing, recompute_blocks))
 
 
-def checkpoint_bytes(n_params, optimizer="adamw", master_weights="float32"):
-    """A saved checkpoint: the weights and the AdamW moments (optim.bytes_per_param); the sampler, RNG
-    and config add kilobytes."""
-    per_param = optim.bytes_per_param(optimizer, master_weights)
-    return (per_param["weights"] + per_param["optimizer"]) * n_params
+def checkpoint_bytes(n_params, mode=("adamw", "float32", False)):
+    """A saved checkpoint: the weights and the optimizer state (optim.saved_bytes_per_param); the sampler,
+    RNG and config add kilobytes."""
+    return optim.saved_bytes_per_param(*mode) * n_params
+
+
+def offload_seconds(n_params, mode):
+    """The host step's copies over PCIe per optimizer step, at offload.HOST_LINK_BYTES_PER_S; 0 on the GPU."""
+    if not mode[2]:
+        return 0.0
+    return offload.transfer_bytes(n_params, optim.bytes_per_param(*mode)["weights"]) / offload.HOST_LINK_BYTES_PER_S
 
 
 # -----------------------------------------------------------------------------
@@ -63,15 +70,14 @@ def budget_bytes(cfg, gpu):
     return cfg.memory_budget_gb * 1e9 if cfg.memory_budget_gb > 0 else gpu.capacity_gb * 1e9
 
 
-def choose_setting(cfg, gpu, gpus, optimizer=None, master_weights=None):
+def choose_setting(cfg, gpu, gpus, mode=None):
     """(auto's Choice for this GPU or None when nothing fits, and the setting the plan is for:
     (policy, recompute_blocks, batch_size, gradient_accumulation_steps)). A config that names
     its policy gets it as it is; 'auto' gets auto's choice, or full checkpointing (the least
-    memory) when nothing fits, so the plan can say by how much. optimizer, master_weights: another
-    memory mode than the config's."""
+    memory) when nothing fits, so the plan can say by how much. mode: another memory mode than the
+    config's."""
     choice = memory.choose_auto(build_meta_model(cfg, "none"), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                budget_bytes(cfg, gpu), cfg.dtype, gpus, cfg.strategy, optimizer or cfg.optimizer,
-                                master_weights or cfg.master_weights)
+                                budget_bytes(cfg, gpu), cfg.dtype, gpus, cfg.strategy, *(mode or optim.mode_of(vars(cfg))))
     if cfg.activation_checkpointing != "auto":
         return choice, (cfg.activation_checkpointing, cfg.recompute_blocks, cfg.batch_size,
                         cfg.gradient_accumulation_steps)
@@ -92,13 +98,15 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
     flops = hardware.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
     recompute = hardware.recompute_flops_per_token(memory.block_params(model), n_recomputed, config.n_embd,
                                                    config.block_size, policy)
-    # MFU is defined on model FLOPs; the recompute is extra work the GPU does at the same time (HFU)
-    seconds_per_iter = tokens_per_iter * flops / (gpus * mfu * gpu.peak_tflops * 1e12)
+    mode = optim.mode_of(vars(cfg))
+    n_params = model.get_num_params(non_embedding=False)
+    # MFU is defined on model FLOPs; the recompute is extra work the GPU does at the same time (HFU);
+    # offload's copies are time the GPU waits
+    seconds_per_iter = tokens_per_iter * flops / (gpus * mfu * gpu.peak_tflops * 1e12) + offload_seconds(n_params, mode)
     days = cfg.max_iters * seconds_per_iter / 86400
-    mode = (cfg.optimizer, cfg.master_weights)
     estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode)
     plan = {
-        "params": model.get_num_params(non_embedding=False),
+        "params": n_params,
         "params_without_position_embeddings": model.get_num_params(),
         "tokens_per_iter": tokens_per_iter,
         "batch_size": batch_size,
@@ -122,7 +130,11 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
                                                   *mode)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
         "optimizer": cfg.optimizer,
         "master_weights": cfg.master_weights,
-        "modes": mode_table(cfg, gpu, gpus),
+        "optimizer_offload": cfg.optimizer_offload,
+        # per process; every GPU's process on a node keeps its own
+        "host_memory_gb": optim.bytes_per_param(*mode)["host"] * n_params / 1e9,
+        "offload_seconds_per_iter": offload_seconds(n_params, mode),
+        "modes": mode_table(cfg, gpu, gpus, mfu),
         "fits": estimate["total"] <= budget_bytes(cfg, gpu),
         "auto": dataclasses.asdict(choice) if choice else None,
         "peak_tflops": gpu.peak_tflops,
@@ -133,36 +145,40 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "days": days,
         "price_per_hour": price_per_hour,
         "cost_usd": days * 24 * price_per_hour * gpus,
-        "checkpoint_gb": checkpoint_bytes(model.get_num_params(non_embedding=False), *mode) / 1e9,
+        "checkpoint_gb": checkpoint_bytes(n_params, mode) / 1e9,
         "keep_last_n": cfg.keep_last_n,
         "math_attention_extra_gb": (config.n_layer - n_recomputed + 1) * memory.math_attention_bytes(
             batch_size, config.block_size, config.n_head) / 1e9,
     }
     if simulate:
-        plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype, optimizer=cfg.optimizer,
-                                                                     master_weights=cfg.master_weights).items()}
+        plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype, 2, True, *mode).items()}
     plan["suggestions"] = suggestions(plan, model, cfg)
     return plan
 
 
-def mode_table(cfg, gpu, gpus):
+def mode_table(cfg, gpu, gpus, mfu):
     """Each memory mode (optim.RECIPES) on this GPU at this config, as auto would run it: whether it fits,
-    its estimated peak, and its step time against no recompute at all (the recompute FLOPs auto needs to
-    fit; the optimizer step itself runs once per gradient_accumulation_steps micro-batches)."""
-    # bf16 weights need bf16 autocast and run without FSDP
-    bf16_weights = cfg.dtype == "bfloat16" and not (cfg.strategy == "fsdp" and gpus > 1)
-    recipes = [r for r in optim.RECIPES if bf16_weights or r[1] == "float32"]
+    its estimated peak, and its step time against no recompute at all at `mfu`: the recompute FLOPs auto
+    needs to fit, and offload's PCIe copies (offload_seconds; the host's arithmetic is left out). The
+    on-GPU optimizer step runs once per gradient_accumulation_steps micro-batches and is not counted."""
+    sharded = cfg.strategy == "fsdp" and gpus > 1  # bf16 weights and offload run without FSDP
+    recipes = [r for r in optim.RECIPES if not (sharded and (r[1] == "bfloat16" or r[2]))
+               and (cfg.dtype == "bfloat16" or r[1] == "float32")]  # bf16 weights need bf16 autocast
+    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
     table = []
-    for optimizer, master_weights in recipes:
-        choice, (policy, k, batch_size, _) = choose_setting(cfg, gpu, gpus, optimizer, master_weights)
+    for mode in recipes:
+        choice, (policy, k, batch_size, _) = choose_setting(cfg, gpu, gpus, mode)
         model = build_meta_model(cfg, policy, k)
         flops = hardware.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
         recompute = hardware.recompute_flops_per_token(memory.block_params(model), model.config.num_recomputed_blocks(),
                                                        cfg.n_embd, cfg.block_size, policy)
-        total = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, optimizer, master_weights)["total"]
-        table.append({"optimizer": optimizer, "master_weights": master_weights, "fits": choice is not None,
-                      "activation_checkpointing": policy, "recompute_blocks": k, "batch_size": batch_size,
-                      "total_gb": total / 1e9, "step_time": (flops + recompute) / flops})
+        compute_seconds = tokens_per_iter * flops / (gpus * mfu * gpu.peak_tflops * 1e12)
+        total = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode)["total"]
+        table.append({"optimizer": mode[0], "master_weights": mode[1], "optimizer_offload": mode[2],
+                      "fits": choice is not None, "activation_checkpointing": policy, "recompute_blocks": k,
+                      "batch_size": batch_size, "total_gb": total / 1e9,
+                      "step_time": (flops + recompute) / flops
+                      + offload_seconds(model.get_num_params(non_embedding=False), mode) / compute_seconds})
     return table
 
 
@@ -187,8 +203,9 @@ def suggestions(plan, model, cfg):
         best = best_mode(plan, cfg.batch_size)
         if best:
             out.append(f"a leaner memory mode: --optimizer={best['optimizer']} --master_weights={best['master_weights']} "
-                       f"fits ({best['total_gb']:.1f} GB, {best['step_time']:.2f}x the FLOPs of no recompute)")
-        mode = (cfg.optimizer, cfg.master_weights)
+                       f"--optimizer_offload={best['optimizer_offload']} fits ({best['total_gb']:.1f} GB, "
+                       f"{best['step_time']:.2f}x the time of no recompute)")
+        mode = optim.mode_of(vars(cfg))
         smaller = [b for b in range(batch_size - 1, 0, -1)
                    if memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy, None, *mode)["total"] <= limit]
         if smaller:
@@ -292,10 +309,10 @@ def report(plan, cfg, config_args):
                      f"= {plan['total_flops'] * (plan['hfu'] / plan['mfu']):.3g} executed")
     lines += ["", f"memory per GPU on {plan['gpu_name']} ({hardware.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
                   f"{plan['gpu_memory_gb']:.1f}e9 bytes), {setup}:"]
-    per_param = optim.bytes_per_param(plan["optimizer"], plan["master_weights"])
+    mode = (plan["optimizer"], plan["master_weights"], plan["optimizer_offload"])
+    per_param = optim.bytes_per_param(*mode)
     mode_notes = {"weights": f"{plan['master_weights']}, {per_param['weights']} B/param",
-                  "optimizer": f"{optim.describe(plan['optimizer'], plan['master_weights']).split(',')[0]}, "
-                               f"~{per_param['optimizer']:.3g} B/param"}
+                  "optimizer": f"{optim.describe(*mode).split(',')[0]}, ~{per_param['optimizer']:.3g} B/param"}
     for key, label, note in MEMORY_ROWS:
         if mem[key]:
             note = mode_notes.get(key) or note or act_note
@@ -311,15 +328,19 @@ def report(plan, cfg, config_args):
         f"  if attention falls back to the math kernel (scripts/check_env.py tells), add "
         f"{plan['math_attention_extra_gb']:.1f} GB",
     ]
-    lines += ["", "memory modes on this GPU (optimizer, master_weights), as auto would run each:"]
+    if plan["optimizer_offload"]:
+        lines.append(f"  host memory: {plan['host_memory_gb']:.1f} GB pinned per GPU process (fp32 master and moments, "
+                     f"{per_param['host']} B/param); PCIe copies ~{plan['offload_seconds_per_iter']:.1f} s per step "
+                     f"at {offload.HOST_LINK_BYTES_PER_S / 1e9:g} GB/s, plus the host's AdamW step")
+    lines += ["", "memory modes on this GPU (optimizer, master_weights, offload), as auto would run each:"]
     best = best_mode(plan, cfg.batch_size)
     for m in plan["modes"]:
         recomputed = m["recompute_blocks"] if m["recompute_blocks"] >= 0 else n_layer
         setting = (f"{policy_text(m['activation_checkpointing'], recomputed, n_layer)}, micro-batch {m['batch_size']}, "
-                   f"{m['total_gb']:.1f} GB, {m['step_time']:.2f}x the FLOPs of no recompute")
+                   f"{m['total_gb']:.1f} GB, {m['step_time']:.2f}x the time of no recompute")
         mark = "*" if m is best else " "
-        lines.append(f" {mark}{m['optimizer'] + ', ' + m['master_weights']:<22} "
-                     f"{setting if m['fits'] else 'does not fit'}")
+        name = f"{m['optimizer']}, {m['master_weights']}" + (", offload" if m["optimizer_offload"] else "")
+        lines.append(f" {mark}{name:<31} {setting if m['fits'] else 'does not fit'}")
     if "simulated" in plan:
         lines += simulated_lines(plan)
     lines += [

@@ -96,6 +96,14 @@ def test_ddp_with_bf16_weights_matches_one_process(tmp_path, data_dir):
         torch.testing.assert_close(two[k], one[k], rtol=0.05, atol=0.02, msg=k)
 
 
+def test_ddp_with_offload_matches_one_process_without(tmp_path, data_dir, single):
+    """Each rank steps its own host copy of AdamW on the all-reduced gradients: the replicas stay equal."""
+    out = tmp_path / "offload"
+    run(out, data_dir, "--max_iters=8", "--optimizer_offload=True", nproc=2)
+    assert losses(out) == pytest.approx(losses(single), abs=2e-4)
+    assert_close(final_weights(out, 8), final_weights(single, 8))
+
+
 def test_low_bit_adamw_shards_under_fsdp_and_resumes(tmp_path, data_dir):
     run(tmp_path / "run", data_dir, "--n_embd=64", "--max_iters=4", "--strategy=fsdp", "--optimizer=adamw8bit", nproc=2)
     resumed = run(tmp_path / "run", data_dir, "--n_embd=64", "--max_iters=8", "--strategy=fsdp",

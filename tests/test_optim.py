@@ -1,5 +1,5 @@
-"""Memory-lean optimizers (optim.py): each mode trains, resumes bit-exactly from checkpoints that load
-with weights_only, refuses a mode change on resume, and is priced right by memory.py and plan.py."""
+"""Memory-lean optimizers (optim.py, offload.py): each mode trains, resumes bit-exactly from checkpoints
+that load with weights_only, refuses a mode change on resume, and is priced right by memory.py and plan.py."""
 import json
 import subprocess
 import sys
@@ -8,21 +8,23 @@ import pytest
 import torch
 import torchao.optim  # noqa: F401  (allow-lists its optimizer-state tensor subclasses for torch.load here)
 
+import configurator
 import memory
 import optim
 from conftest import REPO
 from model import GPT, GPTConfig
 from test_train import assert_same_weights, train
 
-# (optimizer, master_weights): the modes beside fp32 AdamW, each through its own code path
-MODES = [("adamw8bit", "float32"), ("adamw4bit", "float32"), ("adamw", "bfloat16"), ("adamw4bit", "bfloat16")]
+# (optimizer, master_weights, optimizer_offload): the modes beside fp32 AdamW, each through its own code path
+MODES = [("adamw8bit", "float32", False), ("adamw4bit", "float32", False), ("adamw", "bfloat16", False),
+         ("adamw4bit", "bfloat16", False), ("adamw", "float32", True), ("adamw", "bfloat16", True)]
 # wide enough that the matrices have >= 4096 values, which torchao quantizes (smaller ones stay fp32)
 MODEL = ["--n_embd=64", "--max_iters=8", "--eval_interval=0"]
 STATE_TYPE = {"adamw": "Tensor", "adamw8bit": "OptimState8bit", "adamw4bit": "OptimState4bit"}
 
 
-def flags(optimizer, master_weights):
-    return [f"--optimizer={optimizer}", f"--master_weights={master_weights}",
+def flags(optimizer, master_weights, offload=False):
+    return [f"--optimizer={optimizer}", f"--master_weights={master_weights}", f"--optimizer_offload={offload}",
             *(["--dtype=bfloat16"] if master_weights == "bfloat16" else [])]
 
 
@@ -30,9 +32,9 @@ def losses(log):
     return [float(line.split("loss ")[1].split(",")[0]) for line in log.splitlines() if line.startswith("iter ")]
 
 
-@pytest.mark.parametrize("optimizer,master_weights", MODES)
-def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, master_weights):
-    mode = flags(optimizer, master_weights)
+@pytest.mark.parametrize("optimizer,master_weights,offload", MODES)
+def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, master_weights, offload):
+    mode = flags(optimizer, master_weights, offload)
     whole = train(tmp_path / "whole", data_dir, *MODEL, *mode).stdout
     seen = losses(whole)
     assert len(seen) == 8 and seen[-1] < seen[0]
@@ -44,9 +46,39 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, mas
     # a fresh process, torchao not imported: the checkpoint still loads with weights_only=True
     probe = subprocess.run([sys.executable, "-c", f"import checkpoint; s = checkpoint.load_checkpoint("
                             f"{str(tmp_path / 'whole' / 'ckpt_8.pt')!r}, log=print); "
-                            "print(type(s['optimizer']['state']['transformer.h.0.mlp.c_fc.weight']['exp_avg']).__name__)"],
+                            "state = s['optimizer']['state']['transformer.h.0.mlp.c_fc.weight']; "
+                            "print(sorted(state), type(state['exp_avg']).__name__)"],
                            cwd=REPO, capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0 and probe.stdout.strip().endswith(STATE_TYPE[optimizer]), probe.stderr
+    # offload's fp32 master is saved where it is not the weight itself
+    assert ("'master'" in probe.stdout) == (offload and master_weights == "bfloat16")
+
+
+def test_offload_steps_as_adamw_does_and_keeps_an_fp32_master_behind_bf16_weights():
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=16, vocab_size=64)
+    torch.manual_seed(0)
+    on_device, offloaded, bf16 = GPT(config), GPT(config), GPT(config)
+    for model in (offloaded, bf16):
+        model.load_state_dict(on_device.state_dict())
+    optim.use_bf16_weights(bf16)
+    adamw = torch.optim.AdamW(optim.param_groups(on_device, 0.1), lr=1e-2, betas=(0.9, 0.95), fused=True)
+    host = optim.build(offloaded, "adamw", 0.1, 1e-2, (0.9, 0.95), "cpu", offload=True)
+    host_bf16 = optim.build(bf16, "adamw", 0.1, 1e-2, (0.9, 0.95), "cpu", "bfloat16", offload=True)
+    x = torch.randint(0, 64, (4, 16))
+    for _ in range(3):
+        for model, optimizer in ((on_device, adamw), (offloaded, host), (bf16, host_bf16)):
+            model(x, x)[1].backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    for a, b in zip(on_device.parameters(), offloaded.parameters()):
+        assert torch.equal(a, b)  # PyTorch's fused AdamW, on the host instead
+    for p in bf16.parameters():
+        master = host_bf16.state[p]["master"]
+        assert p.dtype == torch.bfloat16 and master.dtype == torch.float32 and torch.equal(p, master.to(torch.bfloat16))
+    # the state dict is AdamW's: it loads into torch.optim.AdamW and back
+    adamw.load_state_dict(host.state_dict())
+    host.load_state_dict(adamw.state_dict())
+    assert host.masters_from_weights  # AdamW's state has no master: the weights give it at the next step
 
 
 def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path, data_dir):
@@ -74,6 +106,9 @@ def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, dat
          "--vocab_size=64", "--block_size=16", "--strategy=fsdp", *flags("adamw", "bfloat16")],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert one_process.returncode != 0 and "master_weights='bfloat16' runs without FSDP" in one_process.stdout
+    check = configurator.check(configurator.load_config(["config/train_tiny.py", "--optimizer=adamw8bit",
+                                                         "--optimizer_offload=True"]), 1)
+    assert check.startswith("optimizer_offload=True runs PyTorch's AdamW on the host, not 'adamw8bit'")
 
 
 def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir):
@@ -83,6 +118,13 @@ def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir)
     assert result.returncode == 1 and last.startswith("error: the checkpoint holds AdamW, fp32 weights state but "
                                                       "this config asks for 8-bit AdamW (torchao), fp32 weights")
     assert "resume with optimizer='adamw', master_weights='float32'" in last and "init_weights" in last
+    # with fp32 weights, offload on or off is the same AdamW state in another place: both ways resume
+    assert "resuming after 2" in train(tmp_path / "run", data_dir, *MODEL, "--max_iters=3",
+                                       "--optimizer_offload=True").stdout
+    assert "resuming after 3" in train(tmp_path / "run", data_dir, *MODEL, "--max_iters=4").stdout
+    train(tmp_path / "bf16", data_dir, *MODEL, *flags("adamw", "bfloat16", True), "--max_iters=2")
+    refused = train(tmp_path / "bf16", data_dir, *MODEL, *flags("adamw", "bfloat16"), check=False)
+    assert refused.returncode == 1 and "holds AdamW on the host (offload), bf16 weights" in refused.stdout
 
 
 def test_bf16_weights_accumulate_their_gradients_in_fp32():
@@ -139,15 +181,16 @@ def test_stochastic_rounding_is_the_same_on_every_rank_whatever_its_dropout_stre
 
 
 @pytest.mark.parametrize("policy", [("selective", -1), ("full", 2)])
-@pytest.mark.parametrize("optimizer,master_weights", optim.RECIPES)
-def test_the_estimate_of_each_mode_matches_the_simulation(optimizer, master_weights, policy):
+@pytest.mark.parametrize("mode", optim.RECIPES)
+def test_the_estimate_of_each_mode_matches_the_simulation(mode, policy):
     config = GPTConfig(block_size=256, vocab_size=4096, n_layer=4, n_head=8, n_embd=256, bias=False,
                        activation_checkpointing=policy[0], recompute_blocks=policy[1])
-    simulated = memory.simulate(config, 4, optimizer=optimizer, master_weights=master_weights)
+    simulated = memory.simulate(config, 4, "bfloat16", 2, True, *mode)
     with torch.device("meta"):
-        estimated = memory.estimate(GPT(config), 4, optimizer=optimizer, master_weights=master_weights)
+        estimated = memory.estimate(GPT(config), 4, "bfloat16", 1, "ddp", None, *mode)
     n = sum(p.numel() for p in GPT(config).parameters())
-    per_param = optim.bytes_per_param(optimizer, master_weights)
+    per_param = optim.bytes_per_param(*mode)
+    master_weights = mode[1]
     assert simulated["weights"] == per_param["weights"] * n
     assert simulated["optimizer"] == pytest.approx(per_param["optimizer"] * n, rel=0.02)  # small tensors unquantized
     # within 1% for fp32 weights; with bf16 weights the estimate keeps LayerNorm's fp32 input copies, as a
@@ -160,9 +203,19 @@ def test_plan_names_the_fastest_mode_that_fits_the_card():
     result = subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     plan = json.loads(result.stdout)
-    modes = {(m["optimizer"], m["master_weights"]): m for m in plan["modes"]}
-    assert set(modes) == set(optim.RECIPES) and not modes[("adamw", "float32")]["fits"]
+    modes = {(m["optimizer"], m["master_weights"], m["optimizer_offload"]): m for m in plan["modes"]}
+    assert set(modes) == set(optim.RECIPES) and not modes[("adamw", "float32", False)]["fits"]
     # leaner modes leave more room for activations, so less recompute
-    assert modes[("adamw4bit", "bfloat16")]["step_time"] < modes[("adamw8bit", "float32")]["step_time"]
+    assert modes[("adamw4bit", "bfloat16", False)]["step_time"] < modes[("adamw8bit", "float32", False)]["step_time"]
+    # offload leaves the most room of all, but its copies cost time: 40 GB over PCIe a step at 6.7B
+    offloaded = modes[("adamw", "bfloat16", True)]
+    assert offloaded["total_gb"] < modes[("adamw4bit", "bfloat16", False)]["total_gb"]
+    assert 1.005 < offloaded["step_time"] < 1.05
     # the most precise of the modes that need no full recompute at the config's micro-batch
-    assert any("a leaner memory mode: --optimizer=adamw8bit --master_weights=bfloat16" in s for s in plan["suggestions"])
+    assert any("a leaner memory mode: --optimizer=adamw8bit --master_weights=bfloat16 --optimizer_offload=False"
+               in s for s in plan["suggestions"])
+    host = json.loads(subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100",
+                                      "--json", "--optimizer=adamw", "--optimizer_offload=True"],
+                                     cwd=REPO, capture_output=True, text=True, timeout=120).stdout)
+    assert host["host_memory_gb"] == pytest.approx(12 * host["params"] / 1e9) and host["memory_gb"]["optimizer"] == 0
+    assert host["checkpoint_gb"] == pytest.approx(14 * host["params"] / 1e9)  # bf16 weights, fp32 master and moments

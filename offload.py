@@ -1,0 +1,133 @@
+"""
+optimizer_offload=True: AdamW with its state and its step in the host's memory instead of the GPU's.
+
+The GPU keeps only the weights (fp32, or bf16 with master_weights='bfloat16') and their fp32
+gradients: 8 or 6 bytes a parameter instead of 16. The host keeps an fp32 copy of every weight and
+the two fp32 moments, 12 bytes a parameter (80 GB at 6.7B), pinned so the copies run asynchronously.
+Once per optimizer step, after the last micro-batch, the gradient all-reduce and clipping, each
+parameter's gradient goes to the host, PyTorch's fused CPU AdamW updates the host copy, and the new
+weight goes back in the GPU's dtype (round to nearest: behind bf16 weights the fp32 copy is the master,
+so small updates accumulate there and nothing needs stochastic rounding). The copies run on a side
+stream one parameter ahead of the host's arithmetic, so the two directions of PCIe and the CPU work
+overlap one another; the GPU waits for the step, as it waits for an on-GPU optimizer step.
+
+Why not torchao's CPUOffloadOptimizer: it copies every gradient to the host after each micro-batch
+(160 times a step at 6.7B: 4.3 TB of PCIe traffic instead of 27 GB), keeps the host weights in the
+GPU's dtype (no fp32 master behind bf16 weights), and refuses to run without CUDA or XPU, so no test
+on a CPU could run it. This is PyTorch's own CPU AdamW kernel with the copies around it; ROCm runs it
+as CUDA (HIP streams, pinned memory). On the CPU (the tests) host and device are the same memory and
+the copies are plain ones.
+
+The state dict is AdamW's own (step, exp_avg, exp_avg_sq per parameter), plus the fp32 master when the
+weights are bf16: with fp32 weights the master is the weight itself, not saved twice, and a run can
+turn offload on or off at a resume.
+"""
+import torch
+from torch.optim.adamw import adamw
+
+HOST_BYTES_PER_PARAM = 12  # the fp32 master and two fp32 moments, in pinned host memory
+# PCIe in practice: ~25 GB/s each way on a 4.0 x16 link, ~50 on 5.0; plan.py prices the copies at
+# this (both directions added, as if they did not overlap) and leaves out the host's arithmetic,
+# which depends on its cores (scripts/bench_optim.py --offload measures it on yours)
+HOST_LINK_BYTES_PER_S = 25e9
+
+
+def transfer_bytes(n_params, weight_bytes):
+    """PCIe traffic per optimizer step: fp32 gradients to the host, weights back."""
+    return n_params * (4 + weight_bytes)
+
+
+class HostAdamW(torch.optim.Optimizer):
+    """AdamW (decoupled weight decay, as torch.optim.AdamW) over GPU parameters, computed on the host."""
+
+    def __init__(self, param_groups, lr, betas, eps=1e-8):
+        # torch.optim.AdamW's own group keys (amsgrad, foreach, ...; they vary with PyTorch's version), so
+        # that its state dicts and this one's load into each other
+        defaults = torch.optim.AdamW([torch.zeros(1)], lr=lr, betas=betas, eps=eps).defaults
+        super().__init__(param_groups, defaults)
+        params = [p for group in self.param_groups for p in group["params"]]
+        self.on_gpu = params[0].device.type == "cuda"
+        host = dict(dtype=torch.float32, pin_memory=self.on_gpu)  # pinning needs a GPU runtime
+        for p in params:
+            self.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros(p.shape, **host),
+                             "exp_avg_sq": torch.zeros(p.shape, **host), "master": torch.empty(p.shape, **host)}
+        self.masters_from_weights = True  # at the first step: the weights as built, or as a checkpoint set them
+        # two of each staging buffer, so that one parameter's copy runs while the host updates another
+        largest = max(p.numel() for p in params)
+        self.grad_buffers = [torch.empty(largest, **host) for _ in range(2)]
+        self.weight_buffers = [torch.empty(largest, dtype=p.dtype, pin_memory=self.on_gpu) for _ in range(2)] \
+            if any(p.dtype != torch.float32 for p in params) else None
+        self.stream = torch.cuda.Stream(params[0].device) if self.on_gpu else None
+
+    def _copy(self, dst, src):
+        """dst.copy_(src) on the side stream; returns an event to wait for (None on the CPU: done)."""
+        if not self.on_gpu:
+            dst.copy_(src)
+            return None
+        with torch.cuda.stream(self.stream):
+            dst.copy_(src, non_blocking=True)
+            return self.stream.record_event()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        work = [(group, p) for group in self.param_groups for p in group["params"] if p.grad is not None]
+        if not work:
+            return None
+        if self.masters_from_weights:
+            for p in self.state:
+                self.state[p]["master"].copy_(p)
+            self.masters_from_weights = False
+        if self.on_gpu:  # the gradients are final once the default stream gets here
+            self.stream.wait_stream(torch.cuda.current_stream())
+
+        def fetch_grad(i):  # into buffer i % 2, whose last reader (the update of parameter i - 2) is done
+            p = work[i][1]
+            grad = self.grad_buffers[i % 2][:p.numel()].view(p.shape)
+            return grad, self._copy(grad, p.grad)
+
+        fetched, sent = fetch_grad(0), [None, None]
+        for i, (group, p) in enumerate(work):
+            grad, arrived = fetched
+            if i + 1 < len(work):
+                fetched = fetch_grad(i + 1)
+            if arrived is not None:
+                arrived.synchronize()
+            state = self.state[p]
+            beta1, beta2 = group["betas"]
+            adamw([state["master"]], [grad], [state["exp_avg"]], [state["exp_avg_sq"]], [], [state["step"]],
+                  fused=True, amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+                  weight_decay=group["weight_decay"], eps=group["eps"], maximize=False)
+            new_weight = state["master"]
+            if p.dtype != torch.float32:  # rounded on the host into a staging buffer: half the bytes to send
+                if sent[i % 2] is not None:
+                    sent[i % 2].synchronize()  # that buffer's previous copy has left
+                new_weight = self.weight_buffers[i % 2][:p.numel()].view(p.shape)
+                new_weight.copy_(state["master"])
+            sent[i % 2] = self._copy(p, new_weight)
+        if self.on_gpu:  # the next forward runs on the new weights
+            torch.cuda.current_stream().wait_stream(self.stream)
+        return None
+
+    def state_dict(self):
+        """AdamW's state dict; the master only where the weights are not fp32 (elsewhere it is the weight)."""
+        saved = super().state_dict()
+        params = [p for group in self.param_groups for p in group["params"]]
+        saved["state"] = {i: {k: v for k, v in state.items() if k != "master" or params[i].dtype != torch.float32}
+                          for i, state in saved["state"].items()}
+        return saved
+
+    def load_state_dict(self, state_dict):
+        """Into the host buffers, in place and in fp32 (Optimizer's own would cast the state to the
+        parameters' device and dtype). A state without masters (fp32 weights, or torch.optim.AdamW's)
+        takes them from the weights at the next step."""
+        params = [p for group in self.param_groups for p in group["params"]]
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        if len(saved_ids) != len(params):
+            raise ValueError(f"the optimizer state holds {len(saved_ids)} parameters, the model {len(params)}")
+        for p, i in zip(params, saved_ids):
+            for key, value in state_dict["state"].get(i, {}).items():
+                self.state[p][key].copy_(value)
+        self.masters_from_weights = any("master" not in state_dict["state"].get(i, {}) for i in saved_ids)
+        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+
