@@ -44,7 +44,7 @@ from torch.utils.serialization import config as serialization_config
 # no sign and no zero padding, so each step has exactly one name (ckpt_010.pt is not step 10)
 _CKPT_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)\.pt')
 _SHARDED_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)')
-_TEMP_RE = re.compile(r'\.ckpt_[0-9]+(\.pt\.tmp-[0-9]+|\.tmp-sharded(-replaced)?)')  # a .pt's, a sharded folder's
+_TEMP_RE = re.compile(r'\.ckpt_([0-9]+)(\.pt\.tmp-[0-9]+|\.tmp-sharded(-replaced)?)')  # a .pt's, a sharded folder's
 TRAINER_STATE = 'trainer_state.pt'  # in a sharded checkpoint: all but the model and optimizer
 ROLLED_BACK_DIR = 'rolled_back'  # roll_back_to moves checkpoints here; discovery never looks inside
 REQUIRED_KEYS = ('model', 'iter_num')
@@ -286,12 +286,19 @@ def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
 
 
 def remove_stale_temp_files(out_dir, log=print):
-    """Delete the temp files of killed saves (each as large as a checkpoint); returns their paths.
+    """Delete the temp files of killed saves (each as large as a checkpoint); returns their paths. A
+    sharded folder set aside to be replaced (save_sharded) whose replacement a kill kept from its name
+    goes back under that name instead: it is a complete checkpoint.
 
     Call at start-up, before the first save: a temp file is in use only while its save runs.
     """
     removed = []
-    for _, entry in _scan(out_dir, _TEMP_RE):
+    for m, entry in _scan(out_dir, _TEMP_RE):
+        final = os.path.join(out_dir, f'ckpt_{m.group(1)}')
+        if entry.name.endswith('-replaced') and not os.path.exists(final):
+            os.replace(entry.path, final)
+            log(f"restored {final}/, set aside by a save that was interrupted")
+            continue
         size = _size(entry.path)
         _remove(entry.path)
         log(f"removed {entry.path} ({_gb(size)}), left by an interrupted save")

@@ -227,8 +227,9 @@ def load_config_or_exit(argv):
         sys.exit(2)
 
 
-def check(cfg, world_size):
-    """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)"""
+def check(cfg, world_size, distributed=None):
+    """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)
+    distributed: under torchrun, even with one process (default: world_size > 1)."""
     from model import CHECKPOINTING_POLICIES
     from optim import MASTER_WEIGHTS, OPTIMIZERS
     if cfg.dtype not in ("bfloat16", "float32"):
@@ -254,6 +255,11 @@ def check(cfg, world_size):
                 f"(low-bit moments would only save host memory)")
     if cfg.strategy not in ("ddp", "fsdp"):
         return f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}"
+    lean = "master_weights" if cfg.master_weights == "bfloat16" else "optimizer_offload" if cfg.optimizer_offload else None
+    if lean and cfg.strategy == "fsdp" and (world_size > 1 if distributed is None else distributed):
+        # fully_shard's parameters drop grad_dtype (even in one process), and offload steps whole tensors
+        return (f"{lean}={getattr(cfg, lean)!r} runs without FSDP (which shards the fp32 weights and AdamW state "
+                f"across GPUs instead): use strategy='ddp', or leave {lean} at its default")
     if cfg.activation_checkpointing not in (*CHECKPOINTING_POLICIES, "auto"):
         return (f"activation_checkpointing must be one of {', '.join(CHECKPOINTING_POLICIES)} or auto, "
                 f"got {cfg.activation_checkpointing!r}")

@@ -48,15 +48,17 @@ class HostAdamW(torch.optim.Optimizer):
         params = [p for group in self.param_groups for p in group["params"]]
         self.on_gpu = params[0].device.type == "cuda"
         host = dict(dtype=torch.float32, pin_memory=self.on_gpu)  # pinning needs a GPU runtime
-        for p in params:
+        for p in params:  # the master from the weights now: a save before the first step holds the real one
             self.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros(p.shape, **host),
-                             "exp_avg_sq": torch.zeros(p.shape, **host), "master": torch.empty(p.shape, **host)}
-        self.masters_from_weights = True  # at the first step: the weights as built, or as a checkpoint set them
+                             "exp_avg_sq": torch.zeros(p.shape, **host),
+                             "master": torch.empty(p.shape, **host).copy_(p.detach())}
+        self.masters_from_weights = False  # set by a load without masters: the next step takes them from the weights
         # two of each staging buffer, so that one parameter's copy runs while the host updates another
         largest = max(p.numel() for p in params)
         self.grad_buffers = [torch.empty(largest, **host) for _ in range(2)]
-        self.weight_buffers = [torch.empty(largest, dtype=p.dtype, pin_memory=self.on_gpu) for _ in range(2)] \
-            if any(p.dtype != torch.float32 for p in params) else None
+        low = [p.dtype for p in params if p.dtype != torch.float32]  # bf16 weights: rounded on the host
+        self.weight_buffers = [torch.empty(largest, dtype=low[0], pin_memory=self.on_gpu) for _ in range(2)] \
+            if low else None
         self.stream = torch.cuda.Stream(params[0].device) if self.on_gpu else None
 
     def _copy(self, dst, src):

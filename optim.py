@@ -133,6 +133,12 @@ def average_gradients(params, world_size):
             p.grad.div_(world_size)
 
 
+def broadcast_weights(params):
+    """Rank 0's weights on every rank, as DDP's constructor makes them, for the replicas it does not wrap."""
+    for p in params:
+        dist.broadcast(p.data, 0)
+
+
 def param_groups(model, weight_decay):
     """Weight decay on 2-D tensors (matmul weights, embeddings), none on biases and LayerNorm gains."""
     params = [p for p in model.parameters() if p.requires_grad]

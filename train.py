@@ -61,7 +61,7 @@ run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 log, fail = run_log, run_log.fail
 sys.excepthook = run_log.crash
 
-if problem := configurator.check(cfg, world_size):
+if problem := configurator.check(cfg, world_size, distributed):
     fail(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
     + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))
@@ -240,6 +240,8 @@ torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 raw_model = model  # the plain module, whose state_dict has no wrapper prefixes
 ddp = distributed and cfg.strategy == "ddp" and cfg.master_weights == "float32"
 averaged_by_hand = distributed and cfg.strategy == "ddp" and not ddp  # DDP cannot reduce fp32 grads of bf16 weights
+if averaged_by_hand:  # and the replicas start from rank 0's weights, as DDP would make them
+    optim.broadcast_weights(raw_model.parameters())
 if cfg.compile:  # per block, in place: state_dict keys stay the same, and each block's checkpoint is traced too
     # Dynamo's DDP optimizer would split each block's graph at bucket boundaries so that
     # all-reduces overlap backward; DDP here all-reduces only on a step's last micro-batch, so
@@ -248,10 +250,6 @@ if cfg.compile:  # per block, in place: state_dict keys stay the same, and each 
     for block in model.transformer.h:
         block.compile()
 fsdp = distributed and cfg.strategy == "fsdp"
-if fsdp and (cfg.master_weights == "bfloat16" or cfg.optimizer_offload):  # even one process (grad_dtype is dropped)
-    key = "master_weights" if cfg.master_weights == "bfloat16" else "optimizer_offload"
-    fail(f"{key}={getattr(cfg, key)!r} runs without FSDP (which shards the fp32 weights and AdamW state across "
-         f"GPUs instead): use strategy='ddp', or leave {key} at its default")
 if fsdp:  # shard parameters, gradients and AdamW state block by block across the ranks
     # Under bf16, gather bf16 weights (half the traffic, and autocast then has nothing to cast)
     # and reduce-scatter gradients in fp32 into the fp32 shards AdamW updates.

@@ -349,7 +349,7 @@ def report(plan, cfg, config_args):
         + (f" (HFU {plan['hfu']:.0%} with the recompute)" if plan["recompute_flops_per_token"] else "") + ":",
         f"  {plan['seconds_per_iter']:,.1f} s per iteration, {plan['tokens_per_second']:,.0f} tokens/s",
         f"  {plan['days']:,.1f} days, ${plan['cost_usd']:,.0f} at ${plan['price_per_hour']:g} per GPU-hour",
-        f"checkpoints: {plan['checkpoint_gb']:.1f} GB each (weights + AdamW moments); "
+        f"checkpoints: {plan['checkpoint_gb']:.1f} GB each (weights + optimizer state); "
         + (f"keep_last_n={cfg.keep_last_n} plus the save in progress: "
            f"{plan['checkpoint_gb'] * (cfg.keep_last_n + 1):.1f} GB of disk" if cfg.keep_last_n > 0
            else "keep_last_n <= 0 keeps them all"),
@@ -406,9 +406,8 @@ def parse_args(argv):
 def main(argv=None):
     args, config_args = parse_args(sys.argv[1:] if argv is None else argv)
     cfg = configurator.load_config_or_exit(config_args)
-    if cfg.gradient_accumulation_steps % args.gpus:
-        print(f"plan: error: gradient_accumulation_steps={cfg.gradient_accumulation_steps} does not divide "
-              f"among {args.gpus} GPUs (each runs an equal share of the micro-batches)", file=sys.stderr)
+    if problem := configurator.check(cfg, args.gpus):  # what train.py would refuse under torchrun with --gpus
+        print(f"plan: error: {problem}", file=sys.stderr)
         sys.exit(2)
     try:
         plan = make_plan(cfg, args.gpu or default_gpu(), args.mfu, args.price_per_hour, args.gpus, args.simulate)

@@ -105,6 +105,23 @@ def test_train_log_lines_are_read_past_the_warmup():
     assert summary["peak_memory_gb"] == 131.5 and summary["memory_kind"] == "GPU allocated"
 
 
+def test_offload_host_memory_goes_from_the_log_line_into_the_summary(monkeypatch):
+    """On a GPU with optimizer_offload the step log adds the host's peak RSS; bench.py reports it."""
+    import hardware
+    import torch
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 70.1e9)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 72.0e9)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
+    mem = hardware.peak_memory_text("cuda", host=True)
+    assert mem.startswith("70.1GB, reserved 72.0GB, host ") and mem.endswith("GB RSS")
+    log = "\n".join(f"iter {i}: loss 3.0, time 100ms, mfu 40.0%, tok/s 1,000, lr 1.000e-04, grad norm 1.000, mem {mem}"
+                    for i in (1, 2))
+    summary = bench.summarize(bench.parse_steps(log, warmup=1), tokens_per_step=100)
+    assert summary["peak_memory_gb"] == 70.1 and summary["peak_reserved_gb"] == 72.0
+    assert summary["peak_host_gb"] == float(mem.split("host ")[1].split("GB")[0]) > 0
+    assert "host" not in hardware.peak_memory_text("cuda")
+
+
 @pytest.mark.parametrize("stdout, stderr, expected", [
     ("", "Traceback (most recent call last):\ntorch.OutOfMemoryError: HIP out of memory. Tried to allocate 2 GiB",
      ("oom", "out of memory")),

@@ -242,6 +242,18 @@ def test_remove_stale_temp_files_touches_only_temp_files(tmp_path):
     assert remove_stale_temp_files(str(tmp_path / 'missing'), log=quiet) == []
 
 
+def test_a_kill_while_a_sharded_folder_is_replaced_loses_neither(tmp_path):
+    """save_sharded replaces a folder by two renames: the old one aside, the new one in. Killed between
+    them, start-up puts the old one back (the new one's write was complete, but it is the one not yet
+    named, so it goes)."""
+    for name in ['.ckpt_6.tmp-sharded-replaced', '.ckpt_6.tmp-sharded', '.ckpt_7.tmp-sharded']:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / 'trainer_state.pt').write_bytes(name.encode())
+    remove_stale_temp_files(str(tmp_path), log=quiet)
+    assert sorted(os.listdir(tmp_path)) == ['ckpt_6']
+    assert (tmp_path / 'ckpt_6' / 'trainer_state.pt').read_bytes() == b'.ckpt_6.tmp-sharded-replaced'
+
+
 def test_roll_back_moves_newer_aside_and_rotation_leaves_them(tmp_path):
     for n in [1, 2, 3, 4, 5]:
         save(tmp_path, n)

@@ -64,6 +64,9 @@ def test_offload_steps_as_adamw_does_and_keeps_an_fp32_master_behind_bf16_weight
     adamw = torch.optim.AdamW(optim.param_groups(on_device, 0.1), lr=1e-2, betas=(0.9, 0.95), fused=True)
     host = optim.build(offloaded, "adamw", 0.1, 1e-2, (0.9, 0.95), "cpu", offload=True)
     host_bf16 = optim.build(bf16, "adamw", 0.1, 1e-2, (0.9, 0.95), "cpu", "bfloat16", offload=True)
+    saved_early = host_bf16.state_dict()["state"]  # a save before any step holds the real masters
+    in_order = [p for group in host_bf16.param_groups for p in group["params"]]
+    assert all(torch.equal(saved_early[i]["master"], p.float()) for i, p in enumerate(in_order))
     x = torch.randint(0, 64, (4, 16))
     for _ in range(3):
         for model, optimizer in ((on_device, adamw), (offloaded, host), (bf16, host_bf16)):

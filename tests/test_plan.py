@@ -123,9 +123,10 @@ def test_text_report(capsys):
 @pytest.mark.parametrize("args, message", [
     (["--gpu", "h300"], "invalid choice"),
     (["--mfu", "40"], "--mfu is a fraction"),
-    (["--gpus", "3"], "does not divide among 3 GPUs"),
+    (["--gpus", "3"], "must divide among 3 processes"),
+    (["--gpus=2", "--strategy=fsdp", "--optimizer_offload=True"], "optimizer_offload=True runs without FSDP"),
     (["--n_lyer=3"], "unknown config key 'n_lyer'"),  # a config override, told apart from plan's flags
-    (["--n_head=33"], "divisible by n_head"),
+    (["--n_head=33"], "must be a multiple of n_head=33"),
     (["--activation_checkpointing=some"], "activation_checkpointing must be one of"),
     (["--simulate", "--gpus=2"], "--simulate runs one GPU's step"),
 ])
