@@ -3,7 +3,8 @@ optimizer_offload=True: AdamW with its state and its step in the host's memory i
 
 The GPU keeps only the weights (fp32, or bf16 with master_weights='bfloat16') and their fp32
 gradients: 8 or 6 bytes a parameter instead of 16. The host keeps an fp32 copy of every weight and
-the two fp32 moments, 12 bytes a parameter (80 GB at 6.7B), pinned so the copies run asynchronously.
+the two fp32 moments, 12 bytes a parameter (90 GB at 6.7B with the pinned allocator's rounding: see
+host_bytes), pinned so the copies run asynchronously.
 Once per optimizer step, after the last micro-batch, the gradient all-reduce and clipping, each
 parameter's gradient goes to the host, PyTorch's fused CPU AdamW updates the host copy, and the new
 weight goes back in the GPU's dtype (round to nearest: behind bf16 weights the fp32 copy is the master,
@@ -12,7 +13,7 @@ stream one parameter ahead of the host's arithmetic, so the two directions of PC
 overlap one another; the GPU waits for the step, as it waits for an on-GPU optimizer step.
 
 Why not torchao's CPUOffloadOptimizer: it copies every gradient to the host after each micro-batch
-(160 times a step at 6.7B: 4.3 TB of PCIe traffic instead of 27 GB), keeps the host weights in the
+(160 times a step at 6.7B: 4.3 TB of gradient traffic instead of 27 GB), keeps the host weights in the
 GPU's dtype (no fp32 master behind bf16 weights), and refuses to run without CUDA or XPU, so no test
 on a CPU could run it. This is PyTorch's own CPU AdamW kernel with the copies around it; ROCm runs it
 as CUDA (HIP streams, pinned memory). On the CPU (the tests) host and device are the same memory and
@@ -25,11 +26,24 @@ turn offload on or off at a resume.
 import torch
 from torch.optim.adamw import adamw
 
-HOST_BYTES_PER_PARAM = 12  # the fp32 master and two fp32 moments, in pinned host memory
 # PCIe in practice: ~25 GB/s each way on a 4.0 x16 link, ~50 on 5.0; plan.py prices the copies at
 # this (both directions added, as if they did not overlap) and leaves out the host's arithmetic,
-# which depends on its cores (scripts/bench_optim.py --offload measures it on yours)
+# which depends on its cores (scripts/bench_optim.py --host_step measures it on yours)
 HOST_LINK_BYTES_PER_S = 25e9
+
+
+def pinned_bytes(nbytes):
+    """What PyTorch's pinned-memory allocator takes for nbytes: it rounds every allocation up to a power of
+    two (at 6.7B, c_attn's 201 MB fp32 weights take 268 MB)."""
+    return 1 << max(nbytes - 1, 0).bit_length()
+
+
+def host_bytes(numels, weight_bytes):
+    """Pinned host memory of HostAdamW over parameters of these sizes: per parameter its fp32 master and
+    moments, and two staging buffers of the largest for gradients (and for bf16 weights, weight_bytes 2)."""
+    largest = max(numels)
+    staging = 2 * pinned_bytes(4 * largest) + (2 * pinned_bytes(weight_bytes * largest) if weight_bytes != 4 else 0)
+    return 3 * sum(pinned_bytes(4 * n) for n in numels) + staging
 
 
 def transfer_bytes(n_params, weight_bytes):

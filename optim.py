@@ -29,7 +29,7 @@ import inspect
 import torch
 import torch.distributed as dist
 
-from offload import HOST_BYTES_PER_PARAM, HostAdamW
+from offload import HostAdamW
 
 OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit")
 MASTER_WEIGHTS = ("float32", "bfloat16")
@@ -56,13 +56,13 @@ def mode_of(config):
 
 
 def bytes_per_param(optimizer, master_weights="float32", offload=False):
-    """What a mode keeps per parameter for the whole run: {'weights', 'grads', 'optimizer'} bytes on the
-    GPU, and 'host' bytes (offload's state) in the host's memory."""
+    """What a mode keeps per parameter on the GPU for the whole run: {'weights', 'grads', 'optimizer'} bytes
+    (offload's state is in the host's memory: offload.host_bytes)."""
     weights = 2 if master_weights == "bfloat16" else 4
     moments = 2 * weights if optimizer == "adamw" else STATE_BYTES[optimizer]
     if offload:
-        return {"weights": weights, "grads": 4, "optimizer": 0, "host": HOST_BYTES_PER_PARAM}
-    return {"weights": weights, "grads": 4, "optimizer": moments, "host": 0}
+        return {"weights": weights, "grads": 4, "optimizer": 0}
+    return {"weights": weights, "grads": 4, "optimizer": moments}
 
 
 def saved_bytes_per_param(optimizer, master_weights="float32", offload=False):

@@ -132,7 +132,8 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "master_weights": cfg.master_weights,
         "optimizer_offload": cfg.optimizer_offload,
         # per process; every GPU's process on a node keeps its own
-        "host_memory_gb": optim.bytes_per_param(*mode)["host"] * n_params / 1e9,
+        "host_memory_gb": offload.host_bytes([p.numel() for p in model.parameters()],
+                                             optim.bytes_per_param(*mode)["weights"]) / 1e9 if mode[2] else 0.0,
         "offload_seconds_per_iter": offload_seconds(n_params, mode),
         "modes": mode_table(cfg, gpu, gpus, mfu),
         "fits": estimate["total"] <= budget_bytes(cfg, gpu),
@@ -330,7 +331,7 @@ def report(plan, cfg, config_args):
     ]
     if plan["optimizer_offload"]:
         lines.append(f"  host memory: {plan['host_memory_gb']:.1f} GB pinned per GPU process (fp32 master and moments, "
-                     f"{per_param['host']} B/param); PCIe copies ~{plan['offload_seconds_per_iter']:.1f} s per step "
+                     f"12 B/param before the allocator's rounding); PCIe copies ~{plan['offload_seconds_per_iter']:.1f} s per step "
                      f"at {offload.HOST_LINK_BYTES_PER_S / 1e9:g} GB/s, plus the host's AdamW step")
     lines += ["", "memory modes on this GPU (optimizer, master_weights, offload), as auto would run each:"]
     best = best_mode(plan, cfg.batch_size)
