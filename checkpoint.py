@@ -285,20 +285,29 @@ def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
     return path
 
 
+def _finish_replacement(out_dir, log):
+    """save_sharded replaces a folder by two renames: the old one aside, the new one in. A kill between
+    them leaves ckpt_N missing: the new folder goes into place if it is complete (its write ended with
+    .metadata and trainer_state.pt before the renames began), else the old one goes back."""
+    for m, entry in list(_scan(out_dir, _TEMP_RE)):
+        final = os.path.join(out_dir, f'ckpt_{m.group(1)}')
+        if m.group(3) and not os.path.exists(final):
+            newer = entry.path[:-len('-replaced')]
+            complete = all(os.path.exists(os.path.join(newer, name)) for name in ('.metadata', TRAINER_STATE))
+            os.replace(newer if complete else entry.path, final)
+            _fsync_dir(out_dir)
+            log(f"restored {final}/ ({'the new' if complete else 'the old'} one) after a save that was interrupted")
+
+
 def remove_stale_temp_files(out_dir, log=print):
     """Delete the temp files of killed saves (each as large as a checkpoint); returns their paths. A
-    sharded folder set aside to be replaced (save_sharded) whose replacement a kill kept from its name
-    goes back under that name instead: it is a complete checkpoint.
+    sharded checkpoint a kill left under a temp name goes back in place first (_finish_replacement).
 
     Call at start-up, before the first save: a temp file is in use only while its save runs.
     """
+    _finish_replacement(out_dir, log)
     removed = []
-    for m, entry in _scan(out_dir, _TEMP_RE):
-        final = os.path.join(out_dir, f'ckpt_{m.group(1)}')
-        if entry.name.endswith('-replaced') and not os.path.exists(final):
-            os.replace(entry.path, final)
-            log(f"restored {final}/, set aside by a save that was interrupted")
-            continue
+    for _, entry in _scan(out_dir, _TEMP_RE):
         size = _size(entry.path)
         _remove(entry.path)
         log(f"removed {entry.path} ({_gb(size)}), left by an interrupted save")

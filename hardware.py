@@ -9,6 +9,7 @@ work counts in HFU (hardware FLOPs utilisation) but not in MFU, so the two stay 
 across runs with different checkpointing.
 """
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -164,12 +165,14 @@ def attention_backend(device, dtype, n_head, head_dim, seq_len):
 
 
 def peak_memory_text(device_type, host=False):
-    """Peak memory since the last call, for the step log: on a GPU allocated by tensors and reserved by
+    """Peak memory for the step log: on a GPU since the last call, allocated by tensors and reserved by
     the caching allocator (what really runs out; fragmentation is the difference), and with host=True
-    (optimizer_offload) the host's too; on the CPU the process's peak resident memory."""
-    import resource  # peak resident memory of this process (pinned memory included), in KiB on Linux
+    (optimizer_offload) the host's too; on the CPU the host's. The host's is the process's peak resident
+    memory since it started (pinned memory included): the OS keeps no peak that can be reset."""
+    import resource
 
-    rss = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9:.1f}GB RSS"
+    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    rss = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit / 1e9:.1f}GB RSS"
     if device_type != "cuda":
         return rss
     text = f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB, reserved {torch.cuda.max_memory_reserved() / 1e9:.1f}GB"

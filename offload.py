@@ -8,23 +8,29 @@ host_bytes), pinned so the copies run asynchronously.
 Once per optimizer step, after the last micro-batch, the gradient all-reduce and clipping, each
 parameter's gradient goes to the host, PyTorch's fused CPU AdamW updates the host copy, and the new
 weight goes back in the GPU's dtype (round to nearest: behind bf16 weights the fp32 copy is the master,
-so small updates accumulate there and nothing needs stochastic rounding). The copies run on a side
-stream one parameter ahead of the host's arithmetic, so the two directions of PCIe and the CPU work
-overlap one another; the GPU waits for the step, as it waits for an on-GPU optimizer step.
+so small updates accumulate there and nothing needs stochastic rounding). The copies run on two side
+streams, one for each direction, a parameter ahead of the host's arithmetic, so the two directions of
+PCIe and the CPU work overlap one another; the GPU waits for the step, as it waits for an on-GPU
+optimizer step. The host's arithmetic uses the machine's cores shared among the GPUs' processes
+(torchrun sets OMP_NUM_THREADS=1, which would leave it one core each).
 
 Why not torchao's CPUOffloadOptimizer: it copies every gradient to the host after each micro-batch
 (160 times a step at 6.7B: 4.3 TB of gradient traffic instead of 27 GB), keeps the host weights in the
 GPU's dtype (no fp32 master behind bf16 weights), and refuses to run without CUDA or XPU, so no test
 on a CPU could run it. This is PyTorch's own CPU AdamW kernel with the copies around it; ROCm runs it
 as CUDA (HIP streams, pinned memory). On the CPU (the tests) host and device are the same memory and
-the copies are plain ones.
+the copies are plain ones (and on Apple's MPS, synchronous ones: its memory is shared anyway).
 
 The state dict is AdamW's own (step, exp_avg, exp_avg_sq per parameter), plus the fp32 master when the
 weights are bf16: with fp32 weights the master is the weight itself, not saved twice, and a run can
 turn offload on or off at a resume.
 """
+import os
+
 import torch
 from torch.optim.adamw import adamw
+
+IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")  # how a torch optimizer runs, not state
 
 # PCIe in practice: ~25 GB/s each way on a 4.0 x16 link, ~50 on 5.0; plan.py prices the copies at
 # this (both directions added, as if they did not overlap) and leaves out the host's arithmetic,
@@ -61,45 +67,68 @@ class HostAdamW(torch.optim.Optimizer):
         super().__init__(param_groups, defaults)
         params = [p for group in self.param_groups for p in group["params"]]
         self.on_gpu = params[0].device.type == "cuda"
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        self.threads = max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
         host = dict(dtype=torch.float32, pin_memory=self.on_gpu)  # pinning needs a GPU runtime
-        for p in params:  # the master from the weights now: a save before the first step holds the real one
+        for p in params:  # bf16 weights' masters now: a save before the first step holds the real ones
             self.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros(p.shape, **host),
                              "exp_avg_sq": torch.zeros(p.shape, **host),
                              "master": torch.empty(p.shape, **host).copy_(p.detach())}
-        self.masters_from_weights = False  # set by a load without masters: the next step takes them from the weights
+        # fp32 weights' masters (never saved) again at the first step, from the weights as DDP broadcast them
+        # or a checkpoint set them; so too after a load without masters
+        self.masters_from_weights = all(p.dtype == torch.float32 for p in params)
         # two of each staging buffer, so that one parameter's copy runs while the host updates another
         largest = max(p.numel() for p in params)
         self.grad_buffers = [torch.empty(largest, **host) for _ in range(2)]
         low = [p.dtype for p in params if p.dtype != torch.float32]  # bf16 weights: rounded on the host
         self.weight_buffers = [torch.empty(largest, dtype=low[0], pin_memory=self.on_gpu) for _ in range(2)] \
             if low else None
-        self.stream = torch.cuda.Stream(params[0].device) if self.on_gpu else None
+        # gradients down and weights up on streams of their own: PCIe carries both directions at once
+        self.down, self.up = (torch.cuda.Stream(params[0].device) for _ in range(2)) if self.on_gpu else (None, None)
 
-    def _copy(self, dst, src):
-        """dst.copy_(src) on the side stream; returns an event to wait for (None on the CPU: done)."""
+    def _copy(self, dst, src, stream):
+        """dst.copy_(src) on stream; returns an event to wait for (None on the CPU: done). The event blocks
+        the waiting thread instead of spinning, leaving the cores to the host's AdamW."""
         if not self.on_gpu:
             dst.copy_(src)
             return None
-        with torch.cuda.stream(self.stream):
+        with torch.cuda.stream(stream):
             dst.copy_(src, non_blocking=True)
-            return self.stream.record_event()
+        done = torch.cuda.Event(blocking=True)
+        done.record(stream)
+        return done
 
     @torch.no_grad()
     def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         work = [(group, p) for group in self.param_groups for p in group["params"] if p.grad is not None]
         if not work:
-            return None
+            return loss
         if self.masters_from_weights:
             for p in self.state:
                 self.state[p]["master"].copy_(p)
             self.masters_from_weights = False
-        if self.on_gpu:  # the gradients are final once the default stream gets here
-            self.stream.wait_stream(torch.cuda.current_stream())
+        if self.on_gpu:  # gradients final, weights no longer read, and last step's weights up once it gets here
+            self.down.wait_stream(torch.cuda.current_stream())
+            self.up.wait_stream(torch.cuda.current_stream())
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            self._step(work)
+        finally:
+            torch.set_num_threads(threads)
+        if self.on_gpu:  # the next forward runs on the new weights
+            torch.cuda.current_stream().wait_stream(self.up)
+        return loss
 
+    def _step(self, work):
         def fetch_grad(i):  # into buffer i % 2, whose last reader (the update of parameter i - 2) is done
             p = work[i][1]
             grad = self.grad_buffers[i % 2][:p.numel()].view(p.shape)
-            return grad, self._copy(grad, p.grad)
+            return grad, self._copy(grad, p.grad, self.down)
 
         fetched, sent = fetch_grad(0), [None, None]
         for i, (group, p) in enumerate(work):
@@ -119,10 +148,7 @@ class HostAdamW(torch.optim.Optimizer):
                     sent[i % 2].synchronize()  # that buffer's previous copy has left
                 new_weight = self.weight_buffers[i % 2][:p.numel()].view(p.shape)
                 new_weight.copy_(state["master"])
-            sent[i % 2] = self._copy(p, new_weight)
-        if self.on_gpu:  # the next forward runs on the new weights
-            torch.cuda.current_stream().wait_stream(self.stream)
-        return None
+            sent[i % 2] = self._copy(p, new_weight, self.up)
 
     def state_dict(self):
         """AdamW's state dict; the master only where the weights are not fp32 (elsewhere it is the weight)."""
@@ -135,15 +161,19 @@ class HostAdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """Into the host buffers, in place and in fp32 (Optimizer's own would cast the state to the
         parameters' device and dtype). A state without masters (fp32 weights, or torch.optim.AdamW's)
-        takes them from the weights at the next step."""
+        takes them from the weights at the next step. The groups take the saved hyperparameters, not
+        how the saving optimizer ran (IMPLEMENTATION_KEYS)."""
         params = [p for group in self.param_groups for p in group["params"]]
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         if len(saved_ids) != len(params):
             raise ValueError(f"the optimizer state holds {len(saved_ids)} parameters, the model {len(params)}")
         for p, i in zip(params, saved_ids):
             for key, value in state_dict["state"].get(i, {}).items():
+                if value.shape != self.state[p][key].shape:
+                    raise ValueError(f"the optimizer state's {key} is {tuple(value.shape)}, the parameter's "
+                                     f"{tuple(self.state[p][key].shape)}")
                 self.state[p][key].copy_(value)
         self.masters_from_weights = any("master" not in state_dict["state"].get(i, {}) for i in saved_ids)
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
-            group.update({k: v for k, v in saved.items() if k != "params"})
+            group.update({k: v for k, v in saved.items() if k != "params" and k not in IMPLEMENTATION_KEYS})
 

@@ -29,7 +29,7 @@ import inspect
 import torch
 import torch.distributed as dist
 
-from offload import HostAdamW
+from offload import IMPLEMENTATION_KEYS, HostAdamW
 
 OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit")
 MASTER_WEIGHTS = ("float32", "bfloat16")
@@ -59,18 +59,17 @@ def bytes_per_param(optimizer, master_weights="float32", offload=False):
     """What a mode keeps per parameter on the GPU for the whole run: {'weights', 'grads', 'optimizer'} bytes
     (offload's state is in the host's memory: offload.host_bytes)."""
     weights = 2 if master_weights == "bfloat16" else 4
-    moments = 2 * weights if optimizer == "adamw" else STATE_BYTES[optimizer]
     if offload:
         return {"weights": weights, "grads": 4, "optimizer": 0}
-    return {"weights": weights, "grads": 4, "optimizer": moments}
+    return {"weights": weights, "grads": 4, "optimizer": 2 * weights if optimizer == "adamw" else STATE_BYTES[optimizer]}
 
 
 def saved_bytes_per_param(optimizer, master_weights="float32", offload=False):
     """A checkpoint's bytes per parameter: the weights and the optimizer state (offload's fp32 moments,
     and its fp32 master behind bf16 weights)."""
     per_param = bytes_per_param(optimizer, master_weights, offload)
-    if offload:
-        return per_param["weights"] + 8 + (4 if master_weights == "bfloat16" else 0)
+    if offload:  # fp32 moments, and the fp32 master where it is not the weight itself
+        return per_param["weights"] + STATE_BYTES["adamw"] + (4 if master_weights == "bfloat16" else 0)
     return per_param["weights"] + per_param["optimizer"]
 
 
@@ -156,7 +155,16 @@ def build(model, name, weight_decay, learning_rate, betas, device_type, master_w
     if name == "adamw" and not rounding:
         fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
         extra = {"fused": True} if fused else {"foreach": device_type != "cpu"}
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
+        optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
+        # a loaded state dict brings the saving optimizer's way of running (a CPU run's foreach, offload's
+        # None): keep this one's, fused on a GPU, whose step the memory estimate prices
+        running = [{k: group[k] for k in IMPLEMENTATION_KEYS if k in group} for group in optimizer.param_groups]
+
+        def keep_running_as_built(loaded):
+            for group, keys in zip(loaded.param_groups, running):
+                group.update(keys)
+        optimizer.register_load_state_dict_post_hook(keep_running_as_built)
+        return optimizer
     from torchao.optim import _AdamW, AdamW4bit, AdamW8bit  # _AdamW: torchao's unquantized one, which rounds
     if name == "adamw":
         optimizer = _AdamW(groups, lr=learning_rate, betas=betas, bf16_stochastic_round=True)

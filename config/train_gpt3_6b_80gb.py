@@ -3,7 +3,7 @@
 # rounded steps; gradients and their accumulation stay fp32. That leaves 'auto' room for selective
 # checkpointing at micro-batch 4 (73.4 GB simulated on fake tensors, 78.1 GB with the margin), where fp32
 # weights would need full recompute of 28 of 32 blocks (28% more FLOPs a step). The budget leaves 5%
-# of the card free. With a host of 100+ GB of RAM, --optimizer=adamw --optimizer_offload=True keeps fp32
+# of the card free. With 128 GB or more of host RAM, --optimizer=adamw --optimizer_offload=True keeps fp32
 # AdamW's arithmetic (state and step on the host; 70.9 GB estimated on the card) at the cost of ~40 GB of
 # PCIe copies and a host step each optimizer step. See every mode: python scripts/plan.py THIS --gpu h100
 import os

@@ -242,16 +242,19 @@ def test_remove_stale_temp_files_touches_only_temp_files(tmp_path):
     assert remove_stale_temp_files(str(tmp_path / 'missing'), log=quiet) == []
 
 
-def test_a_kill_while_a_sharded_folder_is_replaced_loses_neither(tmp_path):
+@pytest.mark.parametrize('new_one_complete', [True, False])
+def test_a_kill_while_a_sharded_folder_is_replaced_keeps_a_checkpoint(tmp_path, new_one_complete):
     """save_sharded replaces a folder by two renames: the old one aside, the new one in. Killed between
-    them, start-up puts the old one back (the new one's write was complete, but it is the one not yet
-    named, so it goes)."""
+    them, start-up puts the new one in place if its write had ended, else the old one back."""
     for name in ['.ckpt_6.tmp-sharded-replaced', '.ckpt_6.tmp-sharded', '.ckpt_7.tmp-sharded']:
         (tmp_path / name).mkdir()
         (tmp_path / name / 'trainer_state.pt').write_bytes(name.encode())
+    if new_one_complete:
+        (tmp_path / '.ckpt_6.tmp-sharded' / '.metadata').write_bytes(b'written last')
     remove_stale_temp_files(str(tmp_path), log=quiet)
     assert sorted(os.listdir(tmp_path)) == ['ckpt_6']
-    assert (tmp_path / 'ckpt_6' / 'trainer_state.pt').read_bytes() == b'.ckpt_6.tmp-sharded-replaced'
+    kept = '.ckpt_6.tmp-sharded' if new_one_complete else '.ckpt_6.tmp-sharded-replaced'
+    assert (tmp_path / 'ckpt_6' / 'trainer_state.pt').read_bytes() == kept.encode()
 
 
 def test_roll_back_moves_newer_aside_and_rotation_leaves_them(tmp_path):

@@ -82,6 +82,10 @@ def test_offload_steps_as_adamw_does_and_keeps_an_fp32_master_behind_bf16_weight
     adamw.load_state_dict(host.state_dict())
     host.load_state_dict(adamw.state_dict())
     assert host.masters_from_weights  # AdamW's state has no master: the weights give it at the next step
+    # and AdamW keeps running its own way, not the way of whatever saved the state (offload's foreach=None)
+    built = optim.build(on_device, "adamw", 0.1, 1e-2, (0.9, 0.95), "cpu")
+    built.load_state_dict(host.state_dict())
+    assert [g["foreach"] for g in built.param_groups] == [False, False]
 
 
 def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path, data_dir):
