@@ -19,6 +19,7 @@ import math
 import os
 import signal
 import sys
+import types
 
 import torch
 
@@ -54,6 +55,12 @@ def checkpoint_bytes(n_params, mode=("adamw", "float32", False)):
     """A saved checkpoint: the weights and the optimizer state (optim.saved_bytes_per_param); the sampler,
     RNG and config add kilobytes."""
     return optim.saved_bytes_per_param(*mode) * n_params
+
+
+def compute_seconds(cfg, flops_per_token, gpus, mfu, gpu):
+    """One optimizer step's model FLOPs at `mfu` of the GPUs' peak (MFU is defined on model FLOPs)."""
+    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
+    return tokens_per_iter * flops_per_token / (gpus * mfu * gpu.peak_tflops * 1e12)
 
 
 def offload_seconds(n_params, mode):
@@ -100,9 +107,8 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
                                                    config.block_size, policy)
     mode = optim.mode_of(vars(cfg))
     n_params = model.get_num_params(non_embedding=False)
-    # MFU is defined on model FLOPs; the recompute is extra work the GPU does at the same time (HFU);
-    # offload's copies are time the GPU waits
-    seconds_per_iter = tokens_per_iter * flops / (gpus * mfu * gpu.peak_tflops * 1e12) + offload_seconds(n_params, mode)
+    # the recompute is extra work the GPU does at the same time (HFU); offload's copies are time it waits
+    seconds_per_iter = compute_seconds(cfg, flops, gpus, mfu, gpu) + offload_seconds(n_params, mode)
     days = cfg.max_iters * seconds_per_iter / 86400
     estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode)
     plan = {
@@ -162,10 +168,9 @@ def mode_table(cfg, gpu, gpus, mfu):
     its estimated peak, and its step time against no recompute at all at `mfu`: the recompute FLOPs auto
     needs to fit, and offload's PCIe copies (offload_seconds; the host's arithmetic is left out). The
     on-GPU optimizer step runs once per gradient_accumulation_steps micro-batches and is not counted."""
-    sharded = cfg.strategy == "fsdp" and gpus > 1  # bf16 weights and offload run without FSDP
-    recipes = [r for r in optim.RECIPES if not (sharded and (r[1] == "bfloat16" or r[2]))
-               and (cfg.dtype == "bfloat16" or r[1] == "float32")]  # bf16 weights need bf16 autocast
-    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
+    # the recipes train.py would run here (bf16 weights need bf16 autocast; neither they nor offload run under FSDP)
+    recipes = [mode for mode in optim.RECIPES if configurator.check(types.SimpleNamespace(
+        **{**vars(cfg), **{key: value for (key, _), value in zip(optim.MODE_KEYS, mode)}}), gpus) is None]
     table = []
     for mode in recipes:
         choice, (policy, k, batch_size, _) = choose_setting(cfg, gpu, gpus, mode)
@@ -173,13 +178,13 @@ def mode_table(cfg, gpu, gpus, mfu):
         flops = hardware.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
         recompute = hardware.recompute_flops_per_token(memory.block_params(model), model.config.num_recomputed_blocks(),
                                                        cfg.n_embd, cfg.block_size, policy)
-        compute_seconds = tokens_per_iter * flops / (gpus * mfu * gpu.peak_tflops * 1e12)
         total = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode)["total"]
         table.append({"optimizer": mode[0], "master_weights": mode[1], "optimizer_offload": mode[2],
                       "fits": choice is not None, "activation_checkpointing": policy, "recompute_blocks": k,
                       "batch_size": batch_size, "total_gb": total / 1e9,
                       "step_time": (flops + recompute) / flops
-                      + offload_seconds(model.get_num_params(non_embedding=False), mode) / compute_seconds})
+                      + offload_seconds(model.get_num_params(non_embedding=False), mode)
+                      / compute_seconds(cfg, flops, gpus, mfu, gpu)})
     return table
 
 
