@@ -231,7 +231,7 @@ def check(cfg, world_size, distributed=None):
     """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)
     distributed: under torchrun, even with one process (default: world_size > 1)."""
     from model import CHECKPOINTING_POLICIES
-    from optim import MASTER_WEIGHTS, OPTIMIZERS
+    from trainer.optim import MASTER_WEIGHTS, OPTIMIZERS
     if cfg.dtype not in ("bfloat16", "float32"):
         return f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}"
     for key in ("batch_size", "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_embd",

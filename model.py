@@ -243,22 +243,6 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
         return logits, loss
 
-    @classmethod
-    def from_pretrained(cls, name_or_path, **overrides):
-        """OpenAI's GPT-2 ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'), a Hugging Face GPT-2 folder or
-        one of this project's checkpoints, as a model; overrides set non-architecture fields (dropout=0.1)."""
-        import hf  # the file formats live there; this file knows nothing about files
-        args, weights, _ = hf.load_weights(name_or_path, log=lambda message: None)
-        model = cls(GPTConfig(**args, **overrides))
-        model.load_state_dict(weights)
-        return model
-
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw",
-                             master_weights="float32", offload=False):
-        """AdamW with weight decay on 2-D tensors only; optim.py builds it (its low-bit and host kinds too)."""
-        import optim  # beside this file: which optimizer, and what its state costs
-        return optim.build(self, optimizer, weight_decay, learning_rate, betas, device_type, master_weights, offload)
-
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
         """Continue idx (B, T) by max_new_tokens sampled tokens. With use_cache each step feeds

@@ -17,11 +17,8 @@ from contextlib import nullcontext
 
 import torch
 
-import bins
-import checkpoint
-import hardware
-import tokenizer
 from model import GPT, GPTConfig
+from trainer import bins, checkpoint, hardware, tokenizer
 
 REQUIRED_KEYS = ("model", "model_args")
 

@@ -23,21 +23,11 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import bins
-import checkpoint
 import configurator
-import hardware
-import hellaswag
-import hf
-import memory
-import optim
-import runlock
-import runlog
-import spikes
-import stopping
-import tokenizer
-import wandb_logging
 from model import GPT, GPTConfig
+from trainer import (
+    bins, checkpoint, hardware, hellaswag, hf, memory, optim, runlock, runlog, spikes, stopping,
+    tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
@@ -258,7 +248,8 @@ if fsdp:  # shard parameters, gradients and AdamW state block by block across th
     for block in model.transformer.h:
         fully_shard(block, mp_policy=mixed)
     fully_shard(model, mp_policy=mixed)
-optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type, *mode)
+optimizer = optim.build(model, cfg.optimizer, cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type,
+                        cfg.master_weights, cfg.optimizer_offload)
 
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 

@@ -38,11 +38,11 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-import bins  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
 import configurator  # noqa: E402
-import hardware  # noqa: E402
-import memory  # noqa: E402
-import optim  # noqa: E402
+from trainer import hardware  # noqa: E402
+from trainer import memory  # noqa: E402
+from trainer import optim  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import GPT, GPTConfig  # noqa: E402
 

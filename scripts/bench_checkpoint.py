@@ -15,7 +15,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checkpoint import save_checkpoint  # noqa: E402
+from trainer.checkpoint import save_checkpoint  # noqa: E402
 
 
 def make_state(mb, n_tensors):

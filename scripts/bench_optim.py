@@ -30,8 +30,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-import optim  # noqa: E402
-from optim import OPTIMIZERS  # noqa: E402
+from trainer import optim  # noqa: E402
+from trainer.optim import OPTIMIZERS  # noqa: E402
 
 EVAL_RE = re.compile(r"eval iter (\d+): val loss ([\d.]+)")
 TIME_RE = re.compile(r"iter \d+: loss [\d.]+, time (\d+)ms")

@@ -30,9 +30,9 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from bins import BinWriter  # noqa: E402
-from preparation import CHUNK_RECORDS, available_cores, is_val  # noqa: E402
-from tokenizer import get_encoding  # noqa: E402
+from trainer.bins import BinWriter  # noqa: E402
+from trainer.preparation import CHUNK_RECORDS, available_cores, is_val  # noqa: E402
+from trainer.tokenizer import get_encoding  # noqa: E402
 
 
 def make_corpus(path, megabytes):

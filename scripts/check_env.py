@@ -18,10 +18,10 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import bins  # noqa: E402  (needs the repo root on sys.path first)
-import checkpoint  # noqa: E402
+from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
-import hardware  # noqa: E402
+from trainer import hardware  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 
 failures = []

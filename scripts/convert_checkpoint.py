@@ -15,8 +15,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import checkpoint  # noqa: E402
-import optim  # noqa: E402
+from trainer import checkpoint  # noqa: E402
+from trainer import optim  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 
@@ -36,8 +36,8 @@ def main():
     mode = optim.mode_of(config)  # the checkpoint's own memory mode: nothing converted on the way
     if mode[1] == "bfloat16":
         optim.use_bf16_weights(model)
-    optimizer = model.configure_optimizers(config["weight_decay"], config["learning_rate"],
-                                           (config["beta1"], config["beta2"]), "cpu", *mode)
+    optimizer = optim.build(model, mode[0], config["weight_decay"], config["learning_rate"],
+                            (config["beta1"], config["beta2"]), "cpu", *mode[1:])
     try:
         checkpoint.restore(state, model, optimizer)
     except checkpoint.CheckpointError as e:

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import hellaswag  # noqa: E402
+from trainer import hellaswag  # noqa: E402
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
 
 

@@ -15,7 +15,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import hf  # noqa: E402
+from trainer import hf  # noqa: E402
 
 
 def main():

@@ -25,10 +25,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
-import hardware  # noqa: E402
-import memory  # noqa: E402
-import offload  # noqa: E402
-import optim  # noqa: E402
+from trainer import hardware  # noqa: E402
+from trainer import memory  # noqa: E402
+from trainer import offload  # noqa: E402
+from trainer import optim  # noqa: E402
 from model import CHECKPOINTING_POLICIES, GPT, GPTConfig  # noqa: E402
 
 DEFAULT_GPU = "mi300x"

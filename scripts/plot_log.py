@@ -18,7 +18,7 @@ import sys
 import matplotlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hellaswag import gpt3_reference  # noqa: E402
+from trainer.hellaswag import gpt3_reference  # noqa: E402
 
 matplotlib.use("Agg")  # render to a file: no display on a GPU server
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)

@@ -107,7 +107,7 @@ def test_train_log_lines_are_read_past_the_warmup():
 
 def test_offload_host_memory_goes_from_the_log_line_into_the_summary(monkeypatch):
     """On a GPU with optimizer_offload the step log adds the host's peak RSS; bench.py reports it."""
-    import hardware
+    from trainer import hardware
     import torch
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 70.1e9)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 72.0e9)

@@ -5,8 +5,8 @@ import time
 import numpy as np
 import pytest
 
-import bins
-from bins import BinError, BinWriter, WindowSampler, open_split
+from trainer import bins
+from trainer.bins import BinError, BinWriter, WindowSampler, open_split
 
 BLOCK = 8
 

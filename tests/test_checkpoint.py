@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
-from checkpoint import CheckpointError, checkpoint_path, list_checkpoints, load_checkpoint, load_newest, \
+from trainer import checkpoint
+from trainer.checkpoint import CheckpointError, checkpoint_path, list_checkpoints, load_checkpoint, load_newest, \
     remove_stale_temp_files, roll_back_to, save_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -199,7 +199,8 @@ def test_disk_full_raises_and_keeps_older_checkpoints(tmp_path, monkeypatch):
 
 
 SAVE_IN_CHILD = """
-import sys, torch, checkpoint
+import sys, torch
+from trainer import checkpoint
 n = int(sys.argv[2])
 checkpoint.save_checkpoint({'model': {'w': torch.full((64, 64), float(n))}, 'iter_num': n}, sys.argv[1], n, 2)
 """

@@ -40,7 +40,7 @@ def losses(out_dir):
 
 def final_weights(out_dir, n):
     """The model of checkpoint n, whichever form it has, loaded as sample.py would."""
-    import checkpoint
+    from trainer import checkpoint
     from model import GPT, GPTConfig
 
     state = checkpoint.load_checkpoint(str(out_dir / (f"ckpt_{n}" if (out_dir / f"ckpt_{n}").is_dir()
@@ -177,7 +177,7 @@ def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
     assert (tmp_path / "sharded" / "ckpt_8" / ".metadata").is_file()
     for out in (tmp_path / "single", tmp_path / "sharded"):
         assert_close(final_weights(out, 8), final_weights(fsdp, 8), exact=True)
-    import checkpoint
+    from trainer import checkpoint
 
     state = checkpoint.load_checkpoint(str(tmp_path / "single" / "ckpt_8.pt"), log=lambda m: None)
     assert state["iter_num"] == 8 and len(state["rng"]) == 2 and "exp_avg" in next(iter(state["optimizer"]["state"].values()))
@@ -197,7 +197,7 @@ def test_fsdp_in_bf16_gathers_bf16_and_keeps_fp32_weights(tmp_path, data_dir):
 
 
 def test_export_of_an_fsdp_folder_loads_in_transformers(tmp_path, fsdp):
-    import hf
+    from trainer import hf
     from model import GPT, GPTConfig
     from transformers import AutoModelForCausalLM
 

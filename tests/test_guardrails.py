@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-import runlock
+from trainer import runlock
 from conftest import REPO
 from test_train import TINY, train
 
@@ -128,7 +128,7 @@ def test_meta_json_finds_its_rank_file_by_path_then_by_hash(tmp_path):
                os.path.relpath(ranks, REPO), "--val_fraction", "0.5").returncode == 0
     meta = json.loads((data / "meta.json").read_text())
     assert meta["encoding"] == str(ranks) and len(meta["encoding_sha256"]) == 64  # absolute, and its hash
-    import tokenizer
+    from trainer import tokenizer
     assert tokenizer.find(meta["encoding"], meta["encoding_sha256"], [str(data)]) == str(ranks)
     ranks.rename(data / "moved.tiktoken")  # moved beside the bins: found by its hash
     assert tokenizer.find(meta["encoding"], meta["encoding_sha256"], [str(data)]) == str(data / "moved.tiktoken")

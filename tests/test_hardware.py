@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-import hardware
 from model import GPT, GPTConfig
+from trainer import hardware
 
 
 @pytest.mark.parametrize(

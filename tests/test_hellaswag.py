@@ -11,11 +11,10 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import checkpoint
-import hellaswag
+from trainer import checkpoint, hellaswag
 from conftest import REPO
 from model import GPT, GPTConfig
-from tokenizer import get_encoding
+from trainer.tokenizer import get_encoding
 
 POOL = ["apple pie", "river bank", "stone wall", "cloud nine", "green door", "paper boat"]
 MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=32", "--batch_size=16",

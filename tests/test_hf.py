@@ -12,12 +12,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-import checkpoint
-import hf
+from trainer import checkpoint, hf
 from conftest import REPO
 from model import GPT, GPTConfig
 from test_train import TINY, train
-from tokenizer import get_encoding
+from trainer.tokenizer import get_encoding
 
 # the tiny runs, with the vocabulary left to the weights they start from
 TINY_ANY_VOCAB = [a for a in TINY if not a.startswith("--vocab_size")]
@@ -57,7 +56,7 @@ def run_script(*args):
 
 def test_imported_gpt2_computes_what_transformers_does(hf_folder):
     reference = AutoModelForCausalLM.from_pretrained(hf_folder).eval()
-    model = GPT.from_pretrained(str(hf_folder)).eval()
+    model = hf.from_pretrained(str(hf_folder)).eval()
     assert model.config.activation == "gelu_tanh" and model.config.vocab_size == 128 and model.config.n_tokens == 100
     x = torch.randint(0, 100, (3, 16), generator=torch.Generator().manual_seed(1))
     ours, theirs = logits_of(model, x), logits_of(reference, x)
@@ -217,7 +216,7 @@ def broken_folder(tmp_path, hf_folder, case):
 def test_bad_weights_give_one_line(tmp_path, data_dir, hf_folder, case, expected):
     folder = tmp_path / "nowhere" if case == "nonexistent" else broken_folder(tmp_path, hf_folder, case)
     with pytest.raises(hf.WeightsError, match=expected):
-        GPT.from_pretrained(str(folder))
+        hf.from_pretrained(str(folder))
     result = train(tmp_path / "out", data_dir, f"--init_weights={folder}", "--max_iters=1", check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     last = result.stdout.strip().splitlines()[-1]

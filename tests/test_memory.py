@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import memory
 from model import GPT, GPTConfig
+from trainer import memory
 
 GB = 1e9
 

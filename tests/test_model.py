@@ -123,12 +123,3 @@ def test_kv_cache_matches_full_recompute():
     torch.manual_seed(5)
     uncached = model.generate(idx, 30, use_cache=False)
     assert torch.equal(cached, uncached)
-
-
-def test_configure_optimizers_decays_only_matrices():
-    model = GPT(GPTConfig(**TINY))
-    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
-    decay, no_decay = opt.param_groups
-    assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
-    assert no_decay["weight_decay"] == 0.0 and all(p.dim() == 1 for p in no_decay["params"])
-    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.get_num_params(False)

@@ -9,8 +9,7 @@ import torch
 import torchao.optim  # noqa: F401  (allow-lists its optimizer-state tensor subclasses for torch.load here)
 
 import configurator
-import memory
-import optim
+from trainer import memory, optim
 from conftest import REPO
 from model import GPT, GPTConfig
 from test_train import assert_same_weights, train
@@ -44,7 +43,7 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, mas
     weight = torch.load(tmp_path / "whole" / "ckpt_8.pt", weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"]
     assert weight.dtype == getattr(torch, master_weights)
     # a fresh process, torchao not imported: the checkpoint still loads with weights_only=True
-    probe = subprocess.run([sys.executable, "-c", f"import checkpoint; s = checkpoint.load_checkpoint("
+    probe = subprocess.run([sys.executable, "-c", f"from trainer import checkpoint; s = checkpoint.load_checkpoint("
                             f"{str(tmp_path / 'whole' / 'ckpt_8.pt')!r}, log=print); "
                             "state = s['optimizer']['state']['transformer.h.0.mlp.c_fc.weight']; "
                             "print(sorted(state), type(state['exp_avg']).__name__)"],
@@ -227,3 +226,12 @@ def test_plan_names_the_fastest_mode_that_fits_the_card():
     # 12 B/param, and the pinned allocator's rounding of each tensor to a power of two (c_attn's 201 MB: 268)
     assert 12 < host["host_memory_gb"] * 1e9 / host["params"] < 14 and host["memory_gb"]["optimizer"] == 0
     assert host["checkpoint_gb"] == pytest.approx(14 * host["params"] / 1e9)  # bf16 weights, fp32 master and moments
+
+
+def test_build_decays_only_matrices():
+    model = GPT(GPTConfig(block_size=32, vocab_size=96, n_layer=2, n_head=4, n_embd=64, bias=True))
+    opt = optim.build(model, "adamw", 0.1, 1e-3, (0.9, 0.95), "cpu")
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and all(p.dim() == 2 for p in decay["params"])
+    assert no_decay["weight_decay"] == 0.0 and all(p.dim() == 1 for p in no_decay["params"])
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == model.get_num_params(False)

@@ -13,10 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-import bins
-import preparation
+from trainer import bins, preparation
 from conftest import REPO
-from tokenizer import get_encoding
+from trainer.tokenizer import get_encoding
 
 WORDS = ["the", "of", "naïve", "café", "東京", "🚀", "<|endoftext|>", "\n", "\n\n", "  ", "x=1;", "Ünïcödé"]
 

@@ -7,8 +7,7 @@ import sys
 import pytest
 import torch
 
-import bins
-import checkpoint
+from trainer import bins, checkpoint
 import sample
 from conftest import REPO
 from model import GPT, GPTConfig, KVCache

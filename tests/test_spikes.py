@@ -2,7 +2,7 @@
 number of rollbacks is bounded, and a stop and resume through all of it stays bit-exact."""
 import torch
 
-import spikes
+from trainer import spikes
 from test_train import TINY, assert_same_weights, train
 
 SPIKY = ["--max_iters=16", "--warmup_iters=2", "--eval_interval=0", "--checkpoint_interval=2",

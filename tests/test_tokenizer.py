@@ -4,8 +4,8 @@ import pickle
 import pytest
 import tiktoken
 
-import tokenizer
-from tokenizer import get_encoding
+from trainer import tokenizer
+from trainer.tokenizer import get_encoding
 
 TEXTS = ["hello world", "", "naïve café — 東京 🚀\n\n\tindent", "a <|endoftext|> b", "lone \ud800 surrogate",
          "x" * 5000]

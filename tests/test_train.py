@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-import memory
+from trainer import memory
 from conftest import REPO, VOCAB
 from model import GPT, GPTConfig
 

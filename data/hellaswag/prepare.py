@@ -18,9 +18,9 @@ import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-import bins  # noqa: E402  (needs the repo root on sys.path first)
-import hellaswag  # noqa: E402
-from tokenizer import find, get_encoding  # noqa: E402
+from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import hellaswag  # noqa: E402
+from trainer.tokenizer import find, get_encoding  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"

@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-import preparation  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import preparation  # noqa: E402  (needs the repo root on sys.path first)
 
 if __name__ == "__main__":
     preparation.main(__doc__, source="Skylion007/openwebtext", data_dir="data/openwebtext")

@@ -11,7 +11,7 @@ import sys
 import sysconfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-import preparation  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import preparation  # noqa: E402  (needs the repo root on sys.path first)
 
 STDLIB = "python-stdlib"
 MAX_BYTES = 8_000_000

@@ -14,7 +14,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-import preparation  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import preparation  # noqa: E402  (needs the repo root on sys.path first)
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 HERE = os.path.dirname(os.path.abspath(__file__))

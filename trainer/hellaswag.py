@@ -16,8 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-import bins
-import tokenizer
+from trainer import bins, tokenizer
 
 FILE = "hellaswag.json"  # the prepared form's name, beside train.bin and val.bin
 BATCH = 8  # examples a forward: 32 rows of a few dozen tokens

@@ -17,8 +17,8 @@ import time
 
 import torch
 
-import checkpoint
 from model import GPT, GPTConfig
+from trainer import checkpoint
 
 GPT2_MODELS = {name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")}
 ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}  # ours -> transformers' name
@@ -50,6 +50,15 @@ def load_weights(source, log=print):
         raise WeightsError(f"{source} is neither a Hugging Face folder (no config.json) nor a ckpt_<N>/ checkpoint")
     state = _load_checkpoint(source, log)
     return dict(state["model_args"]), checkpoint_weights(state), state.get("encoding")
+
+
+def from_pretrained(name_or_path, **overrides):
+    """OpenAI's GPT-2 ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'), a Hugging Face GPT-2 folder or
+    one of this project's checkpoints, as a GPT; overrides set non-architecture fields (dropout=0.1)."""
+    args, weights, _ = load_weights(name_or_path, log=lambda message: None)
+    model = GPT(GPTConfig(**args, **overrides))
+    model.load_state_dict(weights)
+    return model
 
 
 def _download(name):
@@ -250,7 +259,7 @@ def _newest(source, log):
 
 def _encoding(name, log):
     """The checkpoint's encoding, or None (then no tokenizer files) where it records none or it cannot load."""
-    from tokenizer import get_encoding
+    from trainer.tokenizer import get_encoding
     try:
         return get_encoding(name) if name else None
     except ValueError as e:

@@ -117,7 +117,7 @@ def find(name, sha256=None, near=()):
     hash in a folder of `near` (say, beside the bins) or in .cache/."""
     if name in ("gpt2", "bytes") or not sha256 or (os.path.isfile(name) and file_sha256(name) == sha256):
         return name
-    folders = [*near, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache"), ".cache"]
+    folders = [*near, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache"), ".cache"]
     for folder in folders:
         for candidate in sorted(glob.glob(os.path.join(folder, "*.tiktoken"))):
             if file_sha256(candidate) == sha256:

@@ -16,7 +16,7 @@ import numpy as np
 DTYPE = np.dtype("<u2")  # uint16 holds every id of a vocab of at most 65536
 SPLITS = ("train", "val")
 META_FILE = "meta.json"
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above this package
 
 
 class BinError(Exception):

@@ -18,8 +18,8 @@ import dataclasses
 import torch
 from torch import nn
 
-import optim
 from model import GPT
+from trainer import optim
 
 # Allocator fragmentation grows with what is allocated (the caching allocator rounds and splits
 # blocks; 5% is typical of long runs); the CUDA/ROCm context and the BLAS and attention

@@ -29,7 +29,7 @@ import inspect
 import torch
 import torch.distributed as dist
 
-from offload import IMPLEMENTATION_KEYS, HostAdamW
+from trainer.offload import IMPLEMENTATION_KEYS, HostAdamW
 
 OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit")
 MASTER_WEIGHTS = ("float32", "bfloat16")

@@ -36,10 +36,10 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-import runlock
-from bins import SPLITS, BinError, BinWriter, bin_path, check_vocab, write_json_atomic, write_meta
-from tokenizer import describe as describe_encoding
-from tokenizer import get_encoding
+from trainer import runlock
+from trainer.bins import SPLITS, BinError, BinWriter, bin_path, check_vocab, write_json_atomic, write_meta
+from trainer.tokenizer import describe as describe_encoding
+from trainer.tokenizer import get_encoding
 
 # A unit of work: at most this many records or about this much text; the output depends on neither.
 # The byte cap keeps the cores busy to the end: a job's last chunk runs on one core while the
