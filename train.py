@@ -19,20 +19,18 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, checkpoint, hardware, hellaswag, hf, memory, optim, runlock, runlog, spikes, stopping,
-    tokenizer, wandb_logging)
+    bins, checkpoint, evaluation, hardware, hellaswag, hf, memory, optim, resume, runlock, runlog, sharding,
+    spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
 cfg = configurator.load_config_or_exit(sys.argv[1:])
-SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters")
 ARCHITECTURE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "activation")
 
 # one process, or one per GPU under torchrun (which sets RANK, LOCAL_RANK and WORLD_SIZE)
@@ -240,14 +238,8 @@ if cfg.compile:  # per block, in place: state_dict keys stay the same, and each 
     for block in model.transformer.h:
         block.compile()
 fsdp = distributed and cfg.strategy == "fsdp"
-if fsdp:  # shard parameters, gradients and AdamW state block by block across the ranks
-    # Under bf16, gather bf16 weights (half the traffic, and autocast then has nothing to cast)
-    # and reduce-scatter gradients in fp32 into the fp32 shards AdamW updates.
-    mixed = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-        if cfg.dtype == "bfloat16" else MixedPrecisionPolicy()
-    for block in model.transformer.h:
-        fully_shard(block, mp_policy=mixed)
-    fully_shard(model, mp_policy=mixed)
+if fsdp:  # shard parameters, gradients and optimizer state block by block, keeping one GPU's numerics
+    sharding.shard(model, cfg.dtype)
 optimizer = optim.build(model, cfg.optimizer, cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type,
                         cfg.master_weights, cfg.optimizer_offload)
 
@@ -255,35 +247,14 @@ guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, 
 
 
 def load_training_state(state, after_rollback=False):
-    """Everything a checkpoint holds into the live run: weights, optimizer, data position, RNGs and
-    the spike statistics (a rollback keeps its own count of rollbacks). Returns the iteration."""
+    """A checkpoint into the live run (resume.py); returns its iteration."""
     global best_val_loss, wandb_run_id
-    if problem := optim.mode_change(state["config"], cfg):
-        fail(problem)
     try:
-        checkpoint.restore(state, raw_model, optimizer)
-    except checkpoint.CheckpointError as e:  # the live model may be half overwritten: stop here
-        fail(f"{e}; move that checkpoint aside and rerun to resume from the one before")
-    best_val_loss, wandb_run_id = state["best_val_loss"], state["wandb_run_id"]
-    saved_windows, saved_seed = state["sampler_windows"], state["config"]["seed"]
-    if (saved_windows, saved_seed) != (sampler.num_windows, cfg.seed):
-        fail(f"the data order changed since the checkpoint ({saved_windows:,} windows with seed {saved_seed} then, "
-             f"{sampler.num_windows:,} with seed {cfg.seed} now): resuming would repeat or skip data. Use the "
-             f"train.bin and seed the run started with, or start a new out_dir (init_weights= to fine-tune)")
-    sampler.load_state_dict(state["sampler"])
-    rngs = state["rng"]  # one per rank of the run that saved it
-    if len(rngs) != world_size:
-        log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
-            f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
-    checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
-    if "spikes" in state:
-        guard.load_state_dict(state["spikes"], after_rollback=after_rollback)
-    changed = [f"{k} {state['config'][k]} -> {getattr(cfg, k)}" for k in SCHEDULE_KEYS
-               if k in state["config"] and state["config"][k] != getattr(cfg, k)]
-    if changed and not after_rollback:
-        log(f"note: the schedule changed since the checkpoint ({', '.join(changed)}): the learning rate follows the "
-            f"new values from iter {state['iter_num']} on")
-    return state["iter_num"]
+        iteration, best_val_loss, wandb_run_id = resume.restore(state, cfg, raw_model, optimizer, sampler, guard, rank,
+                                                                world_size, device_type, log, after_rollback)
+    except resume.ResumeError as e:
+        fail(str(e))
+    return iteration
 
 
 iter_num, best_val_loss, wandb_run_id = 0, float("inf"), None
@@ -336,22 +307,9 @@ def get_lr(it):
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
 
 
-@torch.no_grad()
 def evaluate():
-    """Mean loss over the validation batches, each rank running its share. Every rank runs the same
-    number of forwards, as FSDP needs: a rank short of a batch runs the last one again, uncounted."""
-    model.eval()
-    total = torch.zeros(2, device=device)  # sum of losses, batches counted
-    for k in range(rank, math.ceil(cfg.eval_iters / world_size) * world_size, world_size):
-        x, y = get_batch(val_bin, val_windows[min(k, cfg.eval_iters - 1)])
-        with autocast:
-            loss = model(x, y)[1]
-        if k < cfg.eval_iters:
-            total += torch.stack([loss.float(), torch.ones((), device=device)])
-    model.train()
-    if distributed:
-        dist.all_reduce(total)
-    return (total[0] / total[1]).item()
+    return evaluation.val_loss(model, lambda k: get_batch(val_bin, val_windows[k]), cfg.eval_iters, autocast, device,
+                               rank, world_size)
 
 
 def evaluate_hellaswag():
@@ -388,18 +346,8 @@ def save(step_start):
     if not weights_are_finite():
         fail(f"weights are not finite after step {iter_num}; not saving. Roll back with "
              f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
-    trainer_state = {
-        "model_args": model_args,
-        "iter_num": iter_num,
-        "best_val_loss": best_val_loss,
-        "config": vars(cfg),
-        "sampler": step_start["sampler"],
-        "sampler_windows": sampler.num_windows,  # with config's seed: which permutation the position is in
-        "rng": checkpoint.gather_rng_states(step_start["rng"]),
-        "wandb_run_id": wandb_run_id,
-        "encoding": encoding,
-        "spikes": guard.state_dict(),
-    }
+    trainer_state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, sampler, wandb_run_id,
+                                     encoding, guard)
     try:
         if fsdp:
             checkpoint.save_sharded(raw_model, optimizer, trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n,
@@ -422,33 +370,12 @@ def fault_injected(kind, it):
 
 
 def roll_back(first_spike, spike_data):
-    """PaLM's recipe: back to the newest checkpoint spike_rollback_margin steps before the first spike,
-    and on from spike_skip_batches global batches past the spike's data. Returns the iteration it went
-    back to, or None if there is no checkpoint that old."""
-    if len(guard.rollbacks) >= cfg.max_rollbacks:
-        fail(f"loss spikes again at iter {first_spike} after {len(guard.rollbacks)} automatic rollback(s) "
-             f"(max_rollbacks={cfg.max_rollbacks}); lower learning_rate or raise max_rollbacks and rerun the same "
-             "command to resume from the newest checkpoint")
-    found = spikes.rollback_target(checkpoint.list_checkpoints(cfg.out_dir), first_spike, cfg.spike_rollback_margin)
-    if found is None:
-        log(f"warning: loss spike burst from iter {first_spike}, but no checkpoint {cfg.spike_rollback_margin} "
-            f"steps before it to roll back to; going on")
-        guard.skipped_at.clear()
-        return None
-    try:  # load first: a target that cannot be read must not leave the newer checkpoints set aside
-        state = checkpoint.load_checkpoint(found[1], log=log)
-        if master:
-            checkpoint.roll_back_to(found[1], log=log)
-    except checkpoint.CheckpointError as e:
-        fail(f"loss spike burst from iter {first_spike}, and no rollback: {e}")
-    rollbacks = guard.rollbacks + [{"at": iter_num, "to": found[0], "first_spike": first_spike}]
-    restored = load_training_state(state, after_rollback=True)
-    guard.rollbacks = rollbacks
-    sampler.load_state_dict(spike_data)
-    sampler.next_indices(cfg.spike_skip_batches * cfg.batch_size * cfg.gradient_accumulation_steps)
-    log(f"rolled back to iter {restored} ({len(rollbacks)} of max {cfg.max_rollbacks}) after a burst of skipped "
-        f"steps from iter {first_spike}; the data goes on {cfg.spike_skip_batches} global batches past the spike's")
-    return restored
+    """Back to a checkpoint before a burst of spikes, past the spike's data (resume.py); its iteration or None."""
+    try:
+        return resume.roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master,
+                                lambda state: load_training_state(state, after_rollback=True), log)
+    except resume.ResumeError as e:
+        fail(str(e))
 
 
 # -----------------------------------------------------------------------------
@@ -458,8 +385,10 @@ if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
     val_loss = evaluate()
     best_val_loss = min(best_val_loss, val_loss)
     log(f"eval iter {iter_num}: val loss {val_loss:.4f} ({time.time() - t0:.1f}s)")
-    if hellaswag_examples:
+    if hellaswag_examples and (pretrained or iter_num > 0 or cfg.eval_only):
         evaluate_hellaswag()
+    elif hellaswag_examples:  # random weights score 25% by construction: minutes spent learning nothing
+        log("hellaswag: skipped at iteration 0 of a run from scratch (random weights score 25%)")
     if cfg.eval_only:
         if distributed:
             dist.destroy_process_group()

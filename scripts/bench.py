@@ -4,32 +4,41 @@ Training throughput of a config on this machine, measured by running train.py it
     python scripts/bench.py config/train_gpt3_6b.py [--key=value ...] [--steps 5] [--json]
     python scripts/bench.py config/train_gpt3_6b.py --sweep [--batch_sizes 2,4,8] [--recompute all,24,16,selective,none]
     python scripts/bench.py config/train_tiny.py --reference
+    python scripts/bench.py config/train_gpt3_6b.py --save_resume
 
 Each setting is one train.py subprocess on random tokens in a temp data dir, with eval,
 checkpoints and wandb off, so what is timed is the training code path, not a copy of it.
 train.py logs every step; the first --warmup steps (kernel selection, allocator growth,
-compilation) are left out and the figures are medians of the next --steps. A step is
---grad_accum micro-batches (default 2, whatever the config says): throughput per micro-batch
-is what matters, and the configs' 32-160 would make one step take minutes at 1.3B-6.7B.
+compilation) are left out and the figures are medians of the next --steps. A timed step is
+--grad_accum micro-batches (default 2): the configs' 32-160 would make one step take minutes at
+1.3B-6.7B. Its optimizer step is timed on its own (timed_train), so tokens/s, step time and MFU
+are for one step of the config's global batch: its tokens at the timed micro-batches' time per
+token, plus one optimizer step. The timed step's own figures are under "measured".
 
---sweep tries micro-batch sizes x checkpointing policies and names the fastest setting whose
-peak memory stays within (1 - --margin) of the GPU's, with the train.py overrides that select it.
+A setting fits when its measured peak fits memory.device_budget() by memory.fits(), the rule
+train.py and auto use: the reserved peak where the GPU reports one, else the allocated peak.
+--sweep tries micro-batch sizes x checkpointing policies and names the fastest setting that
+fits, with the train.py overrides that select it.
 --reference also runs a plain PyTorch loop (model.py's GPT, AdamW, no checkpointing) over the
-same batches in this process, and prints train.py's throughput as a ratio of it.
+same batches in this process, and prints train.py's throughput (as timed) as a ratio of it.
+--save_resume times one checkpoint save and its load at the config's setting instead.
 The config keys bench.py sets itself (max_iters, data_dir, out_dir, eval and checkpoint
 intervals, batch_size and checkpointing in a sweep) override the ones given here.
 """
 import argparse
+import dataclasses
 import functools
 import json
 import math
 import os
+import runpy
 import shlex
+import signal
 import statistics
 import subprocess
-import signal
 import sys
 import tempfile
+import threading
 import time
 from contextlib import nullcontext
 
@@ -39,6 +48,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
 from trainer import hardware  # noqa: E402
 from trainer import memory  # noqa: E402
@@ -50,7 +60,7 @@ TRAIN = os.path.join(REPO, "train.py")
 # Every run starts fresh, logs each step, and neither evaluates, saves nor reports to wandb.
 FIXED_OVERRIDES = ["--init_from=scratch", "--log_interval=1", "--eval_interval=0", "--hellaswag_interval=0", "--checkpoint_interval=0",
                    "--wandb_log=False"]
-MEMORY_FAILURES = ("oom", "over margin")  # a setting that fails so would fail with less recompute too
+MEMORY_FAILURES = ("oom", "over budget")  # a setting that fails so would fail with less recompute too
 
 
 def parse_args(argv):
@@ -65,9 +75,9 @@ def parse_args(argv):
     p.add_argument("--batch_sizes", help="sweep: comma-separated (default: half, once and twice the config's)")
     p.add_argument("--recompute", help="sweep: comma-separated policies, 'none', 'selective', 'all' or k = recompute the "
                                        "first k blocks (default: none, selective, n_layer/4, /2, 3/4, all)")
-    p.add_argument("--margin", type=float, default=0.1,
-                   help="fraction of GPU memory to leave free for fragmentation and other allocations (default 0.1)")
     p.add_argument("--reference", action="store_true", help="compare with a plain PyTorch loop at the same config")
+    p.add_argument("--save_resume", action="store_true",
+                   help="time one checkpoint save and its load (seconds, GB/s) instead of the steps")
     p.add_argument("--repeat", type=int, default=1,
                    help="rounds of all settings (and the reference), keeping the fastest of each: steadier "
                         "figures on a busy machine (default 1)")
@@ -82,11 +92,11 @@ def parse_args(argv):
     if not config_args or config_args[0].startswith("-"):  # nanoGPT habit: no config, show how
         p.print_help()
         sys.exit(2)
-    if args.steps < 1 or args.warmup < 1 or args.repeat < 1 or args.grad_accum < 0 or not 0 <= args.margin < 1:
-        p.error("need --steps >= 1, --warmup >= 1 (the first step includes the warm-up), --repeat >= 1, "
-                "--grad_accum >= 0 and 0 <= --margin < 1")
-    if args.reference and args.sweep:
-        p.error("--reference compares one setting: leave out --sweep")
+    if args.steps < 1 or args.warmup < 1 or args.repeat < 1 or args.grad_accum < 0:
+        p.error("need --steps >= 1, --warmup >= 1 (the first step includes the warm-up), --repeat >= 1 "
+                "and --grad_accum >= 0")
+    if args.sweep + args.reference + args.save_resume > 1:
+        p.error("--sweep, --reference and --save_resume are separate measurements: choose one")
     if not args.sweep and (args.batch_sizes or args.recompute):
         p.error("--batch_sizes and --recompute choose the settings of a --sweep")
     return p, args, config_args
@@ -166,21 +176,50 @@ def fraction(text):
     return None if text == "n/a" else float(text.rstrip("%")) / 100
 
 
+def timed_train():
+    """Run train.py, its arguments in sys.argv[1:], with each optimizer step timed on its own and logged
+    as `optimizer step N ms` before its `iter` line. train.py has waited for the GPU just before the
+    step (it reads the loss and grad norm) and the wait after it is here, so the time is the step's
+    alone; gradient clipping, before that wait, counts with the micro-batches."""
+    step = optim.step
+
+    def timed(optimizer, seed, device_type):
+        t0 = time.perf_counter()
+        step(optimizer, seed, device_type)
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+        print(f"optimizer step {1000 * (time.perf_counter() - t0):.1f}ms", flush=True)
+
+    optim.step = timed  # train.py calls optim.step(...) through the module, so it calls this
+    sys.argv = [TRAIN, *sys.argv[1:]]
+    runpy.run_path(TRAIN, run_name="__main__")
+
+
+# `python -c TIMED_TRAIN ARGS` runs train.py ARGS through timed_train (this file, imported as bench)
+TIMED_TRAIN = f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); " \
+              "import bench; bench.timed_train()"
+
+
 def parse_steps(stdout, warmup):
     """train.py's lines `iter N: loss X, time Yms, mfu Z%, tok/s T, ..., mem M[, reserved R][, host H][, hfu U%]`
-    past the warm-up (reserved: on a GPU, what the caching allocator holds; host: the process's resident
-    host memory, logged with optimizer_offload)."""
-    steps = []
+    past the warm-up, each with the optimizer step time timed_train logged before it (reserved: on a GPU,
+    what the caching allocator holds; host: the process's resident host memory, logged with
+    optimizer_offload)."""
+    steps, optimizer_ms = [], None
     for line in stdout.splitlines():
+        if line.startswith("optimizer step "):
+            optimizer_ms = float(line[len("optimizer step "):-len("ms")])
         if not line.startswith("iter ") or ": loss " not in line:  # also leaves out skipped non-finite steps
             continue
         head, *fields = line.split(", ")  # thousands separators have no space after the comma
+        step_optimizer_ms, optimizer_ms = optimizer_ms, None
         if int(head.split(":")[0][len("iter "):]) <= warmup:
             continue
         values = dict(field.split(" ", 1) for field in fields)
         steps.append({"tokens_per_s": float(values["tok/s"].replace(",", "")), "mfu": fraction(values["mfu"]),
                       "hfu": fraction(values.get("hfu", "n/a")), "memory": values["mem"],
-                      "reserved": values.get("reserved"), "host": values.get("host")})
+                      "reserved": values.get("reserved"), "host": values.get("host"),
+                      "optimizer_s": None if step_optimizer_ms is None else step_optimizer_ms / 1000})
     return steps
 
 
@@ -202,12 +241,21 @@ def median_of(values):
     return statistics.median(values) if values else None
 
 
-def summarize(steps, tokens_per_step):
-    """Median step time (and tokens/s from it), MFU and HFU, and the peak memory reported (allocated, and
-    on a GPU reserved: what runs out first; the host's with optimizer_offload)."""
+def summarize(steps, tokens_per_step, config_tokens_per_step):
+    """What the timed steps of tokens_per_step say ("measured": median step time, optimizer step, MFU,
+    HFU), and tokens/s, step time, MFU and HFU for one step of the config's config_tokens_per_step:
+    that many tokens at the timed micro-batches' time per token, plus one optimizer step. Peak memory:
+    allocated, and on a GPU reserved (what runs out first); the host's with optimizer_offload."""
     step_s = statistics.median(tokens_per_step / s["tokens_per_s"] for s in steps)
-    return {"tokens_per_s": tokens_per_step / step_s, "step_ms": 1000 * step_s,
-            "mfu": median_of(s["mfu"] for s in steps), "hfu": median_of(s["hfu"] for s in steps),
+    optimizer_s = statistics.median(s["optimizer_s"] for s in steps)
+    config_step_s = config_tokens_per_step * (step_s - optimizer_s) / tokens_per_step + optimizer_s
+    mfu, hfu = median_of(s["mfu"] for s in steps), median_of(s["hfu"] for s in steps)
+    speedup = (config_tokens_per_step / config_step_s) / (tokens_per_step / step_s)  # MFU and HFU scale with it
+    return {"tokens_per_s": config_tokens_per_step / config_step_s, "step_ms": 1000 * config_step_s,
+            "mfu": mfu and mfu * speedup, "hfu": hfu and hfu * speedup,
+            "measured": {"tokens_per_step": tokens_per_step, "step_ms": 1000 * step_s,
+                         "tokens_per_s": tokens_per_step / step_s, "optimizer_step_ms": 1000 * optimizer_s,
+                         "mfu": mfu, "hfu": hfu},
             "peak_memory_gb": max(float(s["memory"].split("GB")[0]) for s in steps),
             "peak_reserved_gb": max((float(s["reserved"].split("GB")[0]) for s in steps if s["reserved"]), default=None),
             "peak_host_gb": max((float(s["host"].split("GB")[0]) for s in steps if s["host"]), default=None),
@@ -215,26 +263,46 @@ def summarize(steps, tokens_per_step):
 
 
 def run_train(train_args, timeout):
-    """(status, message, stdout) of train.py with these arguments, killed past timeout seconds."""
-    proc = subprocess.Popen([sys.executable, TRAIN, *train_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # a hang must not eat the budget of the settings after it
-        return "timeout", f"killed after {timeout:.1f}s", proc.communicate()[0]
+    """(status, message, lines) of train.py (through timed_train) with these arguments, killed past timeout
+    seconds; lines are its stdout as (seconds since the start, line): the times of what its log does not time."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-c", TIMED_TRAIN, *train_args], stdout=subprocess.PIPE,
+                                stderr=stderr, text=True)
+        killed = threading.Event()  # a hang must not eat the budget of the settings after it
+        killer = threading.Timer(timeout, lambda: killed.set() or proc.kill())
+        if timeout < math.inf:
+            killer.start()
+        lines = [(time.monotonic() - t0, line.rstrip("\n")) for line in proc.stdout]
+        proc.wait()
+        killer.cancel()
+        stderr.seek(0)
+        errors = stderr.read()
+    if killed.is_set():
+        return "timeout", f"killed after {timeout:.1f}s", lines
     if proc.returncode:
-        return (*failure(proc.returncode, stdout, stderr), stdout)
-    return "ok", None, stdout
+        return (*failure(proc.returncode, text_of(lines), errors), lines)
+    return "ok", None, lines
+
+
+def text_of(lines):
+    return "\n".join(line for _, line in lines)
+
+
+def seconds_between(lines, first, last):
+    """Seconds from the line starting with `first` to the next starting with `last`, by when they arrived."""
+    start = next(t for t, line in lines if line.startswith(first))
+    return next(t for t, line in lines if t >= start and line.startswith(last)) - start
 
 
 class Bench:
-    """Runs settings of one config on one synthetic data dir, each in a fresh out_dir, within a time limit."""
+    """Runs settings of one config on one synthetic data dir, each in a fresh out_dir, within a time limit,
+    and judges their peaks against the device's memory budget."""
 
-    def __init__(self, args, config_args, cfg, work, memory_limit_gb):
-        self.args, self.config_args, self.cfg, self.work = args, config_args, cfg, work
-        self.memory_limit_gb = memory_limit_gb
+    def __init__(self, args, config_args, cfg, work, budget):
+        self.args, self.config_args, self.cfg, self.work, self.budget = args, config_args, cfg, work, budget
         self.micro_steps = args.grad_accum or cfg.gradient_accumulation_steps
+        self.config_tokens = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size  # a real step's
         self.deadline = time.time() + args.time_limit if args.time_limit else math.inf
         self.data_dir = os.path.join(work, "data")
         self.mode = optim.mode_of(vars(cfg))  # the config's memory mode: what the estimates price
@@ -249,36 +317,71 @@ class Bench:
                 f"--gradient_accumulation_steps={self.micro_steps}", f"--data_dir={self.data_dir}",
                 f"--out_dir={out_dir}", *setting_overrides(batch_size, policy)]
 
-    def run(self, batch_size, policy):
-        result = describe(batch_size, policy, self.cfg.n_layer)
+    def launch(self, train_args):
+        """(status, message, lines, wall seconds) of one train.py, its timeout cut to the time left."""
         left = self.deadline - time.time()
         if left <= 0:
-            return dict(result, status="skipped", message="out of time")
-        timeout = min(self.args.timeout or math.inf, left)
-        out_dir = tempfile.mkdtemp(prefix="out_", dir=self.work)
+            return "skipped", "out of time", [], 0.0
         t0 = time.time()
-        status, message, stdout = run_train(self.train_args(batch_size, policy, out_dir),
-                                            None if timeout == math.inf else timeout)
-        result.update(status=status, message=message, wall_s=round(time.time() - t0, 1),
+        status, message, lines = run_train(train_args, min(self.args.timeout or math.inf, left))
+        return status, message, lines, round(time.time() - t0, 1)
+
+    def run(self, batch_size, policy):
+        result = describe(batch_size, policy, self.cfg.n_layer)
+        status, message, lines, wall_s = self.launch(
+            self.train_args(batch_size, policy, tempfile.mkdtemp(prefix="out_", dir=self.work)))
+        stdout = text_of(lines)
+        result.update(status=status, message=message, wall_s=wall_s,
                       gpu=next((line[5:].split(";")[0] for line in stdout.splitlines() if line.startswith("GPU: ")),
                                None))
         steps = parse_steps(stdout, self.args.warmup)
         if status == "ok" and not steps:
             result.update(status="error", message="train.py logged no timed step (non-finite losses?)")
+        elif status == "ok" and any(s["optimizer_s"] is None for s in steps):
+            result.update(status="error", message="a timed step came without its optimizer step time")
         if result["status"] != "ok":
             return result
-        result.update(summarize(steps, batch_size * self.micro_steps * self.cfg.block_size), steps=len(steps))
+        result.update(summarize(steps, batch_size * self.micro_steps * self.cfg.block_size, self.config_tokens),
+                      steps=len(steps))
         result["auto"] = next((line for line in stdout.splitlines() if line.startswith("auto: ")), None)
         if self.args.simulate and policy[0] != "auto":
             config = plan.model_config(self.cfg, *policy)
             with torch.device("meta"):
                 estimate = memory.estimate(GPT(config), batch_size, self.cfg.dtype, 1, "ddp", None, *self.mode)
-            result.update(estimated_gb=(estimate["total"] - estimate["margin"]) / 1e9,
+            result.update(estimated_gb=estimate["total"] / 1e9,
                           simulated_gb=memory.simulate(config, batch_size, self.cfg.dtype, 2, True, *self.mode)["total"] / 1e9)
-        held = result["peak_reserved_gb"] or result["peak_memory_gb"]
-        result["fits"] = self.memory_limit_gb is None or held <= self.memory_limit_gb
-        if not result["fits"]:
-            result.update(status="over margin", message=f"peak {held:.1f} GB > {self.memory_limit_gb:.1f} GB")
+        return dict(result, **self.judge(result))
+
+    def judge(self, result):
+        """memory.fits on the measured peak: the reserved one where the GPU reports it (what the allocator
+        holds, compared as is), else the allocated one (with the fragmentation margin)."""
+        kind = "reserved" if result["peak_reserved_gb"] is not None else "allocated"
+        peak = 1e9 * result["peak_reserved_gb" if kind == "reserved" else "peak_memory_gb"]
+        if memory.fits(peak, self.budget.bytes, kind):
+            return {"fits": True, "compared": kind}
+        return {"fits": False, "compared": kind, "status": "over budget",
+                "message": f"{kind} peak {peak / 1e9:.1f} GB needs {memory.needed_bytes(peak, kind) / 1e9:.1f} GB; "
+                           f"{self.budget.text()}"}
+
+    def save_resume(self):
+        """One checkpoint save and its load at the config's setting: a train.py saves after its first step,
+        then a second one resumes from it. Each is timed by when train.py's log lines arrive: the save from
+        `saving` to `saved`; the load from `loading` to `loaded` (the file opened, memory-mapped) plus from
+        `built` (the model) to `resuming after` (the mapped tensors copied into the model and optimizer)."""
+        out_dir = tempfile.mkdtemp(prefix="out_", dir=self.work)
+        common = self.train_args(self.cfg.batch_size, (self.cfg.activation_checkpointing, self.cfg.recompute_blocks),
+                                 out_dir)
+        result = {"label": "save and resume", "status": "ok", "message": None}
+        for name, extra, spans in (("save", ["--max_iters=1", "--checkpoint_interval=1"], [("saving ", "saved ")]),
+                                   ("load", ["--init_from=resume", "--max_iters=2"],
+                                    [("loading ", "loaded "), ("built ", "resuming after ")])):
+            status, message, lines, result[f"{name}_wall_s"] = self.launch([*common, *extra])
+            if status != "ok":
+                return dict(result, status=status, message=f"{name}: {message}")
+            result[f"{name}_s"] = round(sum(seconds_between(lines, first, last) for first, last in spans), 3)
+        result["checkpoint_gb"] = os.path.getsize(checkpoint.checkpoint_path(out_dir, 1)) / 1e9
+        for name in ("save", "load"):  # lines that arrive together time as 0 s: too small to say
+            result[f"{name}_gb_per_s"] = result["checkpoint_gb"] / result[f"{name}_s"] if result[f"{name}_s"] else None
         return result
 
 
@@ -345,18 +448,24 @@ def reference_run(cfg, data_dir, batch_size, micro_steps, warmup, steps):
 # -----------------------------------------------------------------------------
 # output
 
-def gpu_memory_gb(device):
-    """Total memory of the GPU train.py will run on, in GB (1e9 bytes); None on the CPU. Asked in a
-    child process: a CUDA context in this one would hold ~0.5 GB of the GPU the runs measure."""
-    if device != "auto" and not device.startswith("cuda"):
-        return None
-    index = device.partition(":")[2] or "0"
-    code = ("import torch; print(torch.cuda.get_device_properties(%s).total_memory "
-            "if torch.cuda.is_available() else 0)" % index)
-    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+# how the JSON's tokens/s, step_ms, mfu and hfu are computed, said in the JSON itself
+THROUGHPUT = ("one optimizer step of the config's global batch (config_tokens_per_step): its tokens x (timed step - "
+              "optimizer step) / timed tokens + one optimizer step, from the medians of the timed steps of grad_accum "
+              "micro-batches, the optimizer step timed on its own between GPU syncs; MFU and HFU scaled alike. "
+              "What the timed steps did is under each setting's 'measured'")
+BUDGET_PROBE = ("import dataclasses, json, sys; sys.path.insert(0, sys.argv[1]); from trainer import hardware, memory; "
+                "budget = memory.device_budget(hardware.resolve_device(sys.argv[2])[0], float(sys.argv[3])); "
+                "print(json.dumps(dataclasses.asdict(budget)))")
+
+
+def device_budget(cfg):
+    """memory.device_budget() of the device train.py will run on, asked in a child process: a CUDA
+    context in this one would hold ~0.5 GB of the GPU the runs measure."""
+    probe = subprocess.run([sys.executable, "-c", BUDGET_PROBE, REPO, cfg.device, str(cfg.memory_budget_gb)],
+                           capture_output=True, text=True)
     if probe.returncode:
-        fail(f"cannot read the GPU's memory: {(probe.stderr.strip().splitlines() or ['no message'])[-1]}")
-    return int(probe.stdout) / 1e9 or None
+        fail(f"cannot read the device's memory budget: {(probe.stderr.strip().splitlines() or ['no message'])[-1]}")
+    return memory.Budget(**json.loads(probe.stdout))
 
 
 def fail(message):
@@ -364,18 +473,21 @@ def fail(message):
     sys.exit(1)
 
 
-COLUMNS = f"{'setting':<28} {'tok/s':>10} {'step ms':>9} {'MFU':>6} {'HFU':>6}  peak memory"
+COLUMNS = f"{'setting':<28} {'tok/s':>10} {'step ms':>9} {'opt ms':>7} {'MFU':>6} {'HFU':>6}  peak memory"
 
 
 def row(result):
     text = f"{result['label']:<28}"
     if "tokens_per_s" in result:
-        text += (f" {result['tokens_per_s']:>10,.0f} {result['step_ms']:>9.1f} {hardware.percent(result['mfu']):>6} "
+        text += (f" {result['tokens_per_s']:>10,.0f} {result['step_ms']:>9.1f} "
+                 f"{result['measured']['optimizer_step_ms']:>7.1f} {hardware.percent(result['mfu']):>6} "
                  f"{hardware.percent(result['hfu']):>6}  {result['peak_memory_gb']:.1f} GB {result['memory_kind']}")
+    if result.get("peak_reserved_gb") is not None:
+        text += f", reserved {result['peak_reserved_gb']:.1f} GB"
     if result.get("peak_host_gb"):
         text += f", host {result['peak_host_gb']:.1f} GB"
     if "simulated_gb" in result:
-        text += f" (simulated {result['simulated_gb']:.1f} GB)"
+        text += f" (estimated {result['estimated_gb']:.1f} GB, simulated {result['simulated_gb']:.1f} GB)"
     if result["status"] != "ok":
         text += f"  {result['status']}: {result['message']}"
     return text
@@ -401,17 +513,17 @@ def train_command(config_args, cfg, best):
     return shlex.join(["python", "train.py", *given, *chosen])
 
 
-def measure(args, config_args, cfg, batch_sizes, policies, limit, say):
+def measure(args, config_args, cfg, batch_sizes, policies, budget, say):
     """Every setting, --repeat rounds of them (with the reference after each round when asked):
     the fastest result of each setting, the fastest reference, and the micro-batches per step."""
     fastest, references = {}, []
     with tempfile.TemporaryDirectory(prefix="bench_") as work:
-        bench = Bench(args, config_args, cfg, work, limit)
+        bench = Bench(args, config_args, cfg, work, budget)
         bench.prepare(max(batch_sizes))
         say(f"bench {shlex.join(config_args)}: {args.warmup} warm-up + {args.steps} timed steps of "
-            f"{bench.micro_steps} micro-batches x {cfg.block_size} tokens; " + (
-                f"memory limit {limit:.1f} GB ({1 - args.margin:.0%} of the GPU's)" if limit else
-                "no memory limit checked on the CPU: every setting that runs fits"))
+            f"{bench.micro_steps} micro-batches x {cfg.block_size} tokens; tokens/s, step and MFU for a step of the "
+            f"config's {bench.config_tokens:,} tokens; the measured peak (reserved where the GPU reports it, else "
+            f"allocated) against the {budget.text()}")
         say(COLUMNS)
         for _ in range(args.repeat):  # rounds alternate the settings, so load from elsewhere hits them alike
             for result in sweep(bench.run, batch_sizes, policies, cfg):
@@ -422,9 +534,26 @@ def measure(args, config_args, cfg, batch_sizes, policies, limit, say):
             if args.reference and "tokens_per_s" in fastest[key]:  # plain mode: key is its one setting
                 references.append(reference_run(cfg, bench.data_dir, cfg.batch_size, bench.micro_steps,
                                                 args.warmup, args.steps))
-                say(f"{'reference (plain loop)':<28} {references[-1]['tokens_per_s']:>10,.0f} "
-                    f"{references[-1]['step_ms']:>9.1f}")
-    return list(fastest.values()), max(references, key=lambda r: r["tokens_per_s"], default=None), bench.micro_steps
+                say(f"reference (plain loop): {references[-1]['tokens_per_s']:,.0f} tokens/s in timed steps of "
+                    f"{references[-1]['step_ms']:.1f} ms")
+    return list(fastest.values()), max(references, key=lambda r: r["tokens_per_s"], default=None), bench
+
+
+def save_resume(args, config_args, cfg, budget, say):
+    """--save_resume: one checkpoint saved and loaded, said as a line (and as JSON with --json)."""
+    with tempfile.TemporaryDirectory(prefix="bench_") as work:
+        bench = Bench(args, config_args, cfg, work, budget)
+        bench.prepare(cfg.batch_size)
+        result = bench.save_resume()
+    if result["status"] == "ok":
+        rate = {name: "" if result[f"{name}_gb_per_s"] is None else f", {result[f'{name}_gb_per_s']:.2f} GB/s"
+                for name in ("save", "load")}
+        say(f"checkpoint of {result['checkpoint_gb']:.2f} GB: saved in {result['save_s']:.1f}s{rate['save']}, "
+            f"loaded in {result['load_s']:.1f}s{rate['load']}")
+    if args.json:
+        print(json.dumps({"config_args": config_args, "device": cfg.device, "save_resume": result}, indent=1))
+    if result["status"] != "ok":
+        fail(f"save and resume: {result['status']}: {result['message']}")
 
 
 def main(argv=None):
@@ -434,14 +563,15 @@ def main(argv=None):
         batch_sizes, policies = sweep_settings(parser, args, cfg)
     else:
         batch_sizes, policies = [cfg.batch_size], [(cfg.activation_checkpointing, cfg.recompute_blocks)]
-    gpu_gb = gpu_memory_gb(cfg.device)
-    limit = None if gpu_gb is None else (1 - args.margin) * gpu_gb
+    budget = device_budget(cfg)
     say = functools.partial(print, file=sys.stderr if args.json else sys.stdout, flush=True)
-    results, reference, micro_steps = measure(args, config_args, cfg, batch_sizes, policies, limit, say)
+    if args.save_resume:
+        return save_resume(args, config_args, cfg, budget, say)
+    results, reference, bench = measure(args, config_args, cfg, batch_sizes, policies, budget, say)
 
     if reference:
-        reference["ratio"] = results[0]["tokens_per_s"] / reference["tokens_per_s"]
-        say(f"train.py / plain loop: {reference['ratio']:.2f}x the tokens/s"
+        reference["ratio"] = results[0]["measured"]["tokens_per_s"] / reference["tokens_per_s"]
+        say(f"train.py / plain loop: {reference['ratio']:.2f}x the tokens/s in the same timed steps"
             + (f" (fastest of {args.repeat} rounds each)" if args.repeat > 1 else ""))
     overheads = checkpointing_overheads(results)
     for o in overheads:
@@ -453,10 +583,11 @@ def main(argv=None):
         say(f"  {command}")
     if args.json:
         print(json.dumps({"config_args": config_args, "steps": args.steps, "warmup": args.warmup,
-                          "grad_accum": micro_steps, "block_size": cfg.block_size, "device": cfg.device,
-                          "gpu_memory_gb": gpu_gb, "margin": args.margin, "memory_limit_gb": limit,
-                          "settings": results, "best": best, "train_command": command,
-                          "checkpointing_overhead": overheads, "reference": reference}, indent=1))
+                          "grad_accum": bench.micro_steps, "block_size": cfg.block_size, "device": cfg.device,
+                          "config_tokens_per_step": bench.config_tokens, "throughput": THROUGHPUT,
+                          "budget": dataclasses.asdict(budget), "settings": results, "best": best,
+                          "train_command": command, "checkpointing_overhead": overheads, "reference": reference},
+                         indent=1))
     if best is None:
         fail("no setting fits (the table says why)" if args.sweep else f"the setting did not run: {results[0]['message']}")
 

@@ -1,11 +1,10 @@
-"""scripts/bench.py and scripts/gpu_check.sh on the CPU with a tiny model: a plain run against the
-reference loop, a small sweep, the sweep's order and skipping (with a stand-in for train.py), how
-train.py's log lines and failures are read, and the GPU check end to end. Every train.py launch
-costs seconds, so there are few of them."""
+"""scripts/bench.py on the CPU with a tiny model: a plain run against the reference loop, a small
+sweep, the sweep's order and skipping (with a stand-in for train.py), how train.py's log lines and
+failures are read, the step of the config's real size, and the memory rule. Every train.py launch
+costs seconds, so there are few of them (tests/test_gpu_check.py runs gpu_check.sh)."""
 import json
-import os
-import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +13,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "scripts"))
 import bench  # noqa: E402
 import configurator  # noqa: E402
+from trainer import memory  # noqa: E402
 
 TINY = ["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
         "--device=cpu", "--dtype=float32"]
@@ -34,7 +34,10 @@ def test_plain_run_against_the_reference_as_json(capsys):
     assert setting["status"] == "ok" and setting["fits"] and setting["steps"] == 2
     assert setting["tokens_per_s"] > 0 and setting["step_ms"] > 0 and setting["peak_memory_gb"] > 0
     assert setting["mfu"] is None and setting["memory_kind"] == "host RSS"  # no peak FLOPS for a CPU
-    assert report["best"] == setting and report["gpu_memory_gb"] is None and report["grad_accum"] == 2
+    assert setting["fits"] and setting["compared"] == "allocated"  # no reserved peak on a CPU
+    assert setting["measured"]["optimizer_step_ms"] > 0 and report["config_tokens_per_step"] == 8 * 2 * 32
+    assert report["best"] == setting and report["budget"]["source"] == "the machine's memory"
+    assert report["grad_accum"] == 2 and "optimizer step" in report["throughput"]
     assert report["reference"]["tokens_per_s"] > 0 and report["reference"]["ratio"] > 0
     assert "train.py / plain loop:" in out.err and "batch 8, recompute none" in out.err
 
@@ -45,7 +48,7 @@ def test_sweep_names_the_fastest_setting_and_its_command(capsys):
     rows = [line.split("  ")[0] for line in out.splitlines() if line.startswith("batch ")]
     assert rows == ["batch 2, recompute all", "batch 4, recompute all", "batch 2, recompute none",
                     "batch 4, recompute none"]
-    assert "no memory limit checked on the CPU" in out
+    assert "budget (the machine's memory)" in out
     assert out.count("full checkpointing: ") == 2 and "x the step time of none at batch 4" in out
     assert "fastest that fits: batch " in out
     command = [line.strip() for line in out.splitlines() if line.strip().startswith("python train.py ")]
@@ -91,18 +94,46 @@ def test_selective_sorts_between_full_and_none():
 
 def test_train_log_lines_are_read_past_the_warmup():
     log = "\n".join([
+        "optimizer step 900.0ms",
         "first step took 3.1s (includes warm-up)",
         "iter 1: loss 10.9, time 3100ms, mfu 1.0%, tok/s 10,000, lr 1.000e-04, grad norm 1.000, mem 130.2GB, hfu 1.3%",
+        "optimizer step 100.0ms",
         "iter 2: loss 10.8, time 2000ms, mfu 45.0%, tok/s 16,384, lr 1.000e-04, grad norm 0.900, mem 131.0GB, "
         "hfu 60.0%, eta 1.0h",
         "iter 3: non-finite loss nan or grad norm nan: step skipped (1 in a row, 1 in all)",
+        "optimizer step 300.0ms",
         "iter 4: loss 10.7, time 1000ms, mfu 50.0%, tok/s 32,768, lr 1.000e-04, grad norm 0.800, mem 131.5GB, "
         "hfu 66.0%, eta 1.0h",
     ])
-    summary = bench.summarize(bench.parse_steps(log, warmup=1), tokens_per_step=32768)
+    steps = bench.parse_steps(log, warmup=1)
+    assert [s["optimizer_s"] for s in steps] == [0.1, 0.3]  # each iter line gets the step timed before it
+    summary = bench.summarize(steps, tokens_per_step=32768, config_tokens_per_step=32768)
     assert summary["step_ms"] == pytest.approx(1500) and summary["tokens_per_s"] == pytest.approx(32768 / 1.5)
     assert summary["mfu"] == pytest.approx(0.475) and summary["hfu"] == pytest.approx(0.63)
+    assert summary["measured"]["optimizer_step_ms"] == pytest.approx(200)
     assert summary["peak_memory_gb"] == 131.5 and summary["memory_kind"] == "GPU allocated"
+
+
+def test_the_step_of_the_configs_size_amortises_the_optimizer_step():
+    """4 micro-batches of 8,192 tokens timed at 4.2 s a step, 0.2 s of it the optimizer step: a micro-batch
+    takes 1 s, so a real step of 160 micro-batches takes 160 s + 0.2 s."""
+    steps = [{"tokens_per_s": 4 * 8192 / 4.2, "optimizer_s": 0.2, "mfu": 0.40, "hfu": None, "memory": "100.0GB",
+              "reserved": "110.0GB", "host": None}]
+    summary = bench.summarize(steps, tokens_per_step=4 * 8192, config_tokens_per_step=160 * 8192)
+    assert summary["step_ms"] == pytest.approx(160_200) and summary["tokens_per_s"] == pytest.approx(160 * 8192 / 160.2)
+    assert summary["mfu"] == pytest.approx(0.40 * (160 / 160.2) / (4 / 4.2)) and summary["hfu"] is None
+    assert summary["measured"]["tokens_per_s"] == pytest.approx(4 * 8192 / 4.2)
+
+
+@pytest.mark.parametrize("reserved, compared, fits", [(95.0, "reserved", True), (None, "allocated", False)])
+def test_measured_peaks_are_judged_by_the_memory_rule(reserved, compared, fits):
+    """memory.fits on a 96 GB budget: a 95 GB reserved peak as is; a 95 GB allocated one with the margin."""
+    judge = bench.Bench.judge(SimpleNamespace(budget=memory.Budget(96e9, 0.0, 100e9, "free after start-up")),
+                              {"peak_memory_gb": 95.0, "peak_reserved_gb": reserved})
+    assert judge["fits"] == fits and judge["compared"] == compared
+    if not fits:
+        assert judge["status"] == "over budget" and judge["message"].startswith("allocated peak 95.0 GB needs ")
+        assert judge["message"].endswith("96.0 GB budget (free after start-up)")
 
 
 def test_offload_host_memory_goes_from_the_log_line_into_the_summary(monkeypatch):
@@ -114,9 +145,9 @@ def test_offload_host_memory_goes_from_the_log_line_into_the_summary(monkeypatch
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
     mem = hardware.peak_memory_text("cuda", host=True)
     assert mem.startswith("70.1GB, reserved 72.0GB, host ") and mem.endswith("GB RSS")
-    log = "\n".join(f"iter {i}: loss 3.0, time 100ms, mfu 40.0%, tok/s 1,000, lr 1.000e-04, grad norm 1.000, mem {mem}"
-                    for i in (1, 2))
-    summary = bench.summarize(bench.parse_steps(log, warmup=1), tokens_per_step=100)
+    log = "\n".join(f"optimizer step 10.0ms\niter {i}: loss 3.0, time 100ms, mfu 40.0%, tok/s 1,000, lr 1.000e-04, "
+                    f"grad norm 1.000, mem {mem}" for i in (1, 2))
+    summary = bench.summarize(bench.parse_steps(log, warmup=1), tokens_per_step=100, config_tokens_per_step=100)
     assert summary["peak_memory_gb"] == 70.1 and summary["peak_reserved_gb"] == 72.0
     assert summary["peak_host_gb"] == float(mem.split("host ")[1].split("GB")[0]) > 0
     assert "host" not in hardware.peak_memory_text("cuda")
@@ -140,20 +171,3 @@ def test_bad_config_is_one_line_before_any_run(capsys):
     with pytest.raises(SystemExit) as e:
         bench.main([*TINY, "--n_lyer=3"])
     assert e.value.code == 2 and "unknown config key 'n_lyer'" in capsys.readouterr().err
-
-
-def test_gpu_check_end_to_end_on_cpu(tmp_path):
-    out = tmp_path / "check.json"
-    env = dict(os.environ, GPU_CHECK_RUNS=" ".join([*TINY, "--sweep", "--batch_sizes=2", "--recompute=all"]),
-               GPU_CHECK_STEPS="1", GPU_CHECK_GRAD_ACCUM="1")
-    result = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads(out.read_text())
-    assert {"date", "host", "commit", "env", "env_report", "env_exit", "budget_s", "runs"} <= report.keys()
-    assert report["env_report"] and isinstance(report["env_exit"], int)  # check_env.py's lines and status
-    [run] = report["runs"]
-    assert run["exit"] == 0 and run["seconds"] >= 0 and run["skipped"] is None
-    [setting] = run["bench"]["settings"]
-    assert setting["label"] == "batch 2, recompute all" and setting["status"] == "ok" and setting["hfu"] is None
-    assert run["bench"]["best"] == setting and "fastest that fits: batch 2, recompute all" in result.stdout

@@ -183,15 +183,17 @@ def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
     assert state["iter_num"] == 8 and len(state["rng"]) == 2 and "exp_avg" in next(iter(state["optimizer"]["state"].values()))
 
 
-def test_fsdp_in_bf16_gathers_bf16_and_keeps_fp32_weights(tmp_path, data_dir):
-    """Under bf16, FSDP2 blocks gather bf16 weights (MixedPrecisionPolicy) and reduce-scatter fp32
-    gradients into fp32 shards: the losses follow one process's bf16 run, the saved weights stay fp32.
+def test_fsdp_in_bf16_keeps_one_gpus_numerics(tmp_path, data_dir):
+    """Under bf16, FSDP2 blocks gather bf16 matmul weights but keep LayerNorms, embeddings and the
+    residual stream in fp32, as bf16 autocast does on one GPU (trainer/sharding.py), and reduce-scatter
+    fp32 gradients into fp32 shards: the losses track one process's bf16 run to float reduction order
+    (FSDP's default policy, a bf16 residual stream, needed 2% here), the saved weights stay fp32.
     Selective checkpointing runs under it."""
     bf16 = ["--dtype=bfloat16", "--max_iters=4", "--activation_checkpointing=selective"]
     one = run(tmp_path / "one", data_dir, *bf16)
     two = run(tmp_path / "two", data_dir, *bf16, "--strategy=fsdp", nproc=2)
     assert one.returncode == two.returncode == 0
-    assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), rel=0.02)
+    assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), rel=5e-4)
     weights = final_weights(tmp_path / "two", 4)
     assert all(w.dtype == torch.float32 for w in weights.values())
 

@@ -1,0 +1,64 @@
+"""The house: the design card's top level, one package for the mechanisms, and imports that flow one
+way through the floors trainer/__init__.py lists: nothing reaches up a floor, and nothing imports in a cycle."""
+import ast
+import re
+import subprocess
+
+import trainer
+from conftest import REPO
+
+TOP_LEVEL = {"model.py", "train.py", "sample.py", "configurator.py", "config", "data", "scripts", "tests", "docs",
+             "README.md", "requirements.txt", ".ci", ".gitignore", "trainer"}
+
+
+def floors():
+    """{module: floor} from the package docstring's numbered lines; model.py is a floor of its own."""
+    found = {}
+    for number, names in re.findall(r"^\s+(\d)\. ([^:]+):", trainer.__doc__, re.M):
+        for name in re.findall(r"\w+(?:\.py)?", names):
+            found[name.removesuffix(".py")] = int(number)
+    return found
+
+
+def our_imports(path):
+    """The trainer modules (and model) a file imports, lazily or not."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "trainer":
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("trainer."):
+            names.add(node.module.split(".")[1])
+        elif isinstance(node, ast.ImportFrom) and node.module == "model":
+            names.add("model")
+    return names
+
+
+def test_top_level_is_the_design_cards():
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert {line.split("/")[0] for line in tracked.splitlines()} <= TOP_LEVEL
+
+
+def import_graph():
+    modules = [p for p in (REPO / "trainer").glob("*.py") if p.name != "__init__.py"] + [REPO / "model.py"]
+    return {p.stem: our_imports(p) for p in modules}
+
+
+def test_every_module_has_a_floor_and_imports_nothing_above_it():
+    floor, graph = floors(), import_graph()
+    assert set(graph) <= set(floor), f"missing from trainer/__init__.py's floors: {sorted(set(graph) - set(floor))}"
+    for module, names in graph.items():
+        for name in names:
+            assert floor[name] <= floor[module], f"{module} imports {name}, on a floor above its own"
+
+
+def test_no_import_cycles():
+    graph, done = import_graph(), set()
+
+    def visit(module, path):
+        assert module not in path, f"import cycle: {' -> '.join(path + [module])}"
+        if module not in done:
+            for name in graph.get(module, ()):
+                visit(name, path + [module])
+            done.add(module)
+    for module in graph:
+        visit(module, [])
