@@ -15,9 +15,14 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from datetime import timedelta
 
 import torch
+
+from trainer import environment  # first: what an older torch lacks is named before anything needs it
+
+if problem := environment.torch_problem():
+    sys.exit(f"error: {problem}")
+
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -48,6 +53,7 @@ if master:
 run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 log, fail = run_log, run_log.fail
 sys.excepthook = run_log.crash
+run_log.explain = lambda error: environment.compile_failure(error) if cfg.compile else None  # one line, not a traceback
 
 if problem := configurator.check(cfg, world_size, distributed):
     fail(problem)
@@ -58,8 +64,11 @@ stop_signal = stopping.StopSignal()  # from here on a signal stops the run clean
 
 # -----------------------------------------------------------------------------
 # device, precision and process group
+allocator = memory.use_expandable_segments()  # before the device initialises, which is when it is read
 device, device_type = hardware.resolve_device(cfg.device, local_rank)
 if problem := hardware.device_problem(device):
+    fail(problem)
+if device_type == "cuda" and (problem := environment.compiler_problem(cfg.compile)):
     fail(problem)
 if device_type == "cuda":
     torch.cuda.set_device(device)
@@ -74,8 +83,16 @@ autocast = (
 )
 if distributed:
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type == "cuda" else "gloo")
-    # Ranks wait in a collective while rank 0 writes a checkpoint (minutes at 6.7B): allow for it.
-    dist.init_process_group(backend=backend, timeout=timedelta(minutes=60))
+    # Ranks wait in a collective while a checkpoint is written, and the job dies past the timeout, which
+    # is fixed here for the whole run: so it follows the checkpoint's size and this disk's speed, measured now.
+    with torch.device("meta"):
+        n_saved = GPT(GPTConfig(**{k: getattr(cfg, k) for k in ARCHITECTURE_KEYS})).get_num_params(non_embedding=False)
+    checkpoint_bytes = optim.saved_bytes_per_param(*optim.mode_of(vars(cfg))) * n_saved
+    write_speed = checkpoint.write_speed(cfg.out_dir) if cfg.checkpoint_interval > 0 else float("inf")
+    timeout = checkpoint.process_group_timeout(checkpoint_bytes, write_speed)
+    log(f"{cfg.out_dir} writes {write_speed / 1e9:.2f} GB/s: collectives wait up to {timeout} "
+        f"(a checkpoint is {checkpoint_bytes / 1e9:.1f} GB)")
+    dist.init_process_group(backend=backend, timeout=timeout)
 
 
 def agree(flag):
@@ -143,24 +160,25 @@ if saved_args is not None:
         model_args[key] = saved
     model_args["n_tokens"] = saved_args.get("n_tokens", 0)
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
-policy, recompute_blocks = cfg.activation_checkpointing, cfg.recompute_blocks
-budget = cfg.memory_budget_gb * 1e9 or hardware.memory_capacity(device)
+# Attention first: if only the math kernel runs, its T x T matrices are priced before anything is chosen.
+attention = hardware.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
+                                       model_args["n_head"], model_args["n_embd"] // model_args["n_head"],
+                                       model_args["block_size"])
+if attention == "math":
+    log("warning: attention runs the math kernel, which keeps the T x T attention matrices (priced in the memory "
+        "estimate below; slower too); see python scripts/check_env.py")
+budget = memory.device_budget(device, cfg.memory_budget_gb)  # after init_process_group: NCCL's buffers are a fixed cost
 with torch.device("meta"):
     shapes = GPT(GPTConfig(**model_args))  # every shape and no storage: what memory.py's estimates read
-mode = optim.mode_of(vars(cfg))  # (optimizer, master_weights, optimizer_offload)
-if policy != "auto" and not cfg.ignore_memory_estimate:  # refuse now rather than after minutes of allocating
-    if problem := memory.over_budget(shapes, cfg.batch_size, cfg.gradient_accumulation_steps, budget, cfg.dtype,
-                                     world_size, cfg.strategy, (policy, recompute_blocks), *mode):
-        fail(f"{problem}. To try anyway: ignore_memory_estimate=True")
-if policy == "auto":  # the cheapest policy and micro-batch that fit, from memory.py's estimate; the global batch stays
-    choice = memory.choose_auto(shapes, cfg.batch_size, cfg.gradient_accumulation_steps, budget, cfg.dtype,
-                                world_size, cfg.strategy, *mode)
-    if not choice:
-        fail(f"activation_checkpointing=auto: nothing fits {budget / 1e9:.1f} GB per device, not even full "
-             f"checkpointing at micro-batch 1; see python scripts/plan.py {' '.join(sys.argv[1:])}")
-    policy, recompute_blocks = choice.activation_checkpointing, choice.recompute_blocks
-    cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
-    log(f"auto: {choice.describe(model_args['n_layer'])}: estimated peak {choice.peak_gb:.1f} GB of {choice.budget_gb:.1f} GB")
+try:  # refuse now rather than after minutes of allocating; auto picks the cheapest setting that fits
+    choice = memory.settle(shapes, cfg, budget, world_size, attention)
+except memory.DoesNotFit as e:
+    fail(f"{e}; see python scripts/plan.py {' '.join(sys.argv[1:])}")
+policy, recompute_blocks = choice.activation_checkpointing, choice.recompute_blocks
+cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
+if cfg.activation_checkpointing == "auto":
+    log(f"auto: {choice.describe(model_args['n_layer'])}")  # bench.py reads this line
+log(memory.start_up_line(choice, budget))
 gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=policy, recompute_blocks=recompute_blocks)
 
 # -----------------------------------------------------------------------------
@@ -276,12 +294,8 @@ if master:
 gpu_description, gpu_key = hardware.local_gpu(local_rank) if device_type == "cuda" else (None, None)
 peak_tflops = cfg.peak_tflops or (hardware.GPUS[gpu_key].peak_tflops if gpu_key else 0.0)
 if device_type == "cuda":
-    log(f"GPU: {gpu_description}; peak bf16 {peak_tflops or 'unknown (set peak_tflops for MFU)'} TFLOPS")
-    attention = hardware.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
-                                           gptconf.n_head, gptconf.n_embd // gptconf.n_head, gptconf.block_size)
-    if attention == "math":
-        log("warning: attention runs the math kernel, which keeps the T x T attention matrix (GBs more at 6.7B, "
-            "and slower); see scripts/check_env.py")
+    log(f"GPU: {gpu_description}; peak bf16 {peak_tflops or 'unknown (set peak_tflops for MFU)'} TFLOPS; "
+        f"allocator {allocator}")
 model_flops = hardware.flops_per_token(n_params, gptconf.n_layer, gptconf.n_embd, gptconf.block_size)
 hardware_flops = model_flops + hardware.recompute_flops_per_token(
     memory.block_params(raw_model), gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size, gptconf.activation_checkpointing)

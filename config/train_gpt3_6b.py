@@ -42,7 +42,10 @@ checkpoint_minutes = 120.0
 keep_last_n = 3
 
 dtype = 'bfloat16'
-compile = False  # the safe default on ROCm; try --compile=True and compare with scripts/bench.py
+# each block compiled (train.py): fused elementwise kernels around the matmuls, faster steps on CUDA.
+# ROCm's inductor can fail where CUDA's works: scripts/check_env.py compiles a block on the GPU and
+# says 'rerun with --compile=False' if it does not run there
+compile = True
 wandb_log = True
 wandb_project = 'gpt3'
 wandb_run_name = 'gpt3-6.7b'

@@ -3,9 +3,10 @@ Check a machine before spending GPU-hours on it:
 
     python scripts/check_env.py config/train_gpt3_6b.py [--key=value ...]
 
-The GPU PyTorch sees (CUDA or ROCm/HIP, name, gfx arch, memory), bf16, which attention kernel
-really runs for the config's shapes, fused AdamW, free disk for the checkpoints, and the data
-bins. Each line starts with ok, WARN, FAIL, or -- for what this machine cannot check (on a
+The PyTorch features the trainer needs (first: without them nothing else can be checked), the GPU
+PyTorch sees (CUDA or ROCm/HIP, name, gfx arch, memory), bf16, which attention kernel really runs
+for the config's shapes, fused AdamW, torch.compile (with compile=True), free disk for the
+checkpoints, and the data bins. Each line starts with ok, WARN, FAIL, or -- for what this machine cannot check (on a
 CPU-only machine: everything about the GPU). Exits 1 if anything FAILs.
 """
 import inspect
@@ -18,11 +19,17 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import environment  # noqa: E402  (needs the repo root on sys.path first)
+
+if problem := environment.torch_problem():  # before the imports below, which use these features
+    print(f"FAIL  {problem}", flush=True)
+    sys.exit(1)
+from trainer import bins  # noqa: E402
 from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
 from trainer import hardware  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
+from model import Block, GPTConfig  # noqa: E402
 
 failures = []
 
@@ -118,6 +125,35 @@ def check_fused_adamw(on_gpu):
     report("ok", "fused AdamW runs")
 
 
+def check_compile(cfg, on_gpu):
+    """compile=True: a C compiler for Triton's kernels, then a small block compiled as train.py compiles
+    each one and run forward and backward (ROCm's inductor may fail where CUDA's works)."""
+    if not cfg.compile:
+        report("--", "torch.compile: off (compile=False), the model runs eagerly")
+        return
+    if problem := environment.compiler_problem(cfg.compile):
+        report("FAIL", problem)
+        return
+    if not on_gpu:
+        report("--", f"torch.compile: a C compiler is here ({environment.c_compiler()}); compiling for the GPU "
+                     f"needs a GPU to check")
+        return
+    dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
+    block = Block(GPTConfig(n_layer=1, n_head=2, n_embd=128, block_size=64, bias=cfg.bias)).cuda()
+    block.compile()
+    x = torch.randn(2, 64, 128, device="cuda", requires_grad=True)
+    try:
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype == torch.bfloat16):
+            block(x).sum().backward()
+        torch.cuda.synchronize()
+    except Exception as e:  # whatever fails here fails at train.py's first step
+        report("FAIL", environment.compile_failure(e) or
+               f"torch.compile does not run here ({type(e).__name__}: {str(e).strip().splitlines()[0]}): "
+               f"rerun with --compile=False")
+        return
+    report("ok", "torch.compile: a block compiles and runs forward and backward")
+
+
 def check_disk(cfg, checkpoint_gb):
     """Room for keep_last_n checkpoints plus the one being written (rotation deletes only after it is complete)."""
     existing = len(checkpoint.list_checkpoints(cfg.out_dir))
@@ -175,6 +211,7 @@ def main(argv=None):
     on_gpu = check_gpu(cfg, p["memory_gb"]["total"])
     check_attention(cfg, on_gpu, p["math_attention_extra_gb"])
     check_fused_adamw(on_gpu)
+    check_compile(cfg, on_gpu)
     check_disk(cfg, p["checkpoint_gb"])
     check_data(cfg, p["total_tokens"])
     if failures:

@@ -9,7 +9,10 @@ The config and its --key=value overrides are resolved by configurator.py, exactl
 resolves them; the model is built on the meta device (shapes, no storage), so a 6.7B plan takes
 seconds on a laptop. Memory is memory.py's estimate for bf16 autocast over fp32 weights with fused
 AdamW, as train.py trains, and for activation_checkpointing='auto' the policy and micro-batch auto
-picks on --gpu; --simulate checks the estimate against the training step run on fake tensors.
+picks on --gpu; whether it fits is memory.settle's answer, train.py's own, except that the budget is the
+card's whole memory (or memory_budget_gb): train.py measures what the CUDA context, the libraries and the
+process group take on the device itself, which plan.py cannot. --simulate checks the estimate against
+the training step run on fake tensors.
 GB = 1e9 bytes, as GPU vendors count.
 """
 import argparse
@@ -73,32 +76,35 @@ def offload_seconds(n_params, mode):
 # -----------------------------------------------------------------------------
 # the plan
 
-def budget_bytes(cfg, gpu):
-    return cfg.memory_budget_gb * 1e9 if cfg.memory_budget_gb > 0 else gpu.capacity_gb * 1e9
+def card_budget(cfg, gpu):
+    """The memory.Budget on a card plan.py has not got: all of it, as nothing on it can be measured."""
+    return memory.stated_budget(gpu.capacity_gb * 1e9, "the card's memory, less nothing measured",
+                                cfg.memory_budget_gb)
 
 
 def choose_setting(cfg, gpu, gpus, mode=None):
-    """(auto's Choice for this GPU or None when nothing fits, and the setting the plan is for:
-    (policy, recompute_blocks, batch_size, gradient_accumulation_steps)). A config that names
-    its policy gets it as it is; 'auto' gets auto's choice, or full checkpointing (the least
-    memory) when nothing fits, so the plan can say by how much. mode: another memory mode than the
-    config's."""
-    choice = memory.choose_auto(build_meta_model(cfg, "none"), cfg.batch_size, cfg.gradient_accumulation_steps,
-                                budget_bytes(cfg, gpu), cfg.dtype, gpus, cfg.strategy, *(mode or optim.mode_of(vars(cfg))))
-    if cfg.activation_checkpointing != "auto":
-        return choice, (cfg.activation_checkpointing, cfg.recompute_blocks, cfg.batch_size,
-                        cfg.gradient_accumulation_steps)
-    if choice is None:
-        return None, ("full", -1, cfg.batch_size, cfg.gradient_accumulation_steps)
-    return choice, (choice.activation_checkpointing, choice.recompute_blocks, choice.batch_size,
-                    choice.gradient_accumulation_steps)
+    """(auto's Choice for this GPU or None when nothing fits, the setting the plan is for as
+    memory.settle gives it (a Choice, fits=False when it does not fit), and settle's refusal or None).
+    A config that names its policy gets it as it is; 'auto' gets auto's choice, or full checkpointing
+    (the least memory) when nothing fits, so the plan can say by how much. mode: another memory mode
+    than the config's."""
+    cfg = with_mode(cfg, mode) if mode else cfg
+    model, budget = build_meta_model(cfg, "none"), card_budget(cfg, gpu)
+    choice = memory.choose_auto(model, cfg.batch_size, cfg.gradient_accumulation_steps, budget.bytes, cfg.dtype,
+                                gpus, cfg.strategy, *optim.mode_of(vars(cfg)))
+    try:
+        return choice, memory.settle(model, cfg, budget, gpus), None
+    except memory.DoesNotFit as e:
+        return choice, e.refused, str(e)
 
 
 def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
     """Every figure of the plan as a dict (the --json output); sizes in GB."""
     gpu = hardware.GPUS[gpu_key]
-    choice, (policy, recompute_blocks, batch_size, accumulation) = choose_setting(cfg, gpu, gpus)
-    model = build_meta_model(cfg, policy, recompute_blocks)
+    choice, setting, refusal = choose_setting(cfg, gpu, gpus)
+    policy, batch_size, accumulation = setting.activation_checkpointing, setting.batch_size, setting.gradient_accumulation_steps
+    model = build_meta_model(cfg, policy, setting.recompute_blocks)
+    budget = card_budget(cfg, gpu)
     config = model.config
     n_recomputed = config.num_recomputed_blocks()
     tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * config.block_size
@@ -127,10 +133,12 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "gpu": gpu_key,
         "gpu_name": gpu.name,
         "gpu_memory_gb": gpu.capacity_gb,
-        "budget_gb": budget_bytes(cfg, gpu) / 1e9,
+        "budget_gb": budget.bytes / 1e9,
+        "budget_source": budget.source,
         "gpus": gpus,
         "strategy": cfg.strategy if gpus > 1 else "single",
         "memory_gb": {k: v / 1e9 for k, v in estimate.items()},
+        "needed_gb": memory.needed_bytes(estimate["total"]) / 1e9,  # the budget it needs, fragmentation margin included
         # the same micro-batch under each policy, every block
         "total_gb_by_policy": {p: memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, (p, -1),
                                                   *mode)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
@@ -142,7 +150,8 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
                                              optim.bytes_per_param(*mode)["weights"]) / 1e9 if mode[2] else 0.0,
         "offload_seconds_per_iter": offload_seconds(n_params, mode),
         "modes": mode_table(cfg, gpu, gpus, mfu),
-        "fits": estimate["total"] <= budget_bytes(cfg, gpu),
+        "fits": setting.fits,
+        "refusal": refusal,  # train.py's one-line refusal on this budget, or None
         "auto": dataclasses.asdict(choice) if choice else None,
         "peak_tflops": gpu.peak_tflops,
         "mfu": mfu,
@@ -154,13 +163,18 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "cost_usd": days * 24 * price_per_hour * gpus,
         "checkpoint_gb": checkpoint_bytes(n_params, mode) / 1e9,
         "keep_last_n": cfg.keep_last_n,
-        "math_attention_extra_gb": (config.n_layer - n_recomputed + 1) * memory.math_attention_bytes(
-            batch_size, config.block_size, config.n_head) / 1e9,
+        "math_attention_extra_gb": (memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode,
+                                                    attention="math")["total"] - estimate["total"]) / 1e9,
     }
     if simulate:
         plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype, 2, True, *mode).items()}
     plan["suggestions"] = suggestions(plan, model, cfg)
     return plan
+
+
+def with_mode(cfg, mode):
+    """cfg with another memory mode (optimizer, master_weights, optimizer_offload)."""
+    return types.SimpleNamespace(**{**vars(cfg), **{key: value for (key, _), value in zip(optim.MODE_KEYS, mode)}})
 
 
 def mode_table(cfg, gpu, gpus, mfu):
@@ -169,11 +183,11 @@ def mode_table(cfg, gpu, gpus, mfu):
     needs to fit, and offload's PCIe copies (offload_seconds; the host's arithmetic is left out). The
     on-GPU optimizer step runs once per gradient_accumulation_steps micro-batches and is not counted."""
     # the recipes train.py would run here (bf16 weights need bf16 autocast; neither they nor offload run under FSDP)
-    recipes = [mode for mode in optim.RECIPES if configurator.check(types.SimpleNamespace(
-        **{**vars(cfg), **{key: value for (key, _), value in zip(optim.MODE_KEYS, mode)}}), gpus) is None]
+    recipes = [mode for mode in optim.RECIPES if configurator.check(with_mode(cfg, mode), gpus) is None]
     table = []
     for mode in recipes:
-        choice, (policy, k, batch_size, _) = choose_setting(cfg, gpu, gpus, mode)
+        choice, setting, _ = choose_setting(cfg, gpu, gpus, mode)
+        policy, k, batch_size = setting.activation_checkpointing, setting.recompute_blocks, setting.batch_size
         model = build_meta_model(cfg, policy, k)
         flops = hardware.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
         recompute = hardware.recompute_flops_per_token(memory.block_params(model), model.config.num_recomputed_blocks(),
@@ -203,7 +217,7 @@ def suggestions(plan, model, cfg):
     gpus, limit, batch_size = plan["gpus"], plan["budget_gb"] * 1e9, plan["batch_size"]
     if not plan["fits"]:
         for policy in CHECKPOINTING_POLICIES[CHECKPOINTING_POLICIES.index(plan["activation_checkpointing"]) + 1:]:
-            if plan["total_gb_by_policy"][policy] <= plan["budget_gb"]:
+            if memory.fits(plan["total_gb_by_policy"][policy], plan["budget_gb"]):
                 out.append(f"--activation_checkpointing={policy} (or auto): {plan['total_gb_by_policy'][policy]:.1f} GB")
                 break
         best = best_mode(plan, cfg.batch_size)
@@ -213,7 +227,7 @@ def suggestions(plan, model, cfg):
                        f"{best['step_time']:.2f}x the time of no recompute)")
         mode = optim.mode_of(vars(cfg))
         smaller = [b for b in range(batch_size - 1, 0, -1)
-                   if memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy, None, *mode)["total"] <= limit]
+                   if memory.fits(memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy, None, *mode)["total"], limit)]
         if smaller:
             b = smaller[0]
             steps = math.ceil(batch_size * plan["gradient_accumulation_steps"] / b)
@@ -221,11 +235,11 @@ def suggestions(plan, model, cfg):
                        f"(about the same tokens per iteration)")
         for n in (2, 4, 8, 16, 32, 64):
             current = n == gpus and cfg.strategy == "fsdp"  # the plan that does not fit
-            if n >= gpus and not current and memory.estimate(model, batch_size, cfg.dtype, n, "fsdp", None,
-                                                             cfg.optimizer)["total"] <= limit:
+            if n >= gpus and not current and memory.fits(memory.estimate(model, batch_size, cfg.dtype, n, "fsdp", None,
+                                                                         cfg.optimizer)["total"], limit):
                 out.append(f"shard over {n} GPUs with FSDP: {torchrun(n)} train.py CONFIG --strategy=fsdp")
                 break
-        bigger = [key for key, gpu in hardware.GPUS.items() if plan["memory_gb"]["total"] <= gpu.capacity_gb]
+        bigger = [key for key, gpu in hardware.GPUS.items() if memory.fits(plan["memory_gb"]["total"], gpu.capacity_gb)]
         if bigger:
             out.append(f"a GPU with more memory: --gpu {' / '.join(bigger)}")
     if plan["days"] > LONG_RUN_DAYS:
@@ -261,7 +275,6 @@ MEMORY_ROWS = [
     ("logits", "logits and loss", "12 B per token x vocab (fp32 log-probs and gradients)"),
     ("gradients_in_flight", "weight gradients in flight", "the tied head's, waiting for the embedding's, and a block's"),
     ("optimizer_step", "optimizer step temporaries", "torchao's fp32 copies of the largest parameter, in the step"),
-    ("margin", "margin", f"{memory.MARGIN_FRACTION:.0%} for allocator fragmentation + 1 GB context and workspaces"),
 ]
 # simulate()'s categories and the estimate's rows they hold (MemTracker counts whatever the forward
 # creates as activations, casts and logits included, and what backward creates as temporaries)
@@ -323,14 +336,17 @@ def report(plan, cfg, config_args):
         if mem[key]:
             note = mode_notes.get(key) or note or act_note
             lines.append(f"  {label:<29} {mem[key]:7.1f} GB  {note}")
-    spare = plan["budget_gb"] - mem["total"]
-    verdict = f"fits, {spare:.1f} GB to spare" if plan["fits"] else f"DOES NOT FIT: {-spare:.1f} GB over"
+    spare, budget = plan["budget_gb"] - plan["needed_gb"], f"the {plan['budget_gb']:.1f} GB budget"
+    verdict = f"fits {budget}, {spare:.1f} GB to spare" if plan["fits"] else f"DOES NOT FIT {budget}: {-spare:.1f} GB over"
     by_policy = ", ".join(f"{p} {gb:.1f} GB" for p, gb in plan["total_gb_by_policy"].items())
     lines += [
-        f"  {'total':<29} {mem['total']:7.1f} GB  {verdict}"
-        + (f" (memory_budget_gb={cfg.memory_budget_gb:g})" if cfg.memory_budget_gb > 0 else ""),
+        f"  {'total (estimated peak)':<29} {mem['total']:7.1f} GB",
+        f"  {'needed':<29} {plan['needed_gb']:7.1f} GB  with {memory.FRAGMENTATION_MARGIN:.0%} for allocator "
+        f"fragmentation: {verdict} ({plan['budget_source']}; train.py measures the device's start-up cost "
+        f"and may find less)",
         f"  at micro-batch {plan['batch_size']} by policy: {by_policy}",
         f"  {auto_text(plan, cfg)}",
+        *([f"  train.py would refuse it: {plan['refusal']}"] if plan["refusal"] else []),
         f"  if attention falls back to the math kernel (scripts/check_env.py tells), add "
         f"{plan['math_attention_extra_gb']:.1f} GB",
     ]
@@ -366,14 +382,14 @@ def report(plan, cfg, config_args):
 
 
 def simulated_lines(plan):
-    """The simulated peak beside the estimate, category by category, without the estimate's margin."""
+    """The simulated peak beside the estimate, category by category (neither holds the fragmentation margin)."""
     sim, mem = plan["simulated"], plan["memory_gb"]
     lines = ["", "simulated on fake tensors (memory.simulate: the training step, MemTracker's peak) vs estimated:"]
     for key, rows in SIMULATED_ROWS:
         estimated = sum(mem[r] for r in rows)
         lines.append(f"  {key:<29} {sim[key]:7.1f} GB  estimated {estimated:7.1f} GB")
-    estimated = mem["total"] - mem["margin"]
-    lines.append(f"  {'total (before the margin)':<29} {sim['total']:7.1f} GB  estimated {estimated:7.1f} GB "
+    estimated = mem["total"]
+    lines.append(f"  {'total':<29} {sim['total']:7.1f} GB  estimated {estimated:7.1f} GB "
                  f"({estimated / sim['total'] - 1:+.1%})")
     return lines
 

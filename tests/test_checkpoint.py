@@ -292,3 +292,37 @@ def test_roll_back_to_a_non_checkpoint_raises(tmp_path):
         with pytest.raises(CheckpointError, match='cannot roll back'):
             roll_back_to(str(path), log=quiet)
     assert steps(tmp_path) == [1]
+
+
+def test_a_save_copies_gpu_tensors_through_pinned_memory(tmp_path, monkeypatch):
+    # what torch.save is asked for; the copy itself only exists on a GPU (torch.serialization does it)
+    asked, real_save = [], torch.save
+    options = checkpoint.serialization_config.save
+
+    def spy(*args, **kwargs):
+        asked.append({"pinned": options.use_pinned_memory_for_d2h, "crc32": options.compute_crc32})
+        return real_save(*args, **kwargs)
+    monkeypatch.setattr(torch, "save", spy)
+    save(tmp_path, 1)
+    assert asked == [{"pinned": True, "crc32": False}]
+    assert not options.use_pinned_memory_for_d2h  # only during the save
+
+
+def test_the_process_group_timeout_follows_the_checkpoint_and_the_disk():
+    minimum = checkpoint.MIN_TIMEOUT_S
+    assert checkpoint.process_group_timeout(1e9, 1e9).total_seconds() == minimum  # a small save: the floor
+    # 80 GB at 20 MB/s is 4,000 s to write: three times that
+    assert checkpoint.process_group_timeout(80e9, 20e6).total_seconds() == 3 * 4000
+    assert checkpoint.process_group_timeout(160e9, 20e6) == 2 * checkpoint.process_group_timeout(80e9, 20e6)
+
+
+def test_write_speed_writes_fsyncs_and_leaves_nothing(tmp_path, monkeypatch):
+    synced, real_fsync = [], os.fsync
+
+    def spy(fd):
+        synced.append(os.fstat(fd).st_size)
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", spy)
+    speed = checkpoint.write_speed(tmp_path / "new_out_dir", nbytes=2 << 20)
+    assert speed > 0 and synced == [2 << 20]  # every byte on disk before the clock stops
+    assert os.listdir(tmp_path / "new_out_dir") == []

@@ -105,11 +105,11 @@ def test_simulate_beside_the_estimate(capsys):
     plan.main([*tiny, "--simulate", "--json"])
     p = json.loads(capsys.readouterr().out)
     assert set(p["simulated"]) == {"weights", "grads", "optimizer", "activations", "other", "total"}
-    estimated = p["memory_gb"]["total"] - p["memory_gb"]["margin"]
+    estimated = p["memory_gb"]["total"]
     assert estimated == pytest.approx(p["simulated"]["total"], rel=0.05)
     plan.main([*tiny, "--simulate"])
     out = capsys.readouterr().out
-    assert "simulated on fake tensors" in out and "total (before the margin)" in out
+    assert "simulated on fake tensors" in out and "estimated" in out
 
 
 def test_text_report(capsys):
@@ -142,3 +142,18 @@ def test_own_flags_and_overrides_mix(capsys):
     assert p["cost_usd"] == pytest.approx(p["days"] * 24 * 3)
 
 
+
+
+def test_plan_and_settle_agree(capsys):
+    """plan.py's verdict is memory.settle's on the card's whole memory: the same refusal train.py gives."""
+    p = run_plan(capsys, "--gpu", "h200", "--activation_checkpointing=none")
+    cfg = plan.configurator.load_config([CONFIG_6B, "--activation_checkpointing=none"])
+    budget = plan.memory.stated_budget(p["gpu_memory_gb"] * 1e9, "the card's memory, less nothing measured")
+    with pytest.raises(plan.memory.DoesNotFit) as e:
+        plan.memory.settle(plan.build_meta_model(cfg, "none"), cfg, budget)
+    assert not p["fits"] and p["refusal"] == str(e.value) and "the card's memory, less nothing measured" in p["refusal"]
+    assert p["needed_gb"] == pytest.approx(p["memory_gb"]["total"] * (1 + plan.memory.FRAGMENTATION_MARGIN))
+    auto = run_plan(capsys, "--gpu", "h200")
+    assert auto["fits"] and auto["refusal"] is None and auto["auto"]["fits"]
+    plan.main([CONFIG_6B, "--gpu", "h200"])
+    assert "less nothing measured; train.py measures the device's start-up cost" in capsys.readouterr().out

@@ -21,6 +21,7 @@ renamed when complete, so the same rules hold: discovery, rotation, fallback and
 treat both forms alike, ordered by N.
 """
 
+import datetime
 import errno
 import io
 import operator
@@ -154,8 +155,11 @@ def _write_and_sync(state, tmp, path):
     """torch.save state into tmp and force it onto the disk; CheckpointError if the disk refuses."""
     try:
         # no CRC32 per record: mmap loads never check it, and computing it costs ~0.5 s/GB of CPU
-        # (minutes of stalled training per 80 GB save); torch.load reads such files either way
-        with open(tmp, 'wb') as f, serialization_config.patch({'save.compute_crc32': False}):
+        # (minutes of stalled training per 80 GB save); torch.load reads such files either way.
+        # GPU tensors come to the host through pinned memory, one storage at a time: a pageable copy
+        # runs at a fraction of the link's speed (no effect on tensors already on the CPU)
+        options = {'save.compute_crc32': False, 'save.use_pinned_memory_for_d2h': True}
+        with open(tmp, 'wb') as f, serialization_config.patch(options):
             disk_full = os.environ.get('CKPT_FAULT') == 'disk_full'  # fault injection, see above
             torch.save(state, _DiskFullAfterFirstWrite(f) if disk_full else f)
             f.flush()
@@ -283,6 +287,36 @@ def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
     _fault('kill_before_rotate')
     _rotate(out_dir, iter_num, keep_last_n, log)
     return path
+
+
+# The process group's timeout: ranks wait in a collective while a checkpoint is written (rank 0 alone
+# for a .pt), and a wait past it kills the job. It is fixed at init_process_group, before any save.
+TIMEOUT_MARGIN = 3  # times the expected write: the disk slows down, others share it, the test was short
+MIN_TIMEOUT_S = 3600  # never below what runs used before the timeout followed the size (and other waits fit)
+SPEED_TEST_BYTES = 256 << 20
+
+
+def write_speed(out_dir, nbytes=SPEED_TEST_BYTES):
+    """Bytes per second out_dir takes, written and fsynced as a save is (about a second on a local
+    NVMe disk, a few on a network filesystem); measured once at start-up, for the process group's timeout."""
+    os.makedirs(out_dir, exist_ok=True)
+    block, count = os.urandom(1 << 20), max(1, nbytes >> 20)  # random: ZFS or btrfs would compress zeros
+    fd, path = tempfile.mkstemp(prefix='.write-speed-', dir=out_dir)
+    os.remove(path)  # unlinked while open: a kill leaves no file behind, and the bytes still go to disk
+    t0 = time.time()
+    try:
+        for _ in range(count):
+            os.write(fd, block)
+        os.fsync(fd)  # the disk's speed, not the page cache's
+    finally:
+        os.close(fd)
+    return count * len(block) / max(time.time() - t0, 1e-6)
+
+
+def process_group_timeout(checkpoint_bytes, write_bytes_per_s):
+    """How long a rank may wait in a collective: TIMEOUT_MARGIN times the expected save, at least
+    MIN_TIMEOUT_S, so that a larger model or a slower disk never turns a save into a killed job."""
+    return datetime.timedelta(seconds=max(MIN_TIMEOUT_S, TIMEOUT_MARGIN * checkpoint_bytes / write_bytes_per_s))
 
 
 def _finish_replacement(out_dir, log):

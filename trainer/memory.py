@@ -9,27 +9,49 @@ What a training step holds in GPU memory, three ways:
 - choose_auto(): the cheapest checkpointing policy and micro-batch whose estimate fits a budget,
   which is what activation_checkpointing='auto' runs.
 
-plan.py, bench.py and train.py ask this file; model.py holds only the policies themselves.
+Whether a peak fits a budget is one rule, fits(); what the budget is, device_budget(); the setting a
+run trains with, or why it cannot, settle(). plan.py, bench.py and train.py ask this file; model.py
+holds only the policies themselves.
 Sizes are bytes; GB in what people read are 1e9 bytes, as GPU vendors count.
 """
 import contextlib
 import dataclasses
+import os
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from model import GPT
-from trainer import optim
+from trainer import hardware, optim
 
-# Allocator fragmentation grows with what is allocated (the caching allocator rounds and splits
-# blocks; 5% is typical of long runs); the CUDA/ROCm context and the BLAS and attention
-# workspaces are about a fixed 1 GB whatever the model.
-MARGIN_FRACTION = 0.05
-CONTEXT_BYTES = 1e9
+# The caching allocator rounds every block up (to 512 B, large ones to 2 MB segments) and splits
+# cached blocks, so what it reserves at the peak runs above what tensors hold: typically 2-5% over a
+# long run of fixed shapes like ours (gpu_check.sh logs both peaks to check it). An estimate or a
+# measured allocated peak gets this on top; a measured reserved peak already holds it.
+FRAGMENTATION_MARGIN = 0.05
+PEAK_KINDS = ("estimate", "allocated", "reserved")
+ATTENTION_KERNELS = ("flash", "efficient", "cudnn", "math")  # hardware.attention_backend's answers
 # auto tries micro-batches larger than the config's up to this many tokens: past it, what a
 # micro-batch costs whatever its size (casting 6.7B weights to bf16, adding to fp32 gradients) is
 # a few percent of its matmul time, and more tokens only take memory.
 AUTO_MAX_MICRO_TOKENS = 16384
+
+
+# -----------------------------------------------------------------------------
+# the one rule for "does this setting fit", used by train.py, auto, plan.py and bench.py
+
+def needed_bytes(peak_bytes, kind="estimate"):
+    """The smallest budget a peak fits: estimate() and torch.cuda.max_memory_allocated() count tensors
+    only, so they get FRAGMENTATION_MARGIN; max_memory_reserved() is what the allocator holds, as is."""
+    if kind not in PEAK_KINDS:
+        raise ValueError(f"kind={kind!r}: one of {', '.join(PEAK_KINDS)}")
+    return peak_bytes if kind == "reserved" else peak_bytes * (1 + FRAGMENTATION_MARGIN)
+
+
+def fits(peak_bytes, budget_bytes, kind="estimate"):
+    """Whether a peak of this kind ("estimate", "allocated" or "reserved") fits budget_bytes."""
+    return needed_bytes(peak_bytes, kind) <= budget_bytes
 
 
 # -----------------------------------------------------------------------------
@@ -69,10 +91,11 @@ def kept_block_bytes(policy, B, T, C, n_head, act_bytes, residual_bytes=4):
     return block_activation_bytes(B, T, C, n_head, act_bytes)
 
 
-def math_attention_bytes(B, T, n_head):
-    """Extra per block when SDPA falls back to the math kernel: it upcasts to fp32 and keeps the
-    softmax probabilities, B x n_head x T x T, twice (measured with PyTorch 2.13)."""
-    return 8 * B * n_head * T * T
+def math_attention_bytes(B, T, C, n_head, act_bytes):
+    """What a block keeps beyond flash attention's when SDPA falls back to the math kernel: the fp32
+    softmax probabilities (4 B per B x n_head x T x T element) and, under bf16 autocast, fp32 copies of
+    q, k and v in place of their bf16 originals, but no logsumexp (tests/test_memory.py counts them)."""
+    return 4 * B * n_head * T * T + (12 - 3 * act_bytes) * B * T * C - 4 * B * n_head * T
 
 
 def logits_bytes(B, T, V):
@@ -83,7 +106,7 @@ def logits_bytes(B, T, V):
     return 12 * B * T * V
 
 
-def activation_peaks(model, config, B, act_bytes, residual_bytes=4):
+def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="flash"):
     """What a micro-batch holds besides weights, gradients and moments, by category, at the two
     moments that can be the peak: the start of backward, where every block's kept activations
     meet the logits' gradients, and the last block's backward, where its activations (kept or
@@ -91,10 +114,18 @@ def activation_peaks(model, config, B, act_bytes, residual_bytes=4):
     are fitted to simulate() (tests/test_memory.py checks them): 14 B per BTC element of
     activation gradients, 8 B per C^2 of weight gradients in flight, and the head's fp32 weight
     gradient (4 B per V*C) that waits in autograd for the tied embedding's before it is added.
-    model gives the shapes, config the checkpointing policy."""
+    model gives the shapes, config the checkpointing policy. attention="math": the math kernel's T x T
+    matrices (math_attention_bytes) are kept by each block without checkpointing ('selective' recomputes
+    them: the math kernel's matmuls and softmax are not among what it saves) and exist, with their
+    gradient, in the block whose backward runs. That last term errs high: simulate(attention="math")
+    comes out 0-14% below the estimate on the small models of tests/test_memory.py, never above."""
     T, C, H, V = config.block_size, config.n_embd, config.n_head, config.vocab_size
     policies = [config.block_checkpointing(i) for i in range(config.n_layer)]
     kept = [kept_block_bytes(p, B, T, C, H, act_bytes, residual_bytes) for p in policies]
+    in_backward = block_activation_bytes(B, T, C, H, act_bytes)
+    if attention == "math":  # in the backward also the probabilities' fp32 gradient
+        kept = [k + math_attention_bytes(B, T, C, H, act_bytes) * (p == "none") for k, p in zip(kept, policies)]
+        in_backward += math_attention_bytes(B, T, C, H, act_bytes) + 4 * B * H * T * T
     per_block_casts = sum(m.weight.numel() for m in model.transformer.h[0].modules() if isinstance(m, nn.Linear))
     # bf16 weight casts (autocast runs without its cast cache): a cast lives only while autograd
     # keeps it for backward, so in the blocks without checkpointing; the others cast again when
@@ -104,9 +135,8 @@ def activation_peaks(model, config, B, act_bytes, residual_bytes=4):
     head = (4 + act_bytes) * B * T * C + 8 * B * T  # ln_f's fp32 input and stats, lm_head input
     at_loss = {"autocast_bf16_weights": sum(casts) + head_cast, "activations": sum(kept) + head,
                "logits": max(logits_bytes(B, T, V), 10 * B * T * V + 4 * B * T * C), "gradients_in_flight": 0}
-    full = block_activation_bytes(B, T, C, H, act_bytes)
     in_last_block = {"autocast_bf16_weights": sum(casts[:-1]) + (2 * per_block_casts if act_bytes == 2 else 0),
-                     "activations": sum(kept[:-1]) + full + (6 + 4 * act_bytes) * B * T * C, "logits": 0,
+                     "activations": sum(kept[:-1]) + in_backward + (6 + 4 * act_bytes) * B * T * C, "logits": 0,
                      "gradients_in_flight": 8 * C * C + 4 * V * C}
     return at_loss, in_last_block
 
@@ -116,7 +146,7 @@ def block_params(model):
 
 
 def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw",
-             master_weights="float32", offload=False):
+             master_weights="float32", offload=False, attention="flash"):
     """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
     checkpointing policy or the (activation_checkpointing, recompute_blocks) given instead (model
     may live on the meta device: only shapes are read). The peak is
@@ -128,7 +158,13 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     gathers bf16 weights (train.py's MixedPrecisionPolicy), so autocast has nothing left to cast.
     Each GPU runs the same micro-batch either way. optimizer, master_weights and offload: the memory
     mode (optim.py), whose bytes per parameter on the GPU optim.bytes_per_param says (offload's are on
-    the host, not counted here); bf16 weights leave autocast nothing to cast."""
+    the host, not counted here); bf16 weights leave autocast nothing to cast. attention: the kernel
+    scaled_dot_product_attention runs (hardware.attention_backend); "math" keeps T x T matrices.
+
+    "total" is the peak tensors hold, what simulate() and torch.cuda.max_memory_allocated() measure;
+    fits() adds the allocator's fragmentation to it."""
+    if attention not in ATTENTION_KERNELS:
+        raise ValueError(f"attention={attention!r}: one of {', '.join(ATTENTION_KERNELS)}")
     config = model.config
     if checkpointing:
         config = dataclasses.replace(config, activation_checkpointing=checkpointing[0],
@@ -139,7 +175,8 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     act_bytes = 2 if bf16 else 4  # matmul inputs and outputs: bf16 under autocast, else fp32
     unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
     residual_bytes = 2 if master_weights == "bfloat16" else 4
-    peaks = [{**p, "optimizer_step": 0} for p in activation_peaks(model, config, batch_size, act_bytes, residual_bytes)]
+    peaks = activation_peaks(model, config, batch_size, act_bytes, residual_bytes, attention)
+    peaks = [{**p, "optimizer_step": 0} for p in peaks]
     # the third moment: the optimizer step, activations gone, the low-bit step's temporaries there
     largest = max(p.numel() for p in model.parameters())
     peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.STEP_TEMP_BYTES[optimizer] * largest / shards})
@@ -158,14 +195,79 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     }
     if shards > 1 or master_weights == "bfloat16":
         m["autocast_bf16_weights"] = 0
-    subtotal = sum(m.values())
-    m["margin"] = MARGIN_FRACTION * subtotal + CONTEXT_BYTES
-    m["total"] = subtotal + m["margin"]
+    m["total"] = sum(m.values())
     return m
 
 
 # -----------------------------------------------------------------------------
-# auto: the cheapest policy and micro-batch that fit
+# the budget: what a step's peak may use on a device
+
+@dataclasses.dataclass
+class Budget:
+    bytes: float  # what a training step's peak may use per device
+    fixed_cost_bytes: float  # what the device spends outside our tensors, as measured; 0 where not measured
+    total_bytes: float  # the device's memory
+    source: str  # where bytes came from, for messages
+
+    def text(self):
+        return f"{self.bytes / 1e9:.1f} GB budget ({self.source})"
+
+
+def stated_budget(total_bytes, source, memory_budget_gb=0.0):
+    """A budget without measuring: memory_budget_gb when set (the user's word), else all of total_bytes."""
+    if memory_budget_gb > 0:
+        return Budget(memory_budget_gb * 1e9, 0.0, total_bytes, "memory_budget_gb")
+    return Budget(total_bytes, 0.0, total_bytes, source)
+
+
+ALLOCATOR_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+
+
+def use_expandable_segments(environ=os.environ):
+    """Let the caching allocator grow segments in place (expandable_segments:True) unless the user chose
+    allocator settings. Without it, AdamW's 53 GB of moments at 6.7B, and every later allocation, must
+    find room among blocks a forward and backward have already split: fragmentation the estimate's
+    margin then has to absorb. The allocator reads this once, when the device initialises, so call it
+    before that. Returns the setting in force, for the log."""
+    chosen = next((f"{name}={environ[name]}" for name in ALLOCATOR_VARIABLES if environ.get(name)), None)
+    if chosen:
+        return f"{chosen} (yours)"
+    environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
+    return "PYTORCH_ALLOC_CONF=expandable_segments:True"
+
+
+def device_budget(device, memory_budget_gb=0.0):
+    """The Budget of this process's device. On a CPU the machine's memory (nothing fixed is measured).
+    On CUDA/ROCm it is measured on the device, so call it after init_process_group (NCCL/RCCL buffers
+    are a fixed cost too) and before the model exists: cuBLAS/hipBLASLt workspaces and the kernel
+    images load on first use, so one bf16 matmul and one attention, forward and backward, run first;
+    then the budget is the free memory, plus the blocks the caching allocator holds unused (ours to
+    reuse), plus the tensors of ours already allocated before those first kernels (estimate() counts
+    them, so they must not count against the budget too). The allocations those kernels leave behind
+    (a workspace the allocator serves) are a fixed cost. Everything else (context, libraries, other
+    processes) is total - budget. Not run on the CPU: tests/test_memory.py checks it against a fake device."""
+    device = torch.device(device)
+    if memory_budget_gb > 0 or device.type != "cuda":
+        return stated_budget(hardware.memory_capacity(device), "the machine's memory", memory_budget_gb)
+    ours = torch.cuda.memory_allocated(device)
+    load_first_kernels(device)
+    torch.cuda.synchronize(device)
+    free, total = torch.cuda.mem_get_info(device)
+    unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    budget = free + unused + ours
+    return Budget(budget, total - budget, total, "free after start-up")
+
+
+def load_first_kernels(device):
+    """One bf16 matmul and one causal attention, forward and backward, so the libraries allocate what
+    they allocate lazily before device_budget() reads the free memory."""
+    q = torch.ones(1, 4, 256, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(64, 64, device=device, dtype=torch.bfloat16, requires_grad=True)
+    (F.scaled_dot_product_attention(q, q, q, is_causal=True).reshape(-1, 64) @ w).sum().backward()
+
+
+# -----------------------------------------------------------------------------
+# auto: the cheapest policy and micro-batch that fit, and the setting a run trains with
 
 @dataclasses.dataclass
 class Choice:
@@ -173,14 +275,21 @@ class Choice:
     recompute_blocks: int
     batch_size: int
     gradient_accumulation_steps: int
-    peak_gb: float
+    peak_gb: float  # estimate()'s total
     budget_gb: float
+    fits: bool = True
 
     def describe(self, n_layer):
         k = self.recompute_blocks
         policy = (f"full on {k}/{n_layer} blocks" if self.activation_checkpointing == "full" and 0 < k < n_layer
                   else self.activation_checkpointing)
         return f"{policy}, micro-batch {self.batch_size} x {self.gradient_accumulation_steps}"
+
+
+def peak_text(peak_bytes):
+    """An estimate as messages give it: the peak, and the budget it needs with the fragmentation margin."""
+    return (f"{peak_bytes / 1e9:.1f} GB ({needed_bytes(peak_bytes) / 1e9:.1f} GB with the "
+            f"{FRAGMENTATION_MARGIN:.0%} fragmentation margin)")
 
 
 def auto_policies(n_layer):
@@ -190,13 +299,12 @@ def auto_policies(n_layer):
 
 
 def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", optimizer="adamw", master_weights="float32", offload=False):
+                strategy="ddp", optimizer="adamw", master_weights="float32", offload=False, attention="flash"):
     """The Choice 'auto' makes for a memory budget per GPU (model's own policy does not matter),
-    keeping the global batch, or None when
-    nothing fits. The config's micro-batch and its doublings come first (up to
-    AUTO_MAX_MICRO_TOKENS): for each policy from the cheapest, the largest that fits, since a
-    larger micro-batch at the same global batch spends less per token on weight casts and
-    gradient accumulation. Halvings of it are tried only when none of those fits at all."""
+    keeping the global batch, or None when nothing fits (by fits()). The config's micro-batch and its
+    doublings come first (up to AUTO_MAX_MICRO_TOKENS): for each policy from the cheapest, the largest
+    that fits, since a larger micro-batch at the same global batch spends less per token on weight
+    casts and gradient accumulation. Halvings of it are tried only when none of those fits at all."""
     sequences = batch_size * gradient_accumulation_steps
     T = model.config.block_size
     # the config's micro-batch doubled or halved, as long as it divides the global batch among the GPUs
@@ -207,28 +315,66 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
     for candidates in (larger, smaller):
         for policy, k in auto_policies(model.config.n_layer):
             for b in candidates:
-                peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer, master_weights, offload)["total"]
-                if peak <= budget_bytes:
+                peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer, master_weights, offload,
+                                attention)["total"]
+                if fits(peak, budget_bytes):
                     return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
     return None
 
 
-REFUSE_FACTOR = 1.1  # train.py and bench.py refuse a setting whose estimate passes the budget by this much
+class DoesNotFit(Exception):
+    """A setting whose estimate does not fit the budget: str() is the one-line reason, .refused the setting."""
+
+    def __init__(self, message, refused):
+        super().__init__(message)
+        self.refused = refused
 
 
-def over_budget(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", checkpointing=None, optimizer="adamw", master_weights="float32", offload=False):
-    """Why this setting will not fit budget_bytes per device, naming what would, as one line; None if
-    its estimated peak is within REFUSE_FACTOR of the budget (the estimate already holds a margin)."""
-    peak = estimate(model, batch_size, dtype, gpus, strategy, checkpointing, optimizer, master_weights, offload)["total"]
-    if peak <= REFUSE_FACTOR * budget_bytes:
-        return None
-    choice = choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype, gpus, strategy,
-                         optimizer, master_weights, offload)
-    instead = (f"activation_checkpointing=auto would run {choice.describe(model.config.n_layer)} "
-               f"({choice.peak_gb:.1f} GB)" if choice else
-               "nothing fits at any recompute or micro-batch: a smaller model, or more GPUs with strategy=fsdp")
-    return f"the estimated peak is {peak / 1e9:.1f} GB per device but the device has {budget_bytes / 1e9:.1f} GB; {instead}"
+def settle(model, cfg, budget, gpus=1, attention="flash"):
+    """The Choice a run trains with, for cfg (train.py's config: activation_checkpointing,
+    recompute_blocks, batch_size, gradient_accumulation_steps, dtype, strategy, the memory mode,
+    ignore_memory_estimate) on a Budget per device: auto's choice, or the config's own setting when it
+    fits. Otherwise DoesNotFit, whose message names the estimate, the budget and what would fit;
+    with ignore_memory_estimate=True the setting comes back instead, with fits=False. When auto finds
+    nothing, the refused setting is full checkpointing at the config's micro-batch (plan.py shows it)."""
+    run = (cfg.dtype, gpus, cfg.strategy)
+    mode = optim.mode_of(vars(cfg))
+    accumulation = cfg.gradient_accumulation_steps
+
+    def auto():
+        return choose_auto(model, cfg.batch_size, accumulation, budget.bytes, *run, *mode, attention)
+
+    def peak(batch_size, policy, k):
+        return estimate(model, batch_size, *run, (policy, k), *mode, attention)["total"]
+
+    if cfg.activation_checkpointing == "auto":
+        if choice := auto():
+            return choice
+        refused = Choice("full", -1, cfg.batch_size, accumulation, peak(cfg.batch_size, "full", -1) / 1e9,
+                         budget.bytes / 1e9, False)
+        message = (f"activation_checkpointing=auto: nothing fits the {budget.text()}: even full checkpointing at "
+                   f"micro-batch 1 is estimated at {peak_text(peak(1, 'full', -1))}; a smaller model, or more GPUs "
+                   f"with strategy=fsdp")
+    else:
+        policy, k = cfg.activation_checkpointing, cfg.recompute_blocks
+        bytes_ = peak(cfg.batch_size, policy, k)
+        refused = Choice(policy, k, cfg.batch_size, accumulation, bytes_ / 1e9, budget.bytes / 1e9, fits(bytes_, budget.bytes))
+        if refused.fits:
+            return refused
+        choice = auto()
+        instead = (f"activation_checkpointing=auto would run {choice.describe(model.config.n_layer)} "
+                   f"({choice.peak_gb:.1f} GB)" if choice else
+                   "nothing fits at any recompute or micro-batch: a smaller model, or more GPUs with strategy=fsdp")
+        message = f"the estimated peak is {peak_text(bytes_)} per device, over the {budget.text()}; {instead}"
+    if cfg.ignore_memory_estimate:
+        return refused
+    raise DoesNotFit(f"{message}. To try anyway: ignore_memory_estimate=True", refused)
+
+
+def start_up_line(choice, budget):
+    """What train.py logs once it has settled: the estimate against the budget, whatever the policy."""
+    line = f"memory: estimated peak {choice.peak_gb:.1f} GB of {budget.text()}"
+    return line if choice.fits else f"{line}: does not fit, starting anyway (ignore_memory_estimate=True)"
 
 
 # -----------------------------------------------------------------------------
@@ -238,7 +384,7 @@ SIMULATED_CATEGORIES = ("weights", "grads", "optimizer", "activations", "other",
 
 
 def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, optimizer="adamw",
-             master_weights="float32", offload=False):
+             master_weights="float32", offload=False, attention="flash"):
     """Bytes at the peak of a training step as PyTorch's MemTracker counts them, by category
     (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy.
 
@@ -250,15 +396,18 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
     AdamW, as train.py runs on a GPU (it allocates no per-parameter temporaries; the CPU's
     default foreach AdamW would add a gradient-sized 26.6 GB at 6.7B), and attention is the CPU's
     flash kernel, which keeps what the GPU's flash kernel keeps (its output and logsumexp). The
-    caching allocator's rounding and fragmentation are not simulated: that is estimate()'s margin.
+    caching allocator's rounding and fragmentation are not simulated: that is FRAGMENTATION_MARGIN.
     fake=False runs the same step on real CPU tensors (the tests compare the two).
 
     optimizer and master_weights: the memory mode (optim.py), weights in their dtype. torchao's step
     cannot run on fake tensors (its quantization reads values), so its state is made as its first
     step makes it and its step is left out; estimate() adds the step's temporaries from a measurement
-    on real tensors (optim.STEP_TEMP_BYTES). With offload there is no optimizer on the GPU at all."""
+    on real tensors (optim.STEP_TEMP_BYTES). With offload there is no optimizer on the GPU at all.
+    attention="math" runs the math kernel in place of the flash one ("efficient" and "cudnn" keep
+    what flash keeps and are not on the CPU)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     fused = optimizer == "adamw" and master_weights == "float32" and not offload
     if not fused and not offload:  # on real tensors first: torchao computes its quantization tables once, from values
@@ -282,7 +431,8 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False, enabled=dtype == "bfloat16")
         tracker = MemTracker()
         tracker.track_external(model, idx, *([optimizer] if optimizer else []))
-        with tracker:
+        kernel = SDPBackend.MATH if attention == "math" else SDPBackend.FLASH_ATTENTION
+        with tracker, sdpa_kernel(kernel):
             for _ in range(micro_batches):
                 tracker.reset_mod_stats()  # per-module figures only; the peak is kept across micro-batches
                 with autocast:

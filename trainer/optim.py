@@ -102,6 +102,19 @@ def use_bf16_weights(model):
         p.grad_dtype = torch.float32
 
 
+def make_adamw_state(optimizer):
+    """PyTorch AdamW's state as its first step would make it, made now instead: its 53 GB of moments at
+    6.7B then take the allocator's first, unsplit memory, before a forward and backward have cut it
+    into activation-sized blocks (memory.simulate() makes them in the same order). `step` lives where
+    torch's AdamW wants it: on the parameters' device for fused or capturable, else on the host."""
+    for group in optimizer.param_groups:
+        on_device = group.get("fused") or group.get("capturable")
+        for p in group["params"]:
+            step = torch.zeros((), dtype=torch.float32, device=p.device) if on_device else torch.tensor(0.0)
+            optimizer.state[p] = {"step": step, "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                                  "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+
+
 def make_state(optimizer):
     """A torchao optimizer's state as its first step makes it, without the step (_new_buffer is the
     method torchao makes it with). Made at build: PyTorch's own way (a save before the first step, a
@@ -157,13 +170,16 @@ def build(model, name, weight_decay, learning_rate, betas, device_type, master_w
         extra = {"fused": True} if fused else {"foreach": device_type != "cpu"}
         optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
         # a loaded state dict brings the saving optimizer's way of running (a CPU run's foreach, offload's
-        # None): keep this one's, fused on a GPU, whose step the memory estimate prices
+        # fused=None): keep this one's, fused on a GPU, whose step the memory estimate prices. Before the
+        # load, so that torch places `step` for the way it runs: on the parameters' device for fused or
+        # capturable, else where it was saved (a CPU tensor after torch.load(map_location='cpu'))
         running = [{k: group[k] for k in IMPLEMENTATION_KEYS if k in group} for group in optimizer.param_groups]
 
-        def keep_running_as_built(loaded):
-            for group, keys in zip(loaded.param_groups, running):
-                group.update(keys)
-        optimizer.register_load_state_dict_post_hook(keep_running_as_built)
+        def run_as_built(_, state_dict):
+            groups = [{**saved, **keys} for saved, keys in zip(state_dict["param_groups"], running)]
+            return {**state_dict, "param_groups": groups}
+        optimizer.register_load_state_dict_pre_hook(run_as_built)
+        make_adamw_state(optimizer)
         return optimizer
     from torchao.optim import _AdamW, AdamW4bit, AdamW8bit  # _AdamW: torchao's unquantized one, which rounds
     if name == "adamw":

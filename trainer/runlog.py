@@ -12,6 +12,7 @@ class RunLog:
     def __init__(self, out_dir, rank=0):
         self.path, self.rank = os.path.join(out_dir, "train.log"), rank
         self.file = open(self.path, "a") if rank == 0 else None
+        self.explain = None  # error -> its one-line explanation, or None for a plain crash (train.py sets it)
 
     def __call__(self, message):
         if self.file is None:
@@ -38,10 +39,16 @@ class RunLog:
         sys.exit(1)
 
     def crash(self, kind, value, tb):
-        """sys.excepthook: the traceback on stderr as usual, and into train.log with a last line."""
-        sys.__excepthook__(kind, value, tb)
+        """sys.excepthook: the traceback on stderr as usual, and into train.log with a last line. An error
+        that self.explain knows (a compilation failing, say) is its one line instead, the traceback kept
+        in train.log for a bug report."""
+        line = self.explain(value) if self.explain else None
+        if line is None:
+            sys.__excepthook__(kind, value, tb)
         if self.file is not None and not issubclass(kind, KeyboardInterrupt):
             self.file.write("".join(traceback.format_exception(kind, value, tb)))
             first = str(value).splitlines()[0] if str(value) else ""
-            self(f"error: train.py crashed: {kind.__name__}: {first} (traceback above; under torchrun, "
-                 "look for another rank's error first)")
+            self(f"error: {line}" if line else f"error: train.py crashed: {kind.__name__}: {first} (traceback "
+                 "above; under torchrun, look for another rank's error first)")
+        elif line:
+            print(f"rank {self.rank} error: {line}", file=sys.stderr, flush=True)
