@@ -98,6 +98,9 @@ DEFAULTS = dict(
     backend="auto",  # torch.distributed backend: 'auto' is nccl on GPUs (RCCL answers to it on ROCm), gloo on CPU
     device="auto",  # 'auto' (a GPU if there is one, else cpu), 'cpu', 'cuda', 'cuda:1', 'mps'
     dtype="bfloat16",  # 'bfloat16' autocast over fp32 weights, or 'float32'
+    # the blocks' matmuls in FP8 through torchao (trainer/precision.py), under dtype='bfloat16' on a GPU with FP8
+    # matrix units (H100, MI300) or the CPU; MFU stays against the bf16 peak
+    fp8="",  # '' (off), 'tensorwise' (fastest) or 'rowwise' (closer to bf16)
     compile=False,  # torch.compile the model (off by default: the safe choice on ROCm)
     peak_tflops=0.0,  # the GPU's peak dense bf16 TFLOPS for MFU; 0 means look it up from the device
 )
@@ -232,8 +235,15 @@ def check(cfg, world_size, distributed=None):
     distributed: under torchrun, even with one process (default: world_size > 1)."""
     from model import CHECKPOINTING_POLICIES
     from trainer.optim import MASTER_WEIGHTS, OPTIMIZERS
+    from trainer.precision import RECIPES
     if cfg.dtype not in ("bfloat16", "float32"):
         return f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}"
+    if cfg.fp8 not in ("", *RECIPES):
+        return f"fp8 must be '' (off), {' or '.join(map(repr, RECIPES))}, got {cfg.fp8!r}"
+    if cfg.fp8 and cfg.dtype != "bfloat16":
+        # torchao's recipes are bf16 training with fp8 matmuls: what fp8 leaves out (attention, the LM head)
+        # runs under bf16 autocast, and its matmuls return bf16
+        return f"fp8={cfg.fp8!r} needs dtype='bfloat16' (fp8 matmuls inside bf16 autocast), got dtype={cfg.dtype!r}"
     for key in ("batch_size", "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_embd",
                 "vocab_size", "log_interval", "eval_iters", "spike_window"):
         if getattr(cfg, key) < 1:

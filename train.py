@@ -30,8 +30,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, checkpoint, evaluation, hardware, hellaswag, hf, memory, optim, resume, runlock, runlog, sharding,
-    spikes, stopping, tokenizer, wandb_logging)
+    bins, checkpoint, evaluation, hardware, hellaswag, hf, memory, optim, precision, resume, runlock, runlog,
+    sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
@@ -67,6 +67,8 @@ stop_signal = stopping.StopSignal()  # from here on a signal stops the run clean
 allocator = memory.use_expandable_segments()  # before the device initialises, which is when it is read
 device, device_type = hardware.resolve_device(cfg.device, local_rank)
 if problem := hardware.device_problem(device):
+    fail(problem)
+if cfg.fp8 and (problem := precision.device_problem(device)):
     fail(problem)
 if device_type == "cuda" and (problem := environment.compiler_problem(cfg.compile)):
     fail(problem)
@@ -185,8 +187,9 @@ gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=
 # data: uint16 token bins, sampled without replacement in a per-epoch permutation of windows
 try:
     tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
-    train_bin = bins.open_split(cfg.data_dir, "train", gptconf.block_size, tokens)
-    val_bin = bins.open_split(cfg.data_dir, "val", gptconf.block_size, tokens)
+    vocab_from = origin if saved_args else None  # whose vocabulary it is, for the advice on a mismatch
+    train_bin = bins.open_split(cfg.data_dir, "train", gptconf.block_size, tokens, vocab_from=vocab_from)
+    val_bin = bins.open_split(cfg.data_dir, "val", gptconf.block_size, tokens, vocab_from=vocab_from)
 except bins.BinError as e:
     fail(str(e))
 meta = bins.read_meta(cfg.data_dir)
@@ -211,6 +214,8 @@ if cfg.hellaswag_interval > 0:
         fail(f"hellaswag_file: {e}")
     except (hellaswag.HellaSwagError, ValueError) as e:
         log(f"warning: {e}; HellaSwag evaluation is off for this run")
+    if hellaswag_examples and (note := hellaswag.truncation_note(hellaswag_examples, gptconf.block_size)):
+        log(note)
 log(f"data: {cfg.data_dir}: {train_bin.num_tokens:,} train tokens ({tokens_per_iter:,} per step, "
     f"{cfg.max_iters * tokens_per_iter / train_bin.num_tokens:.2f} epochs to max_iters), {val_bin.num_tokens:,} val")
 
@@ -242,6 +247,9 @@ if weights is not None:  # before compile and sharding, identically on every ran
     del weights
 if cfg.master_weights == "bfloat16":  # 2 bytes a weight, gradients still fp32 (optim.py)
     optim.use_bf16_weights(model)
+if cfg.fp8:  # the blocks' matmuls in fp8; the weights stay ordinary Parameters (precision.py)
+    fp8_fsdp = distributed and cfg.strategy == "fsdp"
+    log(precision.describe(cfg.fp8, *precision.convert(model, cfg.fp8, fsdp=fp8_fsdp), fsdp=fp8_fsdp))
 torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 raw_model = model  # the plain module, whose state_dict has no wrapper prefixes
 ddp = distributed and cfg.strategy == "ddp" and cfg.master_weights == "float32"
@@ -264,6 +272,12 @@ optimizer = optim.build(model, cfg.optimizer, cfg.weight_decay, cfg.learning_rat
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 
 
+def update_fp8_scales():
+    """Under FSDP's fp8 all-gather every weight's scale comes from one all-reduce, after each change of the weights."""
+    if cfg.fp8 and fsdp:
+        precision.update_weight_scales(raw_model)
+
+
 def load_training_state(state, after_rollback=False):
     """A checkpoint into the live run (resume.py); returns its iteration."""
     global best_val_loss, wandb_run_id
@@ -272,6 +286,7 @@ def load_training_state(state, after_rollback=False):
                                                                 world_size, device_type, log, after_rollback)
     except resume.ResumeError as e:
         fail(str(e))
+    update_fp8_scales()
     return iteration
 
 
@@ -296,6 +311,8 @@ peak_tflops = cfg.peak_tflops or (hardware.GPUS[gpu_key].peak_tflops if gpu_key 
 if device_type == "cuda":
     log(f"GPU: {gpu_description}; peak bf16 {peak_tflops or 'unknown (set peak_tflops for MFU)'} TFLOPS; "
         f"allocator {allocator}")
+    if cfg.fp8 and peak_tflops:
+        log(precision.mfu_note(peak_tflops, hardware.GPUS[gpu_key].fp8_tflops if gpu_key else None))
 model_flops = hardware.flops_per_token(n_params, gptconf.n_layer, gptconf.n_embd, gptconf.block_size)
 hardware_flops = model_flops + hardware.recompute_flops_per_token(
     memory.block_params(raw_model), gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size, gptconf.activation_checkpointing)
@@ -460,6 +477,7 @@ while iter_num < cfg.max_iters and not stop_now:
         nonfinite_in_a_row = 0
         if not spike:
             optim.step(optimizer, cfg.seed * 1_000_003 + iter_num, device_type)  # the same rounding on every rank
+            update_fp8_scales()
     else:  # skip the update; the step still counts, and its batches are not seen again
         nonfinite_in_a_row += 1
         nonfinite_total += 1

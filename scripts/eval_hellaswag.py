@@ -46,6 +46,8 @@ def main():
         examples = hellaswag.load(data, encoding)
     except hellaswag.HellaSwagError as e:
         sample.fail(str(e))
+    if rank == 0 and (note := hellaswag.truncation_note(examples, model.config.block_size)):
+        print(note, file=sys.stderr)
     result = hellaswag.evaluate(model, examples, model.config.block_size, device, autocast, args.limit, rank, world_size)
     if rank == 0:
         name, reference = hellaswag.gpt3_reference(model.get_num_params(non_embedding=False))

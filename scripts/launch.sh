@@ -51,10 +51,16 @@ else
     cmd=("$python" train.py "$config" "$@")
 fi
 
+# the last lines a dead pane printed: its whole history (-S -) with wrapped lines joined (-J), so the
+# first line is never the tail of a wrapped one, less the command's header and tmux's "Pane is dead"
+last_lines() {
+    tmux capture-pane -p -J -S - -t "=$session:" | grep -v -e '^$' -e '^=== ' -e '^Pane is dead' | tail -n 5
+}
+
 if tmux has-session -t "=$session" 2>/dev/null; then
     if [ "$(tmux display-message -p -t "=$session:" '#{pane_dead}')" = 1 ]; then
         echo "the last run in tmux session $session has ended; its final lines:"
-        tmux capture-pane -p -J -t "=$session:" | grep -v '^$' | tail -n 5  # -J: lines as printed, not as wrapped
+        last_lines
         tmux kill-session -t "=$session"
     else
         echo "tmux session $session is already running"
@@ -74,7 +80,7 @@ if ! tmux has-session -t "=$session" 2>/dev/null; then
         sleep 1
         if [ "$(tmux display-message -p -t "=$session:" '#{pane_dead}')" = 1 ]; then
             echo "launch.sh: train.py exited at start-up; its last lines:" >&2
-            tmux capture-pane -p -J -t "=$session:" | grep -v '^$' | tail -n 5 >&2
+            last_lines >&2
             tmux kill-session -t "=$session"
             exit 1
         fi

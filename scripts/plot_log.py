@@ -7,10 +7,13 @@ Reads the lines train.py writes ('iter N: loss X, time Yms, ..., tok/s T, ...' a
 'eval iter N: val loss X ...'). A resume from an older checkpoint repeats iterations: the
 later run's lines replace the abandoned ones from there on, so the plot shows the run as it
 continued. HellaSwag's acc_norm ('hellaswag iter N: acc_norm X') is drawn against the GPT-3 paper's
-zero-shot figure for the model size nearest the run's ('built N parameters'). Writes a PNG (default:
-loss.png beside the log) without needing a display.
+zero-shot figure for the model size nearest the run's ('built N parameters'). Each resume
+('resuming after N completed steps') is a dotted vertical line at N. The loss axis spans the losses
+after the first 5% of steps, so the first iterations' ~11 nats do not squash the rest. Writes a PNG
+(default: loss.png beside the log) without needing a display.
 """
 import argparse
+import math
 import os
 import re
 import sys
@@ -28,6 +31,8 @@ TRAIN_RE = re.compile(rf"iter (\d+): loss {NUMBER}, time \S+, mfu \S+, tok/s (\d
 EVAL_RE = re.compile(rf"eval iter (\d+): val loss {NUMBER}")
 HELLASWAG_RE = re.compile(rf"hellaswag iter (\d+): acc_norm {NUMBER}")
 PARAMS_RE = re.compile(r"built ([\d,]+) parameters")
+RESUME_RE = re.compile(r"resuming after (\d+) completed steps")
+WARMUP_SHARE = 0.05  # the loss axis leaves out this first share of the steps
 
 
 def parse_log(lines):
@@ -59,7 +64,28 @@ def parse_hellaswag(lines):
     return points, params
 
 
-def plot(train, val, path, title, hellaswag=None, params=None):
+def parse_resumes(lines):
+    """The iterations a run resumed after, in the order they happened."""
+    return [int(m.group(1)) for line in lines if (m := RESUME_RE.match(line))]
+
+
+def loss_limits(train, val):
+    """(low, high) for the loss axis: the range of the finite losses after the first WARMUP_SHARE of the
+    logged steps, with a margin; None when there are too few steps to leave any out."""
+    iters = sorted(train)
+    first = iters[int(len(iters) * WARMUP_SHARE)]
+    if first == iters[0]:
+        return None
+    losses = [train[i][0] for i in iters if i >= first] + [v for i, v in val.items() if i >= first]
+    losses = [x for x in losses if math.isfinite(x)]
+    if not losses:
+        return None
+    low, high = min(losses), max(losses)
+    pad = 0.05 * (high - low) or 0.1
+    return low - pad, high + pad
+
+
+def plot(train, val, path, title, hellaswag=None, params=None, resumes=()):
     iters = sorted(train)
     rows = 3 if hellaswag else 2
     fig, axes = plt.subplots(rows, 1, figsize=(10, 3.5 * rows), sharex=True, height_ratios=[2, 1, 1][:rows])
@@ -67,6 +93,11 @@ def plot(train, val, path, title, hellaswag=None, params=None):
     ax_loss.plot(iters, [train[i][0] for i in iters], lw=0.8, alpha=0.8, label="train loss")
     if val:
         ax_loss.plot(sorted(val), [val[i] for i in sorted(val)], "o-", ms=3, label="val loss")
+    if limits := loss_limits(train, val):
+        ax_loss.set_ylim(*limits)
+    for k, n in enumerate(resumes):
+        for ax in axes:
+            ax.axvline(n, ls=":", color="tab:gray", label="resumed" if k == 0 and ax is ax_loss else None)
     ax_loss.set_ylabel("loss")
     ax_loss.set_title(title)
     ax_loss.grid(alpha=0.3)
@@ -104,11 +135,13 @@ def main(argv=None):
     if not train:
         sys.exit(f"plot_log: no 'iter N: loss X' lines in {args.log}: is it a train.py log?")
     try:
-        plot(train, val, out, args.log, *parse_hellaswag(lines))
+        plot(train, val, out, args.log, *parse_hellaswag(lines), parse_resumes(lines))
     except OSError as e:
         sys.exit(f"plot_log: cannot write {out}: {e.strerror}")
     last = f", last val loss {val[max(val)]:.4f} at iter {max(val)}" if val else ""
-    print(f"wrote {out}: {len(train)} iterations ({min(train)}..{max(train)}), {len(val)} evals{last}")
+    resumes = parse_resumes(lines)
+    resumed = f", resumed {len(resumes)} time(s)" if resumes else ""
+    print(f"wrote {out}: {len(train)} iterations ({min(train)}..{max(train)}), {len(val)} evals{last}{resumed}")
 
 
 if __name__ == "__main__":

@@ -93,10 +93,36 @@ def test_a_bad_id_in_a_batch_names_the_file(tmp_path):
 
 
 def test_missing_data_names_the_prepare_command(tmp_path):
-    with pytest.raises(BinError, match=r"python data/pile/prepare.py --data_dir .*nowhere.*data/quickstart/prepare.py"):
-        open_split(str(tmp_path / "nowhere"), "train", BLOCK, 257)
+    with pytest.raises(BinError, match=r"python data/pile/prepare.py --data_dir .*pile.*data/quickstart/prepare.py"):
+        open_split(str(tmp_path / "pile"), "train", BLOCK, 257)
     with pytest.raises(BinError, match=r"python data/quickstart/prepare.py --data_dir .*quickstart"):
         open_split(str(tmp_path / "quickstart"), "train", BLOCK, 257)
+
+
+def test_a_mistyped_data_folder_lists_the_real_ones(tmp_path):
+    with pytest.raises(BinError) as e:
+        open_split(str(tmp_path / "pilee"), "train", BLOCK, 257)
+    message = str(e.value)
+    assert message.startswith(f"no train.bin in {tmp_path / 'pilee'}: there is no data/pilee/prepare.py")
+    assert "data/pile (prepare.py)" in message and "data/quickstart (" in message
+    assert "hellaswag" not in message  # its prepare.py makes an evaluation file, not bins
+    assert "\n" not in message
+
+
+def test_too_many_ids_for_weights_the_run_starts_from(tmp_path):
+    big_vocab = make_bins(tmp_path, np.arange(100), np.arange(100), {"vocab_size": 50257}, n_vocab=50257)
+    with pytest.raises(BinError, match="vocab_size 320: raise vocab_size"):
+        open_split(big_vocab, "train", BLOCK, 320)
+    with pytest.raises(BinError) as e:  # a fine-tuning run: the vocabulary is the weights', not the config's
+        open_split(big_vocab, "train", BLOCK, 320, vocab_from="gpt2")
+    assert "raise vocab_size" not in str(e.value)
+    assert "the model's vocabulary comes from gpt2 and cannot change: prepare the data with the encoding" in str(e.value)
+    tokens = np.arange(100)
+    tokens[50] = 300  # no meta.json: the per-batch check says the same
+    (tmp_path / "bare").mkdir()
+    tb = open_split(make_bins(tmp_path / "bare", tokens, tokens), "train", BLOCK, 257, vocab_from="the checkpoint")
+    with pytest.raises(BinError, match="vocabulary comes from the checkpoint and cannot change"):
+        tb.windows(np.array([6]), BLOCK)
 
 
 def test_reader_refuses_what_cannot_be_trained_on(tmp_path):

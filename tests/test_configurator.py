@@ -116,3 +116,25 @@ def test_script_reports_one_line_and_exits_nonzero():
 def test_values_out_of_range_are_named(override, message):
     from configurator import check
     assert check(load_config([override]), world_size=1).startswith(message)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--fp8=tensorwize"], "fp8 must be '' (off), 'tensorwise' or 'rowwise', got 'tensorwize'"),
+    (["--fp8=rowwise", "--dtype=float32"], "fp8='rowwise' needs dtype='bfloat16' (fp8 matmuls inside bf16 autocast)"),
+])
+def test_fp8_values_are_checked(overrides, message):
+    from configurator import check
+    assert check(load_config(overrides), world_size=1).startswith(message)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["--activation_checkpointing=selective"], ["--activation_checkpointing=full"], ["--compile=True"],
+    ["--master_weights=bfloat16"], ["--optimizer=adamw8bit"], ["--optimizer=adamw4bit"], ["--optimizer_offload=True"],
+    ["--strategy=fsdp"],
+])
+def test_fp8_composes_with_the_other_settings(overrides):
+    """Float8Linear keeps ordinary Parameters and its matmuls are aten.mm to the checkpointing policy, so nothing
+    else needs to know: tests/test_fp8.py trains the combinations the CPU can run."""
+    from configurator import check
+    for recipe in ("tensorwise", "rowwise"):
+        assert check(load_config([f"--fp8={recipe}", *overrides]), world_size=2) is None

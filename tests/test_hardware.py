@@ -20,11 +20,33 @@ from trainer import hardware
         ("NVIDIA H100 PCIe", None, 114, "h100-pcie", 756.0),
         ("NVIDIA A100-SXM4-80GB", None, 108, "a100", 312.0),
         ("NVIDIA A100-SXM4-40GB", None, 108, "a100-40gb", 312.0),
+        # MI300X / MI325X partitions keep the whole chip's name: the CUs say which part of it this is
+        ("AMD Instinct MI300X", "gfx942:sramecc+:xnack-", 38, "mi300x-cpx", 1307.4 / 8),
+        ("AMD Instinct MI300X", "gfx942", 76, "mi300x-qpx", 1307.4 / 4),
+        ("AMD Instinct MI300X VF", "gfx942", 152, "mi300x-dpx", 1307.4 / 2),
+        ("AMD Instinct MI325X", "gfx942", 38, "mi325x-cpx", 1307.4 / 8),
     ],
 )
 def test_identify_gpu(name, gfx, cus, key, peak):
     assert hardware.identify_gpu(name, gfx, cus) == key
     assert hardware.GPUS[key].peak_tflops == peak
+
+
+@pytest.mark.parametrize("key, bf16, fp8", [
+    ("mi300x", 1307.4, 2614.9), ("mi325x", 1307.4, 2614.9), ("mi300a", 980.6, 1961.2), ("h200", 989.4, 1978.9),
+    ("h100", 989.4, 1978.9), ("h100-pcie", 756.0, 1513.0), ("a100", 312.0, None), ("mi250x", 191.5, None),
+    ("mi300x-cpx", 1307.4 / 8, 2614.9 / 8),
+])
+def test_dense_fp8_peaks(key, bf16, fp8):
+    assert (hardware.GPUS[key].peak_tflops, hardware.GPUS[key].fp8_tflops) == (bf16, fp8)
+
+
+def test_a_partition_gets_its_share_and_odd_counts_are_not_guessed():
+    cpx = hardware.GPUS["mi300x-cpx"]
+    assert cpx.name == "AMD Instinct MI300X (CPX partition, 1/8)" and cpx.memory_gb == 24
+    assert hardware.identify_gpu("AMD Instinct MI300X", "gfx942", 300) is None  # no partition mode makes 300 CUs
+    assert hardware.identify_gpu("AMD Instinct MI300A", "gfx942", 38) is None  # MI300A partitions: not in the table
+    assert hardware.identify_gpu("AMD Radeon Graphics", "gfx942", 38) is None  # which chip's? unknown
 
 
 def test_the_smaller_cards_of_the_lean_recipes_are_known():
@@ -36,6 +58,7 @@ def test_the_smaller_cards_of_the_lean_recipes_are_known():
 def test_unknown_gpu_is_not_guessed():
     assert hardware.identify_gpu("NVIDIA GeForce RTX 3090") is None
     assert hardware.identify_gpu("NVIDIA H100 NVL") is None  # lower clocks than the SXM part
+    assert hardware.identify_gpu("NVIDIA H200 NVL") is None
     assert hardware.identify_gpu("AMD Radeon Graphics", "gfx1100", 48) is None
     assert hardware.utilisation(1e9, 1e4, 0.0) is None
 

@@ -140,6 +140,24 @@ def test_bf16_export_without_biases_is_large_enough_to_shard(tmp_path, monkeypat
     assert (logits_of(bf16_model.eval(), x) - logits_of(reference, x)).abs().max() <= 1e-4
 
 
+def test_a_bias_free_model_comes_back_bias_free(tmp_path):
+    args = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, bias=False)
+    model = GPT(GPTConfig(**args))
+    checkpoint.save_checkpoint({"model": model.state_dict(), "model_args": args, "iter_num": 0},
+                               str(tmp_path / "run"), 0, keep_last_n=0, log=lambda m: None)
+    hf.export(str(tmp_path / "run"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["bias"] is False
+    imported, weights, _ = hf.load_weights(str(tmp_path / "hf"))
+    assert imported["bias"] is False and weights.keys() == model.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
+    tuned = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
+    with torch.no_grad():
+        tuned.transformer.h[1].mlp.c_fc.bias.fill_(0.5)  # biases trained in transformers since: kept
+    tuned.save_pretrained(tmp_path / "tuned")
+    imported, weights, _ = hf.load_weights(str(tmp_path / "tuned"))
+    assert imported["bias"] is True and weights["transformer.h.1.mlp.c_fc.bias"].eq(0.5).all()
+
+
 def test_exported_tokenizer_encodes_like_tiktoken(tmp_path, gpt2_rank_file):
     """A GPT-2-encoded checkpoint (vocab padded to 50304) exports 50257 rows and GPT-2's tokenizer."""
     args = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=50304, bias=True)

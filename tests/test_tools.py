@@ -46,7 +46,16 @@ def test_plot_log_draws_the_run_as_it_continued(rolled_back_run, tmp_path, capsy
     png = tmp_path / "loss.png"
     plot_log.main([str(log), "--out", str(png)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert "6 iterations (1..6), 3 evals" in capsys.readouterr().out
+    assert plot_log.parse_resumes(text.splitlines()) == [3]  # the roll back: a dotted line at 3
+    printed = capsys.readouterr().out
+    assert "6 iterations (1..6), 3 evals, last val loss" in printed and printed.endswith("resumed 1 time(s)\n")
+
+
+def test_plot_log_loss_axis_leaves_out_the_first_steps():
+    train = {n: (11.0 if n == 1 else 3.0 - n / 100, 1000.0) for n in range(1, 101)}  # 11 nats at the start
+    low, high = plot_log.loss_limits(train, {0: 10.9, 50: 2.6, 100: 2.1})
+    assert 1.9 < low < 2.0 and 2.95 < high < 3.1  # the range after the first 5 steps, with a margin
+    assert plot_log.loss_limits({1: (11.0, 1.0), 2: (3.0, 1.0)}, {}) is None  # too short to leave any out
 
 
 def test_plot_log_reads_a_torchrun_line():
@@ -131,3 +140,22 @@ def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
         wait_for(log, "resuming after")
     finally:
         tmux("kill-server")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_launch_reports_a_start_up_death_in_whole_lines(tmp_path):
+    """The pane is 80 columns wide and train.log's first line, the command, is longer: the report must
+    not begin with the tail of it, wrapped."""
+    env = {k: v for k, v in ENV.items() if k != "TMUX"}
+    env.update(TMUX_TMPDIR=str(tmp_path), SESSION="test_dies", LAUNCH_WAIT="120")
+    out = tmp_path / ("a_long_folder_name_" * 6) / "out"
+    dies = subprocess.run(["bash", "scripts/launch.sh", "config/train_tiny.py", *TINY, f"--out_dir={out}",
+                           f"--data_dir={tmp_path / 'no_data'}"], cwd=REPO, capture_output=True, text=True,
+                          env=env, stdin=subprocess.DEVNULL, timeout=180)
+    subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)
+    assert dies.returncode == 1, dies.stdout + dies.stderr
+    reported = dies.stderr.split("its last lines:\n", 1)[1].splitlines()
+    logged = (out / "train.log").read_text().splitlines()
+    assert reported and all(line in logged for line in reported), (reported, logged)
+    assert not any(line.startswith(("=== ", "Pane is dead")) for line in reported)
+    assert reported[-1].startswith(f"error: no train.bin in {tmp_path / 'no_data'}")

@@ -117,15 +117,48 @@ def prepare_hint(data_dir, meta=None):
             "(or python data/quickstart/prepare.py for the offline quick start)")
 
 
-def open_split(data_dir, split, block_size, vocab_size):
+def data_folders():
+    """The repository's data/<name> folders that hold bins or a prepare script, as 'data/pile (prepare.py)'.
+    data/hellaswag is left out: its prepare.py makes an evaluation file, not bins."""
+    root = os.path.join(REPO, "data")
+    found = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        has = [f for f in ("train.bin", "prepare.py") if os.path.isfile(os.path.join(root, name, f))]
+        if has and name != "hellaswag":
+            found.append(f"data/{name} ({', '.join(has)})")
+    return found
+
+
+def missing_bins_advice(data_dir, meta):
+    """What to do about a data_dir without bins: prepare it, or, where no data/<name>/prepare.py has its
+    name (a typo is likelier than the Pile), the folders that could be meant."""
+    name = os.path.basename(os.path.normpath(data_dir))
+    if (meta and meta.get("command")) or os.path.isfile(os.path.join(REPO, "data", name, "prepare.py")):
+        return f"prepare the data first with: {prepare_hint(data_dir, meta)}"
+    return (f"there is no data/{name}/prepare.py to make it; data folders here: {', '.join(data_folders())}; "
+            f"set data_dir (or dataset) to one of them, or prepare into {data_dir} with one of their "
+            f"prepare.py scripts and --data_dir {data_dir}")
+
+
+def vocab_advice(vocab_from):
+    """How to fix data with more ids than the model: the vocabulary is the config's to raise, unless it
+    comes from the weights the run starts from (vocab_from: 'the checkpoint', 'gpt2', a path)."""
+    if vocab_from is None:
+        return "raise vocab_size or prepare with a smaller encoding"
+    return (f"the model's vocabulary comes from {vocab_from} and cannot change: prepare the data with "
+            f"the encoding {vocab_from} was trained with")
+
+
+def open_split(data_dir, split, block_size, vocab_size, vocab_from=None):
     """The TokenBin of one split, checked without scanning it (bins reach 600 GB).
 
     Raises BinError when the data dir cannot be trained on with this block_size and vocab_size.
+    vocab_from names where vocab_size comes from when not the config (a checkpoint, pretrained weights).
     """
     path = bin_path(data_dir, split)
     meta = read_meta(data_dir) if os.path.isdir(data_dir) else None
     if not os.path.isfile(path):
-        raise BinError(f"no {split}.bin in {data_dir}: prepare the data first with: {prepare_hint(data_dir, meta)}")
+        raise BinError(f"no {split}.bin in {data_dir}: {missing_bins_advice(data_dir, meta)}")
     if meta is not None:
         if not meta.get("complete"):
             raise BinError(f"preparation of {data_dir} is unfinished: re-run {prepare_hint(data_dir, meta)} "
@@ -134,12 +167,12 @@ def open_split(data_dir, split, block_size, vocab_size):
             raise BinError(f"{data_dir} holds {meta['dtype']} tokens; only uint16 bins are supported")
         if meta.get("vocab_size", 0) > vocab_size:
             raise BinError(f"{data_dir} was encoded with {meta['encoding']!r} ({meta['vocab_size']} ids), more than "
-                           f"the model's vocab_size {vocab_size}: raise vocab_size or prepare with a smaller encoding")
+                           f"the model's vocab_size {vocab_size}: {vocab_advice(vocab_from)}")
     size = os.path.getsize(path)
     if size % DTYPE.itemsize:
         raise BinError(f"{path} has an odd size ({size} bytes) so it is not whole uint16 tokens: "
                        f"it is cut short or not a token bin; prepare it again")
-    tokens = TokenBin(path, vocab_size)
+    tokens = TokenBin(path, vocab_size, vocab_from)
     if tokens.num_tokens < block_size + 1:
         raise BinError(f"{path} has {tokens.num_tokens} tokens but block_size {block_size} needs at least "
                        f"{block_size + 1}: lower block_size, or prepare with a larger --val_fraction "
@@ -155,9 +188,10 @@ class TokenBin:
     # them (the kernel's page cache keeps them, so nothing is re-read), yet avoids a per-batch open.
     REMAP_EVERY = 1000
 
-    def __init__(self, path, vocab_size):
+    def __init__(self, path, vocab_size, vocab_from=None):
         self.path = path
         self.vocab_size = vocab_size
+        self.vocab_from = vocab_from
         self.num_tokens = os.path.getsize(path) // DTYPE.itemsize
         self._map = None
         self._calls = 0
@@ -177,7 +211,7 @@ class TokenBin:
         x = self._map[starts + np.arange(block_size + 1)].astype(np.int64)
         if x.size and x.max() >= self.vocab_size:
             raise BinError(f"{self.path} holds token id {x.max()}, beyond the model's vocab_size {self.vocab_size}: "
-                           "it was made with another encoding; prepare it again or raise vocab_size")
+                           f"it was made with another encoding; {vocab_advice(self.vocab_from)}")
         return x
 
 

@@ -21,6 +21,7 @@ class GPU:
     name: str
     peak_tflops: float  # dense bf16, no sparsity
     memory_gb: float  # as the vendor names it: "192 GB", "141 GB"
+    fp8_tflops: float | None = None  # dense fp8, no sparsity; None: no FP8 matrix units, or no published peak
 
     @property
     def capacity_gb(self):
@@ -29,15 +30,17 @@ class GPU:
         return self.memory_gb * 2**30 / 1e9
 
 
-# Keys are what plan.py's --gpu accepts. Peaks from the vendors' data sheets.
+# Keys are what plan.py's --gpu accepts. Peaks from the vendors' data sheets, dense (NVIDIA's sheets
+# print sparse peaks, twice these). fp8 is twice bf16 on all of them: MI300X's 304 CUs x 4,096 fp8
+# FLOPs a clock x 2.1 GHz = 2614.9, MI300A's 228 CUs 1961.2 (AMD's data sheet), H100's 1978.9.
 GPUS = {
-    "mi325x": GPU("AMD Instinct MI325X", 1307.4, 256),
-    "mi300x": GPU("AMD Instinct MI300X", 1307.4, 192),
-    "mi300a": GPU("AMD Instinct MI300A", 980.6, 128),
+    "mi325x": GPU("AMD Instinct MI325X", 1307.4, 256, fp8_tflops=2614.9),
+    "mi300x": GPU("AMD Instinct MI300X", 1307.4, 192, fp8_tflops=2614.9),
+    "mi300a": GPU("AMD Instinct MI300A", 980.6, 128, fp8_tflops=1961.2),
     "mi250x": GPU("AMD Instinct MI250X (one GCD)", 191.5, 64),  # PyTorch sees each half as a device
-    "h200": GPU("NVIDIA H200", 989.4, 141),
-    "h100": GPU("NVIDIA H100 SXM", 989.4, 80),
-    "h100-pcie": GPU("NVIDIA H100 PCIe", 756.0, 80),
+    "h200": GPU("NVIDIA H200", 989.4, 141, fp8_tflops=1978.9),
+    "h100": GPU("NVIDIA H100 SXM", 989.4, 80, fp8_tflops=1978.9),
+    "h100-pcie": GPU("NVIDIA H100 PCIe", 756.0, 80, fp8_tflops=1513.0),
     "a100": GPU("NVIDIA A100 80GB", 312.0, 80),
     "a100-40gb": GPU("NVIDIA A100 40GB", 312.0, 40),
     "l40s": GPU("NVIDIA L40S", 362.05, 45),  # "48 GB" of GDDR6, 46,068 MiB usable with ECC on
@@ -45,6 +48,18 @@ GPUS = {
     "rtx4090": GPU("NVIDIA GeForce RTX 4090", 165.2, 24),
 }
 GPUS["a100-80gb"] = GPUS["a100"]
+
+# An MI300X or MI325X splits into 2, 4 or 8 GPUs of 152, 76 or 38 CUs (AMD's DPX, QPX and CPX compute
+# partition modes: 4, 2 or 1 of its 8 XCDs each), and ROCm names each one as the whole chip. A partition
+# has its CUs' share of the peak, and of the memory when every partition trains. An MI300A's partitions
+# (of its 6 XCDs) are not in the table: their MFU says n/a, never the whole chip's.
+_CHIP_CUS = {"mi300x": 304, "mi325x": 304, "mi300a": 228}
+_PARTITION_MODES = {"dpx": 2, "qpx": 4, "cpx": 8}
+for _chip in ("mi300x", "mi325x"):
+    for _mode, _n in _PARTITION_MODES.items():
+        _whole = GPUS[_chip]
+        GPUS[f"{_chip}-{_mode}"] = GPU(f"{_whole.name} ({_mode.upper()} partition, 1/{_n})", _whole.peak_tflops / _n,
+                                       _whole.memory_gb / _n, fp8_tflops=_whole.fp8_tflops / _n)
 
 # ROCm names are not always informative ('AMD Instinct MI300X VF', or a generic
 # 'AMD Radeon Graphics'), so the gfx architecture and compute-unit count decide:
@@ -63,14 +78,24 @@ _NAME_PATTERNS = [
 
 def identify_gpu(name, gfx_arch=None, compute_units=None):
     """The GPUS key for a device, or None when it is not one we know the peak of. The name
-    decides when it is specific; a generic ROCm name falls back to gfx architecture and CUs."""
-    lowered = name.lower()
-    for pattern, key in _NAME_PATTERNS:
-        if pattern in lowered:
-            return key
-    if gfx_arch:
-        return _GFX_CUS.get((gfx_arch.split(":")[0], compute_units))
-    return None
+    decides when it is specific; a generic ROCm name falls back to gfx architecture and CUs.
+    An MI300X or MI325X with fewer CUs than the chip is one of its partitions, whatever its name."""
+    key = _key_by_name(name.lower())
+    if key is None and gfx_arch:
+        key = _GFX_CUS.get((gfx_arch.split(":")[0], compute_units))
+    if key in _CHIP_CUS and compute_units and compute_units != _CHIP_CUS[key]:
+        return _partition(key, compute_units)
+    return key
+
+
+def _key_by_name(lowered):
+    return next((key for pattern, key in _NAME_PATTERNS if pattern in lowered), None)
+
+
+def _partition(chip, compute_units):
+    """The GPUS key of chip's partition of compute_units CUs, or None where the table has none."""
+    mode = next((m for m, n in _PARTITION_MODES.items() if n * compute_units == _CHIP_CUS[chip]), None)
+    return f"{chip}-{mode}" if f"{chip}-{mode}" in GPUS else None
 
 
 def resolve_device(name, index=0):
@@ -97,7 +122,7 @@ def device_problem(device):
         build = f"ROCm {torch.version.hip}" if torch.version.hip else (f"CUDA {torch.version.cuda}" if torch.version.cuda
                                                                        else "a CPU-only build")
         return (f"device={device}: PyTorch {torch.__version__} ({build}) sees no GPU here: install the ROCm or CUDA "
-                f"build for this machine (README, Install) or use device=cpu")
+                f"build for this machine (docs/training.md, Install) or use device=cpu")
     if int(index) >= torch.cuda.device_count():
         return f"device={device}: there are only {torch.cuda.device_count()} GPU(s) here, cuda:0 to cuda:{torch.cuda.device_count() - 1}"
     return None

@@ -107,10 +107,21 @@ def _check_prepared(ex, i, n_vocab):
         raise ValueError(f"example {i} has an empty ending")
 
 
+def truncation_note(examples, block_size):
+    """One line for the log when some examples do not fit the model's context window, else None:
+    scoring cuts their rows from the start, silently otherwise."""
+    cut = sum(any(len(ex["ctx"]) + len(e) > block_size + 1 for e in ex["endings"]) for ex in examples)
+    if cut:
+        return (f"hellaswag: {cut} of {len(examples)} examples are longer than block_size {block_size}: "
+                "they are scored on their last tokens, their contexts cut from the start")
+    return None
+
+
 def _rows(examples, block_size):
     """Each example's four (context + ending) rows, right-padded, as inputs, targets and a mask of the
-    ending's targets. A row longer than the context window loses tokens from the context's start."""
-    rows = [((ex["ctx"] + e)[-(block_size + 1):], len(e)) for ex in examples for e in ex["endings"]]
+    ending's targets. A row longer than the context window loses tokens from the context's start (and
+    an ending longer than the window, its own)."""
+    rows = [((ex["ctx"] + e)[-(block_size + 1):], min(len(e), block_size)) for ex in examples for e in ex["endings"]]
     width = max(len(row) for row, _ in rows)
     tokens = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros(len(rows), width - 1, dtype=torch.bool)

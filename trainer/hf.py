@@ -8,7 +8,8 @@ linear layers as Conv1D with (in, out) weights, so c_attn, c_proj and c_fc are t
 and it stores the tied LM head once, as the token embedding. GPT-2 uses the tanh approximation of
 GELU ('gelu_tanh' here, 'gelu_new' there). GPT-2's 50257 tokens are padded to 50304 rows on import
 (matmuls are faster at a multiple of 64); the model masks the padding out of its logits, and an
-export drops it again.
+export drops it again. transformers' GPT-2 always has biases, so a bias=False model is exported with
+zero biases and "bias": false in config.json, and imported bias-free again.
 """
 import json
 import os
@@ -26,6 +27,7 @@ HF_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # the same funct
 TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 SHARD_BYTES = 4_000_000_000  # model.safetensors up to this size, else shards and an index
 PAD_TO = 64
+EXPORTED_BIAS = "bias"  # config.json's record of a bias=False model, whose export writes zero biases
 
 
 class WeightsError(Exception):
@@ -102,6 +104,12 @@ def read_hf_folder(folder):
     head = weights.pop("transformer.lm_head.weight", None)
     if head is not None and not torch.equal(head, weights["transformer.wte.weight"]):
         raise WeightsError(f"{folder}: its LM head is not tied to the token embedding; this model ties them")
+    # a bias-free model exported here has zero biases and says so: it comes back bias-free, unless
+    # the biases were trained since (in transformers)
+    zero_biases = all(not v.any() for k, v in weights.items() if k.endswith(".bias"))
+    bias = not (config.get(EXPORTED_BIAS) is False and zero_biases)
+    if not bias:
+        weights = {k: v for k, v in weights.items() if not k.endswith(".bias")}
     n_tokens = config["vocab_size"]
     padded = -(-n_tokens // PAD_TO) * PAD_TO
     weights = {k: v.float().contiguous() for k, v in weights.items()}
@@ -109,7 +117,7 @@ def read_hf_folder(folder):
     weights["transformer.wte.weight"] = weights["lm_head.weight"] = torch.cat(
         [wte, wte.new_zeros(padded - n_tokens, wte.size(1))])
     args = dict(n_layer=config["n_layer"], n_head=config["n_head"], n_embd=config["n_embd"],
-                block_size=config["n_positions"], vocab_size=padded, bias=True,
+                block_size=config["n_positions"], vocab_size=padded, bias=bias,
                 activation="gelu" if config.get("activation_function", "gelu_new") == "gelu" else "gelu_tanh",
                 n_tokens=n_tokens if padded > n_tokens else 0)
     return args, weights
@@ -220,7 +228,8 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print):
     config = GPT2Config(vocab_size=rows, n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer,
                         n_head=args.n_head, activation_function=ACTIVATIONS[args.activation], layer_norm_epsilon=1e-5,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eot, eos_token_id=eot,
-                        tie_word_embeddings=True, architectures=["GPT2LMHeadModel"], dtype=dtype_name)
+                        tie_word_embeddings=True, architectures=["GPT2LMHeadModel"], dtype=dtype_name,
+                        **{EXPORTED_BIAS: args.bias})
     tmp = out_dir.rstrip("/") + ".tmp-export"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)

@@ -106,7 +106,7 @@ def logits_bytes(B, T, V):
     return 12 * B * T * V
 
 
-def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="flash"):
+def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="flash", fp8=""):
     """What a micro-batch holds besides weights, gradients and moments, by category, at the two
     moments that can be the peak: the start of backward, where every block's kept activations
     meet the logits' gradients, and the last block's backward, where its activations (kept or
@@ -118,7 +118,10 @@ def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="f
     matrices (math_attention_bytes) are kept by each block without checkpointing ('selective' recomputes
     them: the math kernel's matmuls and softmax are not among what it saves) and exist, with their
     gradient, in the block whose backward runs. That last term errs high: simulate(attention="math")
-    comes out 0-14% below the estimate on the small models of tests/test_memory.py, never above."""
+    comes out 0-14% below the estimate on the small models of tests/test_memory.py, never above.
+    fp8 (precision.py): torchao's Float8Linear keeps the bf16 input and the fp32 weight itself for
+    backward and casts both to fp8 again there, so the blocks keep no bf16 weight copies; only the
+    block running holds its fp8 weights (1 B per weight) for the matmul."""
     T, C, H, V = config.block_size, config.n_embd, config.n_head, config.vocab_size
     policies = [config.block_checkpointing(i) for i in range(config.n_layer)]
     kept = [kept_block_bytes(p, B, T, C, H, act_bytes, residual_bytes) for p in policies]
@@ -130,12 +133,13 @@ def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="f
     # bf16 weight casts (autocast runs without its cast cache): a cast lives only while autograd
     # keeps it for backward, so in the blocks without checkpointing; the others cast again when
     # they recompute. LayerNorm stays fp32 and the embedding lookup is no matmul.
-    casts = [2 * per_block_casts if act_bytes == 2 and p == "none" else 0 for p in policies]
+    casts = [2 * per_block_casts if act_bytes == 2 and p == "none" and not fp8 else 0 for p in policies]
+    running_block_casts = per_block_casts if fp8 else 2 * per_block_casts if act_bytes == 2 else 0
     head_cast = 2 * V * C if act_bytes == 2 else 0
     head = (4 + act_bytes) * B * T * C + 8 * B * T  # ln_f's fp32 input and stats, lm_head input
     at_loss = {"autocast_bf16_weights": sum(casts) + head_cast, "activations": sum(kept) + head,
                "logits": max(logits_bytes(B, T, V), 10 * B * T * V + 4 * B * T * C), "gradients_in_flight": 0}
-    in_last_block = {"autocast_bf16_weights": sum(casts[:-1]) + (2 * per_block_casts if act_bytes == 2 else 0),
+    in_last_block = {"autocast_bf16_weights": sum(casts[:-1]) + running_block_casts,
                      "activations": sum(kept[:-1]) + in_backward + (6 + 4 * act_bytes) * B * T * C, "logits": 0,
                      "gradients_in_flight": 8 * C * C + 4 * V * C}
     return at_loss, in_last_block
@@ -146,7 +150,7 @@ def block_params(model):
 
 
 def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw",
-             master_weights="float32", offload=False, attention="flash"):
+             master_weights="float32", offload=False, attention="flash", fp8=""):
     """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
     checkpointing policy or the (activation_checkpointing, recompute_blocks) given instead (model
     may live on the meta device: only shapes are read). The peak is
@@ -160,6 +164,7 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     mode (optim.py), whose bytes per parameter on the GPU optim.bytes_per_param says (offload's are on
     the host, not counted here); bf16 weights leave autocast nothing to cast. attention: the kernel
     scaled_dot_product_attention runs (hardware.attention_backend); "math" keeps T x T matrices.
+    fp8: the config's recipe ('' for none), which keeps no bf16 weight copies (activation_peaks).
 
     "total" is the peak tensors hold, what simulate() and torch.cuda.max_memory_allocated() measure;
     fits() adds the allocator's fragmentation to it."""
@@ -175,7 +180,7 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     act_bytes = 2 if bf16 else 4  # matmul inputs and outputs: bf16 under autocast, else fp32
     unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
     residual_bytes = 2 if master_weights == "bfloat16" else 4
-    peaks = activation_peaks(model, config, batch_size, act_bytes, residual_bytes, attention)
+    peaks = activation_peaks(model, config, batch_size, act_bytes, residual_bytes, attention, fp8)
     peaks = [{**p, "optimizer_step": 0} for p in peaks]
     # the third moment: the optimizer step, activations gone, the low-bit step's temporaries there
     largest = max(p.numel() for p in model.parameters())
@@ -299,7 +304,7 @@ def auto_policies(n_layer):
 
 
 def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", optimizer="adamw", master_weights="float32", offload=False, attention="flash"):
+                strategy="ddp", optimizer="adamw", master_weights="float32", offload=False, attention="flash", fp8=""):
     """The Choice 'auto' makes for a memory budget per GPU (model's own policy does not matter),
     keeping the global batch, or None when nothing fits (by fits()). The config's micro-batch and its
     doublings come first (up to AUTO_MAX_MICRO_TOKENS): for each policy from the cheapest, the largest
@@ -316,7 +321,7 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
         for policy, k in auto_policies(model.config.n_layer):
             for b in candidates:
                 peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer, master_weights, offload,
-                                attention)["total"]
+                                attention, fp8)["total"]
                 if fits(peak, budget_bytes):
                     return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
     return None
@@ -342,10 +347,10 @@ def settle(model, cfg, budget, gpus=1, attention="flash"):
     accumulation = cfg.gradient_accumulation_steps
 
     def auto():
-        return choose_auto(model, cfg.batch_size, accumulation, budget.bytes, *run, *mode, attention)
+        return choose_auto(model, cfg.batch_size, accumulation, budget.bytes, *run, *mode, attention, cfg.fp8)
 
     def peak(batch_size, policy, k):
-        return estimate(model, batch_size, *run, (policy, k), *mode, attention)["total"]
+        return estimate(model, batch_size, *run, (policy, k), *mode, attention, cfg.fp8)["total"]
 
     if cfg.activation_checkpointing == "auto":
         if choice := auto():

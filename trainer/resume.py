@@ -55,6 +55,9 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
     checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
     if "spikes" in state:
         guard.load_state_dict(state["spikes"], after_rollback=after_rollback)
+    if state["config"].get("fp8", "") != cfg.fp8 and not after_rollback:  # the weights are plain either way
+        log(f"note: fp8 {state['config'].get('fp8', '') or 'off'} -> {cfg.fp8 or 'off'} since the checkpoint: "
+            f"the weights and optimizer continue as saved, the matmuls from here on are {cfg.fp8 or 'bf16'}")
     changed = [f"{k} {state['config'][k]} -> {getattr(cfg, k)}" for k in SCHEDULE_KEYS
                if k in state["config"] and state["config"][k] != getattr(cfg, k)]
     if changed and not after_rollback:

@@ -1,7 +1,7 @@
 """
-How a run stops on a signal. SIGINT, SIGTERM and SIGHUP only set a flag: the loop stops after the
-current micro-batch and saves the state of the last completed optimizer step. At 6.7B a step takes
-~100 s, longer than most shutdown grace periods, so waiting for the step to end is not an option.
+How a run stops on a signal. SIGINT, SIGTERM and SIGHUP (unless nohup ignores it) only set a flag: the
+loop stops after the current micro-batch and saves the state of the last completed optimizer step. At
+6.7B a step takes ~100 s, longer than most shutdown grace periods, so waiting for it is not an option.
 
 Under torchrun a signal may reach only some ranks, and every rank must stop after the same
 micro-batch, or the ones that go on wait forever in a collective: the ranks vote.
@@ -19,7 +19,9 @@ class StopSignal:
     def __init__(self):
         self.signum = None
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(sig) is not signal.SIG_IGN:  # under nohup a hang-up stays ignored
+            # under nohup a hang-up stays ignored; SIGINT and SIGTERM are always heard, though a shell
+            # starts a background job (`python train.py ... &` in a script) with SIGINT ignored
+            if sig in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, self._request)
 
     def _request(self, signum, frame):
