@@ -347,9 +347,11 @@ class Bench:
         if self.args.simulate and policy[0] != "auto":
             config = plan.model_config(self.cfg, *policy)
             with torch.device("meta"):
-                estimate = memory.estimate(GPT(config), batch_size, self.cfg.dtype, 1, "ddp", None, *self.mode)
+                estimate = memory.estimate(GPT(config), batch_size, self.cfg.dtype, 1, "ddp", None, *self.mode,
+                                           fp8=self.cfg.fp8)
             result.update(estimated_gb=estimate["total"] / 1e9,
-                          simulated_gb=memory.simulate(config, batch_size, self.cfg.dtype, 2, True, *self.mode)["total"] / 1e9)
+                          simulated_gb=memory.simulate(config, batch_size, self.cfg.dtype, 2, True, *self.mode,
+                                                        fp8=self.cfg.fp8)["total"] / 1e9)
         return dict(result, **self.judge(result))
 
     def judge(self, result):
@@ -388,7 +390,7 @@ class Bench:
 def kept_memory(cfg, policy):
     """memory.py's estimate of a policy at micro-batch 1: orders policies by what they keep."""
     return memory.estimate(plan.build_meta_model(cfg, *policy), 1, cfg.dtype, 1, "ddp", None,
-                           *optim.mode_of(vars(cfg)))["total"]
+                           *optim.mode_of(vars(cfg)), fp8=cfg.fp8)["total"]
 
 
 def sweep(run, batch_sizes, policies, cfg):

@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from model import GPT
-from trainer import hardware, optim
+from trainer import hardware, optim, precision
 
 # The caching allocator rounds every block up (to 512 B, large ones to 2 MB segments) and splits
 # cached blocks, so what it reserves at the peak runs above what tensors hold: typically 2-5% over a
@@ -389,7 +389,7 @@ SIMULATED_CATEGORIES = ("weights", "grads", "optimizer", "activations", "other",
 
 
 def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, optimizer="adamw",
-             master_weights="float32", offload=False, attention="flash"):
+             master_weights="float32", offload=False, attention="flash", fp8=""):
     """Bytes at the peak of a training step as PyTorch's MemTracker counts them, by category
     (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy.
 
@@ -409,7 +409,9 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
     step makes it and its step is left out; estimate() adds the step's temporaries from a measurement
     on real tensors (optim.STEP_TEMP_BYTES). With offload there is no optimizer on the GPU at all.
     attention="math" runs the math kernel in place of the flash one ("efficient" and "cudnn" keep
-    what flash keeps and are not on the CPU)."""
+    what flash keeps and are not on the CPU). fp8: the blocks' Linears converted as train.py converts
+    them (precision.py); on the CPU torchao's Float8Linear ignores CPU autocast and returns fp32, so the
+    simulation keeps fp32 matmul outputs where a GPU keeps bf16 ones and comes out above the estimate."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -422,6 +424,8 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
         model.train()
         if master_weights == "bfloat16":
             optim.use_bf16_weights(model)
+        if fp8:
+            precision.convert(model, fp8)
         if offload:  # its state and its step are in the host's memory
             optimizer = None
         elif fused:
