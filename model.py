@@ -74,7 +74,10 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
 
     def forward(self, x):
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+        # in x's dtype: under FSDP's bf16 gathers the residual stream stays fp32 (trainer/sharding.py), and
+        # CPU autocast, unlike CUDA's, does not upcast LayerNorm's weights itself; a no-op when they agree
+        bias = self.bias.to(x.dtype) if self.bias is not None else None
+        return F.layer_norm(x, self.weight.shape, self.weight.to(x.dtype), bias, 1e-5)
 
 
 class CausalSelfAttention(nn.Module):
@@ -172,6 +175,69 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+# -----------------------------------------------------------------------------
+# the LM head's loss, a chunk of rows at a time
+#
+# At 6.7B a micro-batch of 4 x 2048 tokens has 8192 x 50304 = 412M logits: 1.65 GB per fp32 copy, and
+# F.cross_entropy on the whole (B*T, V) holds three of them at the start of backward (log-probabilities,
+# their gradient, the upcast's gradient: 4.9 GB). Here only one chunk of rows exists at a time.
+LOSS_CHUNK_ROWS = 1024  # 1024 x 50304 logits: 0.2 GB per fp32 copy; M=1024 still fills a GPU's GEMM tiles
+
+
+def _chunk_logits(x, weight, n_tokens):
+    """fp32 logits of some rows, computed in x's dtype (bf16 under autocast) as nn.Linear would."""
+    logits = (x @ weight.t()).float()
+    if 0 < n_tokens < weight.size(0):
+        logits[:, n_tokens:] = float("-inf")  # padding rows are not tokens
+    return logits
+
+
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of x @ weight^T against targets (ignore_index=-1), chunk_rows rows at a
+    time. Forward keeps only x and weight in the compute dtype (what nn.Linear keeps for its own
+    backward) and the targets; backward computes each chunk's logits again (a third more head
+    FLOPs) to form (softmax - onehot) / count, and from it the chunk's rows of grad_x and its share
+    of grad_weight, summed in fp32 across chunks. Plain autograd: DDP's and FSDP's hooks see an
+    ordinary gradient of the (tied) weight."""
+
+    @staticmethod
+    def forward(ctx, x, weight, targets, dtype, n_tokens, chunk_rows):
+        x_c, w_c = x.to(dtype), weight.to(dtype)  # the casts autocast's F.linear would make
+        total = sum(F.cross_entropy(_chunk_logits(x_c[start:start + chunk_rows], w_c, n_tokens),
+                                    targets[start:start + chunk_rows], ignore_index=-1, reduction="sum")
+                    for start in range(0, len(x_c), chunk_rows))
+        count = (targets != -1).sum()  # a tensor: no host sync
+        ctx.save_for_backward(x_c, w_c, targets, count)
+        ctx.n_tokens, ctx.chunk_rows, ctx.dtypes = n_tokens, chunk_rows, (x.dtype, weight.dtype)
+        return total / count
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        x_c, w_c, targets, count = ctx.saved_tensors
+        grad_x = torch.empty_like(x_c)
+        grad_w = torch.zeros_like(w_c, dtype=torch.float32)  # 4 B x V x C: 0.8 GB at 6.7B
+        scale = grad_loss / count
+        for start in range(0, len(x_c), ctx.chunk_rows):
+            rows = slice(start, start + ctx.chunk_rows)
+            t = targets[rows]
+            g = _chunk_logits(x_c[rows], w_c, ctx.n_tokens).softmax(-1)
+            g[torch.arange(len(t), device=t.device), t.clamp(min=0)] -= 1  # softmax - onehot
+            g = g.mul_((scale * (t != -1))[:, None]).to(w_c.dtype)  # ignored rows get no gradient
+            grad_x[rows] = g @ w_c
+            grad_w += g.t() @ x_c[rows]  # a (V, C) product in w_c's dtype, added in fp32
+        return grad_x.to(ctx.dtypes[0]), grad_w.to(ctx.dtypes[1]), None, None, None, None
+
+
+def lm_head_loss(x, weight, targets, n_tokens, chunk_rows):
+    """F.cross_entropy(x @ weight^T, targets, ignore_index=-1) with the logits of padding rows past
+    n_tokens at -inf, without the (B*T, V) logits: x (..., C), targets (...). Computed in autocast's
+    dtype when it is on (as nn.Linear would be), else in the weight's."""
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+    return ChunkedCrossEntropy.apply(x.reshape(-1, x.size(-1)), weight, targets.reshape(-1), dtype, n_tokens,
+                                     chunk_rows)
+
+
 class KVCache:
     """Keys and values of one layer for the tokens seen so far, so generation runs one new token per step."""
 
@@ -222,9 +288,10 @@ class GPT(nn.Module):
             n -= self.transformer.wpe.weight.numel()
         return n
 
-    def forward(self, idx, targets=None, kv_caches=None):
-        """idx (B, T) token ids → (logits, loss). With targets, logits cover every position and loss
-        is the mean cross-entropy; without, only the last position's logits are computed.
+    def forward(self, idx, targets=None, kv_caches=None, every_position=False):
+        """idx (B, T) token ids → (logits, loss). With targets: (None, the mean cross-entropy), from a
+        head that never holds the (B, T, vocab) logits whole (ChunkedCrossEntropy). Without: (the last
+        position's logits, None), or every position's with every_position (HellaSwag scores them all).
         kv_caches (one KVCache per block) is for generation: idx then holds only the new tokens."""
         B, T = idx.size()
         past = len(kv_caches[0]) if kv_caches is not None else 0
@@ -235,13 +302,12 @@ class GPT(nn.Module):
         for i, block in enumerate(self.transformer.h):
             x = block(x, kv_caches[i] if kv_caches is not None else None)
         x = self.transformer.ln_f(x)
-        logits = self.lm_head(x if targets is not None else x[:, [-1], :])
+        if targets is not None:
+            return None, lm_head_loss(x, self.lm_head.weight, targets, self.config.n_tokens, LOSS_CHUNK_ROWS)
+        logits = self.lm_head(x if every_position else x[:, [-1], :])
         if 0 < self.config.n_tokens < self.config.vocab_size:
             logits[..., self.config.n_tokens:] = float("-inf")  # padding rows are not tokens
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        return logits, None
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):

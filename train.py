@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, checkpoint, evaluation, hardware, hellaswag, hf, memory, optim, precision, resume, runlock, runlog,
+    bins, casting, checkpoint, evaluation, hardware, hellaswag, hf, memory, optim, precision, resume, runlock, runlog,
     sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
@@ -78,7 +78,8 @@ if device_type == "cuda":
     torch.backends.cudnn.allow_tf32 = True
 # bf16 autocast computes in bf16 over fp32 master weights; no loss scaling needed. Its cast cache
 # is off: each weight is used once per forward anyway, and with checkpointing the cache would keep
-# every block's bf16 copy alive to the end of the forward (13.3 GB at 6.7B) for nothing.
+# every block's bf16 copy alive to the end of the forward (13.3 GB at 6.7B) for nothing. (Training
+# without recompute casts once per step instead, below: casting.py.)
 autocast = (
     torch.autocast(device_type=device_type, dtype=torch.bfloat16, cache_enabled=False)
     if cfg.dtype == "bfloat16" else nullcontext()
@@ -317,6 +318,10 @@ model_flops = hardware.flops_per_token(n_params, gptconf.n_layer, gptconf.n_embd
 hardware_flops = model_flops + hardware.recompute_flops_per_token(
     memory.block_params(raw_model), gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size, gptconf.activation_checkpointing)
 
+# each fp32 weight cast to bf16 once per optimizer step, not once per micro-batch, where that costs nothing
+step_casts, train_autocast = casting.once_per_step(device_type) if casting.applies(
+    policy, cfg.dtype, cfg.master_weights, fsdp, cfg.compile, cfg.fp8) else (nullcontext(), autocast)
+
 # -----------------------------------------------------------------------------
 # wandb: optional, and never allowed to hang or prompt inside tmux (wandb_logging.py)
 wandb_run = None
@@ -441,18 +446,19 @@ while iter_num < cfg.max_iters and not stop_now:
         cfg.gradient_accumulation_steps, cfg.batch_size)[rank::world_size]
     x, y = get_batch(train_bin, my_windows[0])
     fault_scale = 1000.0 if fault_injected("SPIKE", iter_num) else 1.0
-    for micro_step in range(micro_steps):
-        last = micro_step == micro_steps - 1
-        sync_gradients(last)
-        with autocast:
-            loss = model(x, y)[1] * fault_scale  # not `_, loss =`: that keeps the logits (0.8 GB at 6.7B) through backward
-        if not last:  # fetch the next batch while the GPU works
-            x, y = get_batch(train_bin, my_windows[micro_step + 1])
-        (loss / micro_steps).backward()
-        loss_sum += loss.detach()  # no .item() here: a host sync per micro-batch stalls the GPU
-        stop_now = stop_vote.read_previous_and_post()
-        if stop_now:
-            break
+    with step_casts:  # where casting.py applies, the weights' bf16 copies live until the step's last backward
+        for micro_step in range(micro_steps):
+            last = micro_step == micro_steps - 1
+            sync_gradients(last)
+            with train_autocast:
+                loss = model(x, y)[1] * fault_scale
+            if not last:  # fetch the next batch while the GPU works
+                x, y = get_batch(train_bin, my_windows[micro_step + 1])
+            (loss / micro_steps).backward()
+            loss_sum += loss.detach()  # no .item() here: a host sync per micro-batch stalls the GPU
+            stop_now = stop_vote.read_previous_and_post()
+            if stop_now:
+                break
     if stop_now:
         optimizer.zero_grad(set_to_none=True)  # the unfinished step is dropped; resume redraws its batches
         break

@@ -66,7 +66,7 @@ def plain_losses(model, ctx, ending):
     """The ending's summed and mean cross-entropy, one row at a time, no padding."""
     ids = torch.tensor([ctx + ending])
     with torch.no_grad():
-        logits = model(ids[:, :-1], ids[:, 1:])[0][0]
+        logits = model(ids[:, :-1], every_position=True)[0][0]
     losses = -F.log_softmax(logits, -1)[torch.arange(len(ids[0]) - 1), ids[0, 1:]][-len(ending):]
     return losses.sum().item(), losses.mean().item()
 

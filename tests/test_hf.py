@@ -38,7 +38,7 @@ def hf_folder(tmp_path_factory):
 
 def logits_of(model, x):
     with torch.no_grad():
-        return model(x).logits if isinstance(model, GPT2LMHeadModel) else model(x, x)[0]
+        return model(x).logits if isinstance(model, GPT2LMHeadModel) else model(x, every_position=True)[0]
 
 
 def train_from(out_dir, data_dir, *overrides):

@@ -1,9 +1,15 @@
 """model.py: activation checkpointing is exact (also compiled) and saves memory, parameter counts, meta
-build, generate."""
+build, generate, the chunked LM head's loss; casting.py: weights cast once per step, bit-identical."""
+from contextlib import nullcontext
+
 import pytest
 import torch
+from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import model as model_module
 from model import GPT, GPTConfig
+from trainer import casting
 
 TINY = dict(block_size=32, vocab_size=96, n_layer=4, n_head=4, n_embd=64, bias=True)
 
@@ -123,3 +129,155 @@ def test_kv_cache_matches_full_recompute():
     torch.manual_seed(5)
     uncached = model.generate(idx, 30, use_cache=False)
     assert torch.equal(cached, uncached)
+
+
+# -----------------------------------------------------------------------------
+# the chunked LM head: the loss of the full logits, without them
+
+PADDED = dict(TINY, n_tokens=90)  # vocab_size 96 pads 90 tokens: the last 6 logits are -inf
+
+
+def batch_with_ignored_targets(config):
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, config.n_tokens, (3, config.block_size), generator=g)
+    targets = torch.randint(0, config.n_tokens, (3, config.block_size), generator=g)
+    targets[:, ::5] = -1
+    targets[1] = -1  # a whole row ignored, as padding would be
+    return idx, targets
+
+
+def full_logits_loss(model, idx, targets):
+    """The loss as model.py computed it before the chunked head: F.cross_entropy on every logit."""
+    logits = model(idx, every_position=True)[0]
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def test_chunked_loss_and_gradients_equal_cross_entropy_on_full_logits(dtype, tolerance, monkeypatch):
+    monkeypatch.setattr(model_module, "LOSS_CHUNK_ROWS", 7)  # 96 rows: 13 chunks of 7, the last of 5
+    config = GPTConfig(**PADDED)
+    idx, targets = batch_with_ignored_targets(config)
+    results = []
+    for loss_of in (lambda m: m(idx, targets), lambda m: (None, full_logits_loss(m, idx, targets))):
+        torch.manual_seed(0)
+        model = GPT(config)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            logits, loss = loss_of(model)
+        loss.backward()
+        assert logits is None
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (loss, grads), (reference, reference_grads) = results
+    torch.testing.assert_close(loss, reference, rtol=tolerance, atol=tolerance)
+    for name in grads:  # the tied wte/lm_head weight included
+        torch.testing.assert_close(grads[name], reference_grads[name], rtol=tolerance, atol=tolerance, msg=name)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)])
+def test_chunked_head_gradients_wrt_hidden_states_and_weight(dtype, tolerance):
+    torch.manual_seed(0)
+    x = torch.randn(2, 19, 64, requires_grad=True)  # the hidden states, as ln_f gives them
+    weight = (0.1 * torch.randn(96, 64)).requires_grad_()
+    targets = torch.randint(0, 90, (2, 19))
+    targets[0, :4] = -1
+    grads = []
+    for chunked in (True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            if chunked:
+                loss = model_module.lm_head_loss(x, weight, targets, 90, 8)
+            else:
+                logits = F.linear(x, weight)
+                logits[..., 90:] = float("-inf")
+                loss = F.cross_entropy(logits.view(-1, 96), targets.view(-1), ignore_index=-1)
+        grads.append((loss.detach(), *torch.autograd.grad(loss, (x, weight))))
+    for ours, reference in zip(*grads):
+        torch.testing.assert_close(ours, reference, rtol=tolerance, atol=tolerance)
+
+
+class LargestLogits(TorchDispatchMode):
+    """The most rows any contiguous tensor (transposes of (rows, V) weights aside) with a vocab-wide
+    last dimension has, forward and backward."""
+
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.vocab_size, self.rows = vocab_size, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.dim() and t.is_contiguous() and t.size(-1) == self.vocab_size:
+                self.rows = max(self.rows, t.numel() // self.vocab_size)
+        return out
+
+
+def test_chunked_head_never_holds_the_full_logits(monkeypatch):
+    monkeypatch.setattr(model_module, "LOSS_CHUNK_ROWS", 16)
+    config = GPTConfig(**PADDED)
+    idx, targets = batch_with_ignored_targets(config)  # 3 x 32 = 96 rows of logits in all
+    model = GPT(config)
+    for loss_of, rows in ((lambda: model(idx, targets)[1], 16), (lambda: full_logits_loss(model, idx, targets), 96)):
+        with LargestLogits(config.vocab_size) as seen, torch.autocast("cpu", dtype=torch.bfloat16):
+            loss_of().backward()
+        assert seen.rows == rows
+
+
+def test_logits_without_targets_last_or_every_position():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**PADDED)).eval()
+    idx = torch.randint(0, 90, (2, 9))
+    last, _ = model(idx)
+    every, _ = model(idx, every_position=True)
+    assert last.shape == (2, 1, 96) and every.shape == (2, 9, 96)
+    torch.testing.assert_close(last[:, 0], every[:, -1])
+    assert torch.isinf(every[..., 90:]).all() and torch.isfinite(every[..., :90]).all()
+
+
+# -----------------------------------------------------------------------------
+# weights cast to bf16 once per step (trainer/casting.py)
+
+class WeightCasts(TorchDispatchMode):
+    """Counts bf16 casts of the blocks' matmul weights."""
+
+    def __init__(self, weights):
+        super().__init__()
+        self.storages, self.count = {w.data_ptr() for w in weights}, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default and kwargs.get("dtype") == torch.bfloat16 \
+                and args[0].data_ptr() in self.storages:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def train_steps(step_context, forward_context, policy, steps=2, micro_steps=3):
+    """train.py's loop in small: AdamW steps over accumulated micro-batches with dropout. Returns the
+    weights, the last step's gradients and how many block weight casts were made."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**dict(TINY, n_layer=2), dropout=0.1, activation_checkpointing=policy))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(1)
+    casts = WeightCasts([m.weight for m in model.transformer.h.modules() if isinstance(m, torch.nn.Linear)])
+    for _ in range(steps):
+        with step_context, casts:
+            for _ in range(micro_steps):
+                idx = torch.randint(0, TINY["vocab_size"], (2, TINY["block_size"]), generator=g)
+                with forward_context:
+                    loss = model(idx, idx)[1]
+                (loss / micro_steps).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return [p.detach() for p in model.parameters()], grads, casts.count
+
+
+@pytest.mark.parametrize("policy", ["none", "full", "selective"])
+def test_casting_once_per_step_is_bit_identical(policy):
+    every_time = train_steps(nullcontext(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False),
+                             policy)
+    once = train_steps(*casting.once_per_step("cpu"), policy)
+    # the same bf16 values from the same fp32 weights, the same gradients through each cast
+    for a, b in zip(every_time[0] + every_time[1], once[0] + once[1]):
+        assert torch.equal(a, b)
+    block_matmuls, steps, micro_steps = 2 * 4, 2, 3
+    forwards = 1 if policy == "none" else 2  # a checkpointed block casts again when it recomputes
+    assert every_time[2] == block_matmuls * steps * micro_steps * forwards
+    assert once[2] == block_matmuls * steps

@@ -136,7 +136,7 @@ def ending_losses(model, examples, block_size, device, autocast):
     """(summed, mean) cross-entropy of each example's endings: two (len(examples), 4) tensors."""
     x, y, mask = (t.to(device) for t in _rows(examples, block_size))
     with autocast:
-        logits = model(x, y)[0]
+        logits = model(x, every_position=True)[0]
     losses = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none").view_as(y) * mask
     summed = losses.sum(1)
     return summed.view(-1, 4), (summed / mask.sum(1)).view(-1, 4)
