@@ -68,14 +68,14 @@ allocator = memory.use_expandable_segments()  # before the device initialises, w
 device, device_type = hardware.resolve_device(cfg.device, local_rank)
 if problem := hardware.device_problem(device):
     fail(problem)
+if device_type == "cuda":
+    torch.cuda.set_device(device)  # first: under torchrun nothing may touch GPU 0 from another rank
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 if cfg.fp8 and (problem := precision.device_problem(device)):
     fail(problem)
 if device_type == "cuda" and (problem := environment.compiler_problem(cfg.compile)):
     fail(problem)
-if device_type == "cuda":
-    torch.cuda.set_device(device)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
 # bf16 autocast computes in bf16 over fp32 master weights; no loss scaling needed. Its cast cache
 # is off: each weight is used once per forward anyway, and with checkpointing the cache would keep
 # every block's bf16 copy alive to the end of the forward (13.3 GB at 6.7B) for nothing. (Training
@@ -297,6 +297,10 @@ if resume_state is not None:
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
     del resume_state  # the mmap'd tensors have been copied into the model and optimizer
 if ddp:
+    # Gradients made before the wrap become views of DDP's buckets; without them the first step's
+    # unsynced micro-batches would make fresh .grad tensors beside the buckets (26.6 GB at 6.7B)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
     # gradient_as_bucket_view: gradients live in DDP's buckets instead of beside them (26.6 GB at 6.7B),
     # as long as they are zeroed in place, never set to None (which makes the next micro-step's
     # gradients fresh tensors beside the buckets again)

@@ -17,16 +17,13 @@ import os
 import sys
 import time
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
+import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import bins, optim, precision  # noqa: E402
+from bench_optim import plot_curves  # noqa: E402  (beside this script)
 
 MODES = ("bf16", *precision.RECIPES)  # bf16: fp8 off, the baseline
 
@@ -124,16 +121,8 @@ def main():
         curve, step = results[mode]
         print(f"  {mode:10s} val loss {curve[args.steps]:.4f} (ratio {curve[args.steps] / base:.4f}, "
               f"{100 * (curve[args.steps] / base - 1):+.2f}%), step time {step / base_step:.2f}x")
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for mode, (curve, _) in results.items():
-        ax.plot(sorted(curve), [curve[i] for i in sorted(curve)], "o-", ms=3, label=mode)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("val loss")
-    ax.set_title(f"fp8 against bf16, {args.steps} steps, {args.n_layer} x {args.n_embd}, context {args.block_size}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.savefig(args.out, dpi=120)
-    print(f"wrote {args.out}")
+    plot_curves(results, f"fp8 against bf16, {args.steps} steps, {args.n_layer} x {args.n_embd}, context {args.block_size}",
+                args.out)
 
 
 if __name__ == "__main__":

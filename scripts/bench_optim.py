@@ -143,16 +143,21 @@ def main():
         curve, step = results[mode]
         final = curve[max(curve)]
         print(f"  {mode:16s} val loss {final:.4f} ({100 * (final / base - 1):+.2f}%), step time {step / base_step:.2f}x")
+    plot_curves(results, f"memory modes, {args.steps} steps, 4 x 256, context 256 {args.args}".strip(), args.out)
+
+
+def plot_curves(results, title, out):
+    """Validation-loss curves, {mode: ({iteration: loss}, step seconds)}, into one figure (bench_fp8.py too)."""
     fig, ax = plt.subplots(figsize=(8, 5))
     for mode, (curve, _) in results.items():
         ax.plot(sorted(curve), [curve[i] for i in sorted(curve)], "o-", ms=3, label=mode)
     ax.set_xlabel("iteration")
     ax.set_ylabel("val loss")
-    ax.set_title(f"memory modes, {args.steps} steps, 4 x 256, context 256 {args.args}".strip())
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.savefig(args.out, dpi=120)
-    print(f"wrote {args.out}")
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

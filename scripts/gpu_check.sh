@@ -40,7 +40,7 @@ min_s=${GPU_CHECK_MIN_S:-60}
 # GPT-3 6.7B's global batch is 4 x 160 sequences, so micro-batch 8 is 8 x 80
 model=config/train_gpt3_6b.py
 default_runs="$model --compile=True
-$model
+$model --compile=False
 $model --batch_size=4 --activation_checkpointing=none
 $model --batch_size=4 --activation_checkpointing=selective
 $model --batch_size=4 --activation_checkpointing=full

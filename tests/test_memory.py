@@ -274,8 +274,11 @@ def test_budget_on_a_gpu_counts_free_cached_and_ours(monkeypatch):
 
 def test_expandable_segments_unless_the_user_chose_allocator_settings():
     environ = {}
-    assert memory.use_expandable_segments(environ) == "PYTORCH_ALLOC_CONF=expandable_segments:True"
-    assert environ == {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+    assert memory.use_expandable_segments(environ, hip_version=None) == "expandable_segments:True"
+    assert environ == dict.fromkeys(("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:True")
+    assert memory.use_expandable_segments(environ := {}, hip_version="7.0.51831") == "expandable_segments:True"
+    assert "no expandable segments" in memory.use_expandable_segments(environ := {}, hip_version="6.4.43482")
+    assert environ == {}
     for name in memory.ALLOCATOR_VARIABLES:
         environ = {name: "max_split_size_mb:512"}
         assert memory.use_expandable_segments(environ) == f"{name}=max_split_size_mb:512 (yours)"

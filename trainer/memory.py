@@ -232,17 +232,21 @@ def stated_budget(total_bytes, source, memory_budget_gb=0.0):
 ALLOCATOR_VARIABLES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 
 
-def use_expandable_segments(environ=os.environ):
+def use_expandable_segments(environ=os.environ, hip_version=torch.version.hip):
     """Let the caching allocator grow segments in place (expandable_segments:True) unless the user chose
     allocator settings. Without it, AdamW's 53 GB of moments at 6.7B, and every later allocation, must
     find room among blocks a forward and backward have already split: fragmentation the estimate's
     margin then has to absorb. The allocator reads this once, when the device initialises, so call it
-    before that. Returns the setting in force, for the log."""
+    before that. Both names are set: some torch releases honour only the older CUDA one for this key.
+    ROCm before 7.0 has no expandable segments (PyTorch switches them off with a warning), so there it
+    is left alone. Returns the setting in force, for the log."""
     chosen = next((f"{name}={environ[name]}" for name in ALLOCATOR_VARIABLES if environ.get(name)), None)
     if chosen:
         return f"{chosen} (yours)"
-    environ["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
-    return "PYTORCH_ALLOC_CONF=expandable_segments:True"
+    if hip_version and int(hip_version.split(".")[0]) < 7:
+        return f"the default (ROCm {hip_version} has no expandable segments)"
+    environ["PYTORCH_ALLOC_CONF"] = environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    return "expandable_segments:True"
 
 
 def device_budget(device, memory_budget_gb=0.0):
