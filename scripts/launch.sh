@@ -6,7 +6,7 @@
 # The session is named after the run's out_dir (out/gpt3_6b -> train_out_gpt3_6b; set SESSION to
 # choose another), so two runs never share one. If it is already training, this attaches to it
 # instead of starting a second run on the same out_dir (train.py's lock refuses that too). A run
-# that dies within LAUNCH_WAIT seconds (default 5: a misspelled key, a missing data_dir) is
+# that dies within LAUNCH_WAIT seconds (default 10: a misspelled key, a missing data_dir) is
 # reported with its last lines and a non-zero exit.
 # If its run has ended (finished, crashed, or the machine rebooted), this starts train.py again,
 # which resumes from the newest checkpoint: after a reboot, re-run the same command.
@@ -76,7 +76,7 @@ if ! tmux has-session -t "=$session" 2>/dev/null; then
     # remain-on-exit keeps a finished or crashed run's output on screen until the next launch
     tmux new-session -d -s "$session" -c "$repo" "${env_args[@]}" "$(printf '%q ' "${cmd[@]}")" \; \
         set-option -w -t "=$session:" remain-on-exit on
-    for _ in $(seq "${LAUNCH_WAIT:-5}"); do  # a run that dies at once must not look started
+    for _ in $(seq "${LAUNCH_WAIT:-10}"); do  # a run that dies at once must not look started
         sleep 1
         if [ "$(tmux display-message -p -t "=$session:" '#{pane_dead}')" = 1 ]; then
             echo "launch.sh: train.py exited at start-up; its last lines:" >&2

@@ -82,7 +82,7 @@ def test_6b_config_is_self_consistent():
     assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size) == (32, 32, 4096, 2048)
     assert cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size == 1_310_720
     assert cfg.max_iters == cfg.lr_decay_iters == 228_882  # 300e9 tokens
-    assert cfg.activation_checkpointing == "auto" and not cfg.compile and cfg.keep_last_n == 3
+    assert cfg.activation_checkpointing == "auto" and cfg.compile and cfg.keep_last_n == 3
 
 
 @pytest.mark.parametrize("source, expected", [(["--gradient_checkpointing=True"], "full"),

@@ -243,9 +243,11 @@ def test_the_estimate_of_each_mode_matches_the_simulation(mode, policy):
     assert simulated["weights"] == per_param["weights"] * n
     assert simulated["optimizer"] == pytest.approx(per_param["optimizer"] * n, rel=0.02)  # small tensors unquantized
     # within 1% for fp32 weights; with bf16 weights the estimate keeps LayerNorm's fp32 input copies, as a
-    # GPU's autocast makes them and the CPU's does not, so it is a little above the CPU's simulation
-    rel = 0.01 if master_weights == "float32" else 0.03
+    # GPU's autocast makes them and the CPU's does not, and prices the chunked head's one chunk (B*T rows
+    # here) at its many-chunk peak, so it is a little above the CPU's simulation, never below
+    rel = 0.01 if master_weights == "float32" else 0.04
     assert estimated["total"] == pytest.approx(simulated["total"], rel=rel)
+    assert master_weights == "float32" or estimated["total"] >= simulated["total"]
 
 
 def test_plan_names_the_fastest_mode_that_fits_the_card():
@@ -257,8 +259,8 @@ def test_plan_names_the_fastest_mode_that_fits_the_card():
     # leaner modes leave more room for activations, so less recompute
     assert modes[("adamw4bit", "bfloat16", False)]["step_time"] < modes[("adamw8bit", "float32", False)]["step_time"]
     # offload leaves the most room of all, but its copies cost time: 40 GB over PCIe a step at 6.7B
-    offloaded = modes[("adamw", "bfloat16", True)]
-    assert offloaded["total_gb"] < modes[("adamw4bit", "bfloat16", False)]["total_gb"]
+    offloaded = modes[("adamw", "bfloat16", True)]  # the only mode with room to recompute nothing
+    assert [m for m in modes.values() if m["activation_checkpointing"] == "none"] == [offloaded]
     assert 1.005 < offloaded["step_time"] < 1.05
     # the most precise of the modes that need no full recompute at the config's micro-batch
     assert any("a leaner memory mode: --optimizer=adamw8bit --master_weights=bfloat16 --optimizer_offload=False"

@@ -37,14 +37,14 @@ def _has(module, *names):
     return probe
 
 
-# (what the code uses, where, the torch that introduced it, a probe), newest first
+# (what the code uses, where, the torch that introduced it, a probe), newest first. MemTracker (2.5,
+# memory.simulate) is not probed: importing it takes seconds of every train.py start, and any torch
+# with grad_dtype has it.
 FEATURES = [
     ("Tensor.grad_dtype (fp32 gradients of bf16 weights, optim.py)", "2.10", _grad_dtype_works),
     ("torch.utils.serialization.config.save.use_pinned_memory_for_d2h (checkpoint.py)", "2.7",
      _has("torch.utils.serialization.config", "save", "use_pinned_memory_for_d2h")),
     ("torch.distributed.fsdp.fully_shard (FSDP2, train.py)", "2.6", _has("torch.distributed.fsdp", "fully_shard")),
-    ("torch.distributed._tools.mem_tracker.MemTracker (memory.py)", "2.5",
-     _has("torch.distributed._tools.mem_tracker", "MemTracker")),
     ("torch.utils.checkpoint.create_selective_checkpoint_contexts (model.py)", "2.4",
      _has("torch.utils.checkpoint", "create_selective_checkpoint_contexts")),
 ]

@@ -41,6 +41,11 @@ AUTO_MAX_MICRO_TOKENS = 16384
 # -----------------------------------------------------------------------------
 # the one rule for "does this setting fit", used by train.py, auto, plan.py and bench.py
 
+def size_text(nbytes):
+    """Bytes as messages give them: GB to a tenth, or MB below 1 GB, so a small model's figures read as more than 0.0."""
+    return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
+
+
 def needed_bytes(peak_bytes, kind="estimate"):
     """The smallest budget a peak fits: estimate() and torch.cuda.max_memory_allocated() count tensors
     only, so they get FRAGMENTATION_MARGIN; max_memory_reserved() is what the allocator holds, as is."""
@@ -219,7 +224,7 @@ class Budget:
     source: str  # where bytes came from, for messages
 
     def text(self):
-        return f"{self.bytes / 1e9:.1f} GB budget ({self.source})"
+        return f"{size_text(self.bytes)} budget ({self.source})"
 
 
 def stated_budget(total_bytes, source, memory_budget_gb=0.0):
@@ -301,7 +306,7 @@ class Choice:
 
 def peak_text(peak_bytes):
     """An estimate as messages give it: the peak, and the budget it needs with the fragmentation margin."""
-    return (f"{peak_bytes / 1e9:.1f} GB ({needed_bytes(peak_bytes) / 1e9:.1f} GB with the "
+    return (f"{size_text(peak_bytes)} ({size_text(needed_bytes(peak_bytes))} with the "
             f"{FRAGMENTATION_MARGIN:.0%} fragmentation margin)")
 
 
@@ -376,7 +381,7 @@ def settle(model, cfg, budget, gpus=1, attention="flash"):
             return refused
         choice = auto()
         instead = (f"activation_checkpointing=auto would run {choice.describe(model.config.n_layer)} "
-                   f"({choice.peak_gb:.1f} GB)" if choice else
+                   f"({size_text(choice.peak_gb * 1e9)})" if choice else
                    "nothing fits at any recompute or micro-batch: a smaller model, or more GPUs with strategy=fsdp")
         message = f"the estimated peak is {peak_text(bytes_)} per device, over the {budget.text()}; {instead}"
     if cfg.ignore_memory_estimate:
@@ -386,7 +391,7 @@ def settle(model, cfg, budget, gpus=1, attention="flash"):
 
 def start_up_line(choice, budget):
     """What train.py logs once it has settled: the estimate against the budget, whatever the policy."""
-    line = f"memory: estimated peak {choice.peak_gb:.1f} GB of {budget.text()}"
+    line = f"memory: estimated peak {size_text(choice.peak_gb * 1e9)} of {budget.text()}"
     return line if choice.fits else f"{line}: does not fit, starting anyway (ignore_memory_estimate=True)"
 
 
