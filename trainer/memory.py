@@ -106,11 +106,12 @@ def math_attention_bytes(B, T, C, n_head, act_bytes):
 def logits_bytes(B, T, V, C, act_bytes, chunk_rows=LOSS_CHUNK_ROWS):
     """model.py's chunked LM head and loss, at their peak: the fp32 gradient of the tied weight it sums
     (4 B per V*C), the gradient of its input (act_bytes per BTC), and one chunk of R rows: in forward
-    its fp32 logits and log-probabilities (a bf16 product is freed as it is upcast); in backward the
-    logits' gradient and its (V, C) product added into the weight's. Never the whole B*T x V logits: at 6.7B,
+    its fp32 logits and log-probabilities, and with more than one chunk also a bf16 product (one chunk
+    alone frees it as it is upcast: simulate() measures both); in backward the logits' gradient and its
+    (V, C) product added into the weight's. Never the whole B*T x V logits: at 6.7B,
     micro-batch 4, 1.4 GB instead of 4.9 (scripts/bench_lm_head.py)."""
     R = min(chunk_rows, B * T)
-    forward = 8 * R * V
+    forward = (8 if B * T <= chunk_rows else 8 + act_bytes) * R * V
     backward = act_bytes * (R * V + V * C)
     return 4 * V * C + act_bytes * B * T * C + max(forward, backward)
 
