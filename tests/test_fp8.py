@@ -242,8 +242,7 @@ def test_an_fp8_run_resumes_exactly_switches_off_and_exports(tmp_path, data_dir)
     assert_export_matches(tmp_path / "hf", state["model_args"], state["model"])
 
 
-@pytest.mark.parametrize("policy", ["none", "selective"])
-def test_the_fp8_estimate_agrees_with_its_simulation(policy):
+def test_the_fp8_estimate_agrees_with_its_simulation(policy="none"):  # where fp8 changes what a block keeps
     """memory.estimate prices what Float8Linear keeps (no bf16 weight copies) within 5% of the simulated
     step. On the CPU Float8Linear returns fp32 where a GPU returns bf16, so the simulation is the higher."""
     from trainer import memory
@@ -254,4 +253,4 @@ def test_the_fp8_estimate_agrees_with_its_simulation(policy):
         model = GPT(config)
     estimated = memory.estimate(model, 8, "bfloat16", fp8="tensorwise")["total"]
     assert estimated == pytest.approx(simulated, rel=0.05) and estimated <= simulated
-    assert estimated < memory.estimate(model, 8, "bfloat16")["total"] or policy != "none"
+    assert estimated < memory.estimate(model, 8, "bfloat16")["total"]
