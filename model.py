@@ -184,12 +184,16 @@ class Block(nn.Module):
 LOSS_CHUNK_ROWS = 1024  # 1024 x 50304 logits: 0.2 GB per fp32 copy; M=1024 still fills a GPU's GEMM tiles
 
 
+def mask_padding(logits, n_tokens):
+    """The logits of the vocabulary's padding rows (past n_tokens; 0: none) at -inf: they are not tokens."""
+    if 0 < n_tokens < logits.size(-1):
+        logits[..., n_tokens:] = float("-inf")
+    return logits
+
+
 def _chunk_logits(x, weight, n_tokens):
     """fp32 logits of some rows, computed in x's dtype (bf16 under autocast) as nn.Linear would."""
-    logits = (x @ weight.t()).float()
-    if 0 < n_tokens < weight.size(0):
-        logits[:, n_tokens:] = float("-inf")  # padding rows are not tokens
-    return logits
+    return mask_padding((x @ weight.t()).float(), n_tokens)
 
 
 class ChunkedCrossEntropy(torch.autograd.Function):
@@ -304,10 +308,7 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is not None:
             return None, lm_head_loss(x, self.lm_head.weight, targets, self.config.n_tokens, LOSS_CHUNK_ROWS)
-        logits = self.lm_head(x if every_position else x[:, [-1], :])
-        if 0 < self.config.n_tokens < self.config.vocab_size:
-            logits[..., self.config.n_tokens:] = float("-inf")  # padding rows are not tokens
-        return logits, None
+        return mask_padding(self.lm_head(x if every_position else x[:, [-1], :]), self.config.n_tokens), None
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):

@@ -90,7 +90,7 @@ if distributed:
     # is fixed here for the whole run: so it follows the checkpoint's size and this disk's speed, measured now.
     with torch.device("meta"):
         n_saved = GPT(GPTConfig(**{k: getattr(cfg, k) for k in ARCHITECTURE_KEYS})).get_num_params(non_embedding=False)
-    checkpoint_bytes = optim.saved_bytes_per_param(*optim.mode_of(vars(cfg))) * n_saved
+    checkpoint_bytes = optim.checkpoint_bytes(n_saved, optim.mode_of(vars(cfg)))
     write_speed = checkpoint.write_speed(cfg.out_dir) if cfg.checkpoint_interval > 0 else float("inf")
     timeout = checkpoint.process_group_timeout(checkpoint_bytes, write_speed)
     log(f"{cfg.out_dir} writes {write_speed / 1e9:.2f} GB/s: collectives wait up to {timeout} "

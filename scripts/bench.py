@@ -362,8 +362,8 @@ class Bench:
         if memory.fits(peak, self.budget.bytes, kind):
             return {"fits": True, "compared": kind}
         return {"fits": False, "compared": kind, "status": "over budget",
-                "message": f"{kind} peak {peak / 1e9:.1f} GB needs {memory.needed_bytes(peak, kind) / 1e9:.1f} GB; "
-                           f"{self.budget.text()}"}
+                "message": f"{kind} peak {memory.size_text(peak)} needs "
+                           f"{memory.size_text(memory.needed_bytes(peak, kind))}; {self.budget.text()}"}
 
     def save_resume(self):
         """One checkpoint save and its load at the config's setting: a train.py saves after its first step,

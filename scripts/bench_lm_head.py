@@ -19,13 +19,11 @@ import torch
 from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model import LOSS_CHUNK_ROWS, lm_head_loss  # noqa: E402
+from model import LOSS_CHUNK_ROWS, lm_head_loss, mask_padding  # noqa: E402
 
 
 def full_logits_loss(x, weight, targets, n_tokens, chunk_rows):
-    logits = F.linear(x, weight)
-    if 0 < n_tokens < weight.size(0):
-        logits[..., n_tokens:] = float("-inf")
+    logits = mask_padding(F.linear(x, weight), n_tokens)
     return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
 
 

@@ -54,12 +54,6 @@ def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
         return GPT(model_config(cfg, activation_checkpointing, recompute_blocks))
 
 
-def checkpoint_bytes(n_params, mode=("adamw", "float32", False)):
-    """A saved checkpoint: the weights and the optimizer state (optim.saved_bytes_per_param); the sampler,
-    RNG and config add kilobytes."""
-    return optim.saved_bytes_per_param(*mode) * n_params
-
-
 # fp8 is unmeasured here, so its speed is an assumption, stated wherever plan.py uses it: torchao's
 # tensorwise fp8 on an MI300X, +15% tokens/s over bf16 (torchtitan reports +28% for Llama-3-8B on an H100).
 FP8_ASSUMED_SPEEDUP = 1.15
@@ -169,7 +163,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "days": days,
         "price_per_hour": price_per_hour,
         "cost_usd": days * 24 * price_per_hour * gpus,
-        "checkpoint_gb": checkpoint_bytes(n_params, mode) / 1e9,
+        "checkpoint_gb": optim.checkpoint_bytes(n_params, mode) / 1e9,
         "keep_last_n": cfg.keep_last_n,
         "math_attention_extra_gb": (memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode,
                                                     attention="math", fp8=cfg.fp8)["total"] - estimate["total"]) / 1e9,

@@ -407,8 +407,8 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
     """Bytes at the peak of a training step as PyTorch's MemTracker counts them, by category
     (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy.
 
-    The step is train.py's: the AdamW moments already exist (a first optimizer step on zero
-    gradients makes them, as in every step after the first), then `micro_batches` forward and
+    The step is train.py's: the AdamW moments already exist (optim.build makes them, as for
+    train.py, before the first forward), then `micro_batches` forward and
     backward passes under bf16 autocast without its cast cache accumulate into fp32 gradients,
     then clipping and the optimizer step. The tensors are fake CPU tensors (shapes, dtypes, no
     storage), so 6.7B runs on a laptop. What the CPU stands in for: the optimizer is fused
@@ -442,14 +442,8 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
             precision.convert(model, fp8)
         if offload:  # its state and its step are in the host's memory
             optimizer = None
-        elif fused:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-            for p in model.parameters():
-                p.grad = torch.zeros_like(p)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        else:  # built with its state (optim.make_state)
-            optimizer = optim.build(model, optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights)
+        else:  # as train.py builds it on a GPU (PyTorch's fused CPU AdamW stands in), its state made at build
+            optimizer = optim.build(model, optimizer, 0.0, 1e-4, (0.9, 0.95), "cuda", master_weights)
         idx = torch.zeros(batch_size, config.block_size, dtype=torch.long)
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False, enabled=dtype == "bfloat16")
         tracker = MemTracker()

@@ -73,6 +73,12 @@ def saved_bytes_per_param(optimizer, master_weights="float32", offload=False):
     return per_param["weights"] + per_param["optimizer"]
 
 
+def checkpoint_bytes(n_params, mode=("adamw", "float32", False)):
+    """A saved checkpoint of a mode (optimizer, master_weights, offload): the weights and the optimizer
+    state; the sampler, RNG and config add kilobytes. plan.py shows it, train.py sizes its timeout by it."""
+    return saved_bytes_per_param(*mode) * n_params
+
+
 def describe(optimizer, master_weights="float32", offload=False):
     """'8-bit AdamW (torchao), fp32 weights' and the like, for messages and plans."""
     if offload:
