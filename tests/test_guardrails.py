@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from trainer import runlock
+import warm_python
 from conftest import REPO
 from test_train import TINY, train
 
@@ -21,8 +22,11 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
 def run(*args, env=None, timeout=300, **kwargs):
-    return subprocess.run([sys.executable, *args], cwd=kwargs.pop("cwd", REPO), capture_output=True, text=True,
-                          timeout=timeout, env=dict(ENV, **(env or {})), **kwargs)
+    cwd = kwargs.pop("cwd", REPO)
+    if kwargs:  # what a fork cannot take (stdin, ...): a real subprocess
+        return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                              env=dict(ENV, **(env or {})), **kwargs)
+    return warm_python.run(args, cwd=cwd, env=dict(ENV, **(env or {})), timeout=timeout)
 
 
 def last_line(text):

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 from trainer import checkpoint, hf
+import warm_python
 from conftest import REPO
 from model import GPT, GPTConfig
 from test_train import TINY, train
@@ -43,15 +44,14 @@ def logits_of(model, x):
 
 def train_from(out_dir, data_dir, *overrides):
     """A tiny run whose vocabulary comes from the weights it starts from (train_tiny.py sets 320)."""
-    result = subprocess.run([sys.executable, "train.py", "config/train_tiny.py", *TINY_ANY_VOCAB,
-                             f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides],
-                            cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    result = warm_python.run(["train.py", "config/train_tiny.py", *TINY_ANY_VOCAB, f"--data_dir={data_dir}",
+                              f"--out_dir={out_dir}", *overrides], cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
 
 def run_script(*args):
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    return warm_python.run(args, cwd=REPO, timeout=120)
 
 
 def test_imported_gpt2_computes_what_transformers_does(hf_folder):

@@ -9,6 +9,7 @@ import torch
 
 from trainer import bins, checkpoint
 import sample
+import warm_python
 from conftest import REPO
 from model import GPT, GPTConfig, KVCache
 
@@ -54,8 +55,8 @@ def run_dir(tmp_path):
 
 
 def run_sample(*args):
-    return subprocess.run([sys.executable, "sample.py", "--device=cpu", *args], cwd=REPO, capture_output=True,
-                          text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
+    return warm_python.run(["sample.py", "--device=cpu", *args], cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                           timeout=120)
 
 
 def test_falls_back_past_a_truncated_checkpoint_and_shows_placeholders(run_dir, tmp_path):

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import warm_python
 from conftest import REPO
 from test_train import TINY, train
 
@@ -76,8 +77,7 @@ def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "ckpt_5.pt").write_bytes(b"")  # one checkpoint already takes its share of the disk
     args = [str(REPO / "config" / "train_tiny.py"), *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'out'}"]
-    result = subprocess.run([sys.executable, "scripts/check_env.py", *args], cwd=REPO, capture_output=True,
-                            text=True, env=ENV, timeout=120)
+    result = warm_python.run(["scripts/check_env.py", *args], cwd=REPO, env=ENV, timeout=120)
     out = result.stdout
     if "no GPU visible" not in out:
         pytest.skip("a GPU is visible: this test is about what a CPU-only machine reports")

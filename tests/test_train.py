@@ -1,4 +1,4 @@
-"""train.py end to end, as a user runs it: a subprocess on a tiny model and tiny token bins.
+"""train.py end to end, as a user runs it: a process of its own (forked warm: warm_python.py) on a tiny model and tiny token bins.
 
 The guarantees a weeks-long run relies on: resume is bit-exact, signals save and exit 0,
 kills and full disks during a save lose nothing, rotation is numeric, poisoned steps never
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from trainer import memory
+import warm_python
 from conftest import REPO, VOCAB
 from model import GPT, GPTConfig
 
@@ -26,12 +27,9 @@ TINY = [
 
 
 def train(out_dir, data_dir, *overrides, env=None, check=True):
-    result = subprocess.run(
-        [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
-         f"--out_dir={out_dir}", *overrides],
-        cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})),
-        timeout=300,
-    )
+    result = warm_python.run(["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+                              f"--out_dir={out_dir}", *overrides],
+                             cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})), timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(f"train.py exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
