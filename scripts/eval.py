@@ -67,7 +67,9 @@ def parse_args(argv):
 def load(args, source, local_rank=0):
     """(model, encoding, device, autocast, {'iter', 'max_iters', 'out': where the results go}) for a
     checkpoint, an out_dir or a Hugging Face folder."""
-    if os.path.isfile(os.path.join(source, "config.json")):
+    is_checkpoint = os.path.isfile(source) or os.path.isfile(os.path.join(source, checkpoint.TRAINER_STATE))
+    # an out_dir holds config.json too (train.py's settings): it is a Hugging Face folder only without checkpoints
+    if not is_checkpoint and not checkpoint.list_checkpoints(source) and os.path.isfile(os.path.join(source, "config.json")):
         device, autocast = sample.device_and_autocast(args, local_rank)
         try:
             model = hf.from_pretrained(source).to(device).eval()
@@ -82,7 +84,6 @@ def load(args, source, local_rank=0):
         except ValueError as e:
             sample.fail(str(e))
         return model, encoding, device, autocast, {"iter": None, "max_iters": None, "out": source.rstrip("/") + ".eval.json"}
-    is_checkpoint = os.path.isfile(source) or os.path.isfile(os.path.join(source, checkpoint.TRAINER_STATE))
     where = SimpleNamespace(**vars(args), init_from=source if is_checkpoint else None, out_dir=source)
     model, state, encoding, device, autocast = sample.load_model(where, local_rank)
     step = state.get("iter_num")
