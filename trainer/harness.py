@@ -17,6 +17,7 @@ Local tasks: lm-eval's own task configs (prompt, process_docs, metrics) with onl
 by DATA_DIR/<task>.jsonl, through a YAML that `include`s the built-in one. train.py never imports this
 module: lm-eval takes seconds to import and is not needed to train.
 """
+import itertools
 import json
 import os
 import tempfile
@@ -99,7 +100,6 @@ class GPTLM(TemplateLM):
         whose contexts have the same number of tokens decode together: model.py's forward has no padding mask."""
         jobs = []
         for k, (context, kwargs) in enumerate(req.args[:2] for req in requests):
-            kwargs = dict(kwargs)
             if kwargs.get("do_sample") and kwargs.get("temperature", 1.0) > 0:
                 raise HarnessError(f"{requests[k].task_name}: asks for sampling (do_sample=True); this model "
                                    "generates greedily only: set do_sample=False in the task's generation_kwargs")
@@ -111,17 +111,12 @@ class GPTLM(TemplateLM):
             self.counts += torch.tensor([1, int(len(ids) > room)])
             jobs.append((len(ids[-room:]), max_new, k, ids[-room:], until))
         results = [None] * len(requests)
-        jobs.sort(key=lambda job: job[:2])
-        start = 0
-        while start < len(jobs):
-            end = start + 1
-            while end < len(jobs) and end - start < self.batch_size and jobs[end][:2] == jobs[start][:2]:
-                end += 1
-            batch = jobs[start:end]
-            texts = self._greedy([job[3] for job in batch], batch[0][1], [job[4] for job in batch])
-            for job, text in zip(batch, texts):
-                results[job[2]] = text
-            start = end
+        for (_, max_new), group in itertools.groupby(sorted(jobs), key=lambda job: job[:2]):
+            group = list(group)
+            for start in range(0, len(group), self.batch_size):
+                batch = group[start:start + self.batch_size]
+                for job, text in zip(batch, self._greedy([job[3] for job in batch], max_new, [job[4] for job in batch])):
+                    results[job[2]] = text
         return results
 
     @torch.no_grad()
