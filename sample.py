@@ -83,15 +83,22 @@ def encoding_name(args, state):
     return name
 
 
-def load_model(args, local_rank=0):
-    """(model in eval mode, checkpoint state, encoding, device, autocast) from --out_dir/--init_from,
-    --encoding, --device and --dtype; scripts/eval_hellaswag.py shares it."""
+def device_and_autocast(args, local_rank=0):
+    """(device, autocast) from --device and --dtype: the same bf16 autocast over fp32 weights as
+    training, so what is measured is what was trained."""
     device, device_type = hardware.resolve_device(args.device, local_rank)
     if problem := hardware.device_problem(device):
         fail(problem)
     dtype = args.dtype
     if dtype == "auto":
         dtype = "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    return device, torch.autocast(device_type, dtype=torch.bfloat16) if dtype == "bfloat16" else nullcontext()
+
+
+def load_model(args, local_rank=0):
+    """(model in eval mode, checkpoint state, encoding, device, autocast) from --out_dir/--init_from,
+    --encoding, --device and --dtype; scripts/eval.py shares it."""
+    device, autocast = device_and_autocast(args, local_rank)
     state = load_state(args)
     try:
         enc = tokenizer.get_encoding(encoding_name(args, state))
@@ -103,8 +110,6 @@ def load_model(args, local_rank=0):
         checkpoint.restore(state, model)  # a ckpt_<N>.pt file or an FSDP run's ckpt_<N>/ folder
     except checkpoint.CheckpointError as e:
         fail(str(e))
-    # the same bf16 autocast over fp32 weights as training, so what is measured is what was trained
-    autocast = torch.autocast(device_type, dtype=torch.bfloat16) if dtype == "bfloat16" else nullcontext()
     return model.eval(), state, enc, device, autocast
 
 

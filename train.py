@@ -355,7 +355,7 @@ def evaluate():
 def evaluate_hellaswag():
     t_eval = time.time()
     result = hellaswag.evaluate(model, hellaswag_examples, gptconf.block_size, device, autocast,
-                                cfg.hellaswag_limit, rank, world_size)
+                                cfg.hellaswag_limit, rank, world_size, tokenizer.get_encoding(encoding or "gpt2").n_vocab)
     log(f"hellaswag iter {iter_num}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
         f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
     wandb_logging.log(wandb_run, iter_num, {"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]})

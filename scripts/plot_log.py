@@ -7,12 +7,14 @@ Reads the lines train.py writes ('iter N: loss X, time Yms, ..., tok/s T, ...' a
 'eval iter N: val loss X ...'). A resume from an older checkpoint repeats iterations: the
 later run's lines replace the abandoned ones from there on, so the plot shows the run as it
 continued. HellaSwag's acc_norm ('hellaswag iter N: acc_norm X') is drawn against the GPT-3 paper's
-zero-shot figure for the model size nearest the run's ('built N parameters'). Each resume
+zero-shot figure for the model size nearest the run's ('built N parameters'); so is each task's curve in
+eval.jsonl beside the log (scripts/eval.py --watch), against the paper's line for that task. Each resume
 ('resuming after N completed steps') is a dotted vertical line at N. The loss axis spans the losses
 after the first 5% of steps, so the first iterations' ~11 nats do not squash the rest. Writes a PNG
 (default: loss.png beside the log) without needing a display.
 """
 import argparse
+import json
 import math
 import os
 import re
@@ -21,7 +23,7 @@ import sys
 import matplotlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer.hellaswag import gpt3_reference  # noqa: E402
+from trainer.evaluation import GPT3_ZERO_SHOT, gpt3_reference  # noqa: E402
 
 matplotlib.use("Agg")  # render to a file: no display on a GPU server
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
@@ -64,6 +66,26 @@ def parse_hellaswag(lines):
     return points, params
 
 
+def parse_evals(path):
+    """({(task, metric): {iter: score in %}} for the metrics the paper's table has, the model's parameter
+    count or None) from scripts/eval.py --watch's eval.jsonl; {} and None where there is none."""
+    curves, params = {}, None
+    if not os.path.isfile(path):
+        return curves, params
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+                results, step = record["results"], record["iter"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line: the watcher scores that checkpoint again
+            params = record.get("params", params)
+            for (task, metric) in GPT3_ZERO_SHOT:
+                if metric.startswith("acc") and metric in results.get(task, {}):
+                    curves.setdefault((task, metric), {})[step] = 100 * results[task][metric]
+    return curves, params
+
+
 def parse_resumes(lines):
     """The iterations a run resumed after, in the order they happened."""
     return [int(m.group(1)) for line in lines if (m := RESUME_RE.match(line))]
@@ -85,10 +107,10 @@ def loss_limits(train, val):
     return low - pad, high + pad
 
 
-def plot(train, val, path, title, hellaswag=None, params=None, resumes=()):
+def plot(train, val, path, title, hellaswag=None, params=None, resumes=(), evals=None):
     iters = sorted(train)
-    rows = 3 if hellaswag else 2
-    fig, axes = plt.subplots(rows, 1, figsize=(10, 3.5 * rows), sharex=True, height_ratios=[2, 1, 1][:rows])
+    rows = 2 + bool(hellaswag) + bool(evals)
+    fig, axes = plt.subplots(rows, 1, figsize=(10, 3.5 * rows), sharex=True, height_ratios=[2, 1, 1, 1][:rows])
     ax_loss, ax_speed = axes[:2]
     ax_loss.plot(iters, [train[i][0] for i in iters], lw=0.8, alpha=0.8, label="train loss")
     if val:
@@ -114,10 +136,24 @@ def plot(train, val, path, title, hellaswag=None, params=None, resumes=()):
         ax.set_ylabel("HellaSwag %")
         ax.grid(alpha=0.3)
         ax.legend()
+    if evals:
+        plot_evals(axes[-1], *evals, params)
     axes[-1].set_xlabel("iteration")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_evals(ax, curves, eval_params, params):
+    """Each task's lm-eval curve, and the paper's figure for the run's size as a dashed line of its colour."""
+    for k, ((task, metric), points) in enumerate(sorted(curves.items())):
+        color = f"C{k % 10}"
+        ax.plot(sorted(points), [points[i] for i in sorted(points)], "o-", ms=3, color=color, label=f"{task} {metric}")
+        name, reference = gpt3_reference(params or eval_params, task, metric)
+        ax.axhline(reference, ls="--", lw=0.8, color=color)
+    ax.set_ylabel(f"lm-eval %\n(dashed: {name})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
 
 
 def main(argv=None):
@@ -134,14 +170,16 @@ def main(argv=None):
         sys.exit(f"plot_log: cannot read {args.log}: {e.strerror}")
     if not train:
         sys.exit(f"plot_log: no 'iter N: loss X' lines in {args.log}: is it a train.py log?")
+    evals = parse_evals(os.path.join(os.path.dirname(args.log), "eval.jsonl"))
     try:
-        plot(train, val, out, args.log, *parse_hellaswag(lines), parse_resumes(lines))
+        plot(train, val, out, args.log, *parse_hellaswag(lines), parse_resumes(lines), evals if evals[0] else None)
     except OSError as e:
         sys.exit(f"plot_log: cannot write {out}: {e.strerror}")
     last = f", last val loss {val[max(val)]:.4f} at iter {max(val)}" if val else ""
     resumes = parse_resumes(lines)
     resumed = f", resumed {len(resumes)} time(s)" if resumes else ""
-    print(f"wrote {out}: {len(train)} iterations ({min(train)}..{max(train)}), {len(val)} evals{last}{resumed}")
+    scored = f", lm-eval curves for {len(evals[0])} task metric(s)" if evals[0] else ""
+    print(f"wrote {out}: {len(train)} iterations ({min(train)}..{max(train)}), {len(val)} evals{last}{resumed}{scored}")
 
 
 if __name__ == "__main__":

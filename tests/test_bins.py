@@ -105,7 +105,7 @@ def test_a_mistyped_data_folder_lists_the_real_ones(tmp_path):
     message = str(e.value)
     assert message.startswith(f"no train.bin in {tmp_path / 'pilee'}: there is no data/pilee/prepare.py")
     assert "data/pile (prepare.py)" in message and "data/quickstart (" in message
-    assert "hellaswag" not in message  # its prepare.py makes an evaluation file, not bins
+    assert "hellaswag" not in message and "data/eval" not in message  # their prepare.py make evaluation files
     assert "\n" not in message
 
 

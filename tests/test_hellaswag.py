@@ -1,4 +1,5 @@
-"""HellaSwag: scoring equals a plain per-ending computation on a model that has learnt the answers,
+"""HellaSwag in the loop: scoring equals a plain per-ending computation on a model that has learnt the
+answers, gives lm-eval's `hellaswag` task's acc and acc_norm on the same examples (its specification),
 one and two processes agree, the in-loop evaluation logs and plots, and bad files are one line."""
 import json
 import os
@@ -6,6 +7,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -13,20 +15,23 @@ from torch.nn import functional as F
 
 from trainer import checkpoint, hellaswag
 from conftest import REPO
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, mask_padding
 from trainer.tokenizer import get_encoding
 
-POOL = ["apple pie", "river bank", "stone wall", "cloud nine", "green door", "paper boat"]
+POOL = ["apple pie", "river bank [title] now", "stone wall", "cloud nine", "green door", "paper boat"]
+BYTES = get_encoding("bytes")
 MODEL = ["--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=32", "--batch_size=16",
          "--gradient_accumulation_steps=1", "--warmup_iters=10", "--learning_rate=3e-3", "--eval_iters=2",
          "--log_interval=50", "--wandb_log=False"]
 
 
 def write_examples(path, n=24):
+    """HellaSwag's records as the hub holds them (lm-eval's preprocessing turns ' [title]' into '. ')."""
     rng = random.Random(0)
-    examples = [{"ctx": f"Q{i:02d} says", "endings": rng.sample(POOL, 4), "label": rng.randrange(4)} for i in range(n)]
+    examples = [{"activity_label": "Quiz", "ctx_a": f"Q{i:02d}", "ctx_b": "says", "endings": rng.sample(POOL, 4),
+                 "label": str(rng.randrange(4))} for i in range(n)]
     path.write_text("".join(json.dumps(ex) + "\n" for ex in examples))
-    return examples
+    return hellaswag.read_jsonl(str(path))
 
 
 def run(*args, env=None, torchrun=0):
@@ -41,7 +46,7 @@ def learnt(tmp_path_factory):
     """A tiny byte-level model trained on 'context + correct ending' documents, with HellaSwag in the loop."""
     folder = tmp_path_factory.mktemp("hellaswag")
     examples = write_examples(folder / "hellaswag_val.jsonl")
-    docs = [{"text": ex["ctx"] + " " + ex["endings"][ex["label"]]} for ex in examples] * 150
+    docs = [{"text": f"{query} {endings[label]}"} for query, endings, label in examples] * 150
     (folder / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     data = folder / "data"
     prepared = run("data/pile/prepare.py", "--source", str(folder / "docs.jsonl"), "--data_dir", str(data),
@@ -62,32 +67,45 @@ def load_model(folder):
     return model.eval()
 
 
-def plain_losses(model, ctx, ending):
-    """The ending's summed and mean cross-entropy, one row at a time, no padding."""
+def plain_logprob(model, ctx, ending, n_tokens=0):
+    """The ending's summed log-likelihood, one row at a time, no padding, over the first n_tokens logits."""
     ids = torch.tensor([ctx + ending])
     with torch.no_grad():
-        logits = model(ids[:, :-1], every_position=True)[0][0]
-    losses = -F.log_softmax(logits, -1)[torch.arange(len(ids[0]) - 1), ids[0, 1:]][-len(ending):]
-    return losses.sum().item(), losses.mean().item()
+        logits = mask_padding(model(ids[:, :-1], every_position=True)[0][0], n_tokens)
+    return F.log_softmax(logits, -1)[torch.arange(len(ids[0]) - 1), ids[0, 1:]][-len(ending):].sum().item()
 
 
 def test_scoring_equals_a_plain_computation(learnt):
     folder, _ = learnt
     model = load_model(folder)
-    examples = hellaswag.load(str(folder / "hellaswag_val.jsonl"), get_encoding("bytes"))
+    examples = hellaswag.load(str(folder / "hellaswag_val.jsonl"), BYTES)
     correct = correct_norm = 0
     for start in range(0, len(examples), 5):  # batches of 5, padded to the longest row
-        summed, mean = hellaswag.ending_losses(model, examples[start:start + 5], 32, "cpu", torch.no_grad())
+        logprobs = hellaswag.ending_logprobs(model, examples[start:start + 5], 32, "cpu", torch.no_grad(), BYTES.n_vocab)
         for i, ex in enumerate(examples[start:start + 5]):
-            plain = [plain_losses(model, ex["ctx"], e) for e in ex["endings"]]
-            torch.testing.assert_close(summed[i], torch.tensor([p[0] for p in plain]), rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(mean[i], torch.tensor([p[1] for p in plain]), rtol=1e-5, atol=1e-5)
-            correct += min(range(4), key=lambda k: plain[k][0]) == ex["label"]
-            correct_norm += min(range(4), key=lambda k: plain[k][1]) == ex["label"]
-    result = hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad())
+            plain = [plain_logprob(model, ex["ctx"], e, BYTES.n_vocab) for e in ex["endings"]]
+            torch.testing.assert_close(logprobs[i], torch.tensor(plain), rtol=1e-5, atol=1e-5)
+            correct += max(range(4), key=lambda k: plain[k]) == ex["label"]
+            correct_norm += max(range(4), key=lambda k: plain[k] / ex["chars"][k]) == ex["label"]
+    result = hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), n_tokens=BYTES.n_vocab)
     assert result == {"acc": correct / 24, "acc_norm": correct_norm / 24, "n": 24}
     assert result["acc_norm"] >= 0.75  # it has learnt the answers: chance is 0.25
     assert hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), limit=10)["n"] == 10
+
+
+def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
+    from trainer import harness
+    folder, _ = learnt
+    model = load_model(folder)
+    (tmp_path / "hellaswag.jsonl").write_text((folder / "hellaswag_val.jsonl").read_text())
+    t0 = time.time()
+    theirs = harness.evaluate(harness.GPTLM(model, BYTES, "cpu", torch.no_grad()), ["hellaswag"], str(tmp_path))
+    t1 = time.time()
+    ours = hellaswag.evaluate(model, hellaswag.load(str(folder / "hellaswag_val.jsonl"), BYTES), 32, "cpu",
+                              torch.no_grad(), n_tokens=BYTES.n_vocab)
+    print(f"lm-eval {t1 - t0:.2f}s, in-loop {time.time() - t1:.2f}s for 24 examples")
+    assert (theirs["hellaswag"]["acc"], theirs["hellaswag"]["acc_norm"], theirs["hellaswag"]["n"]) == \
+           (ours["acc"], ours["acc_norm"], ours["n"])
 
 
 def test_in_loop_evaluation_is_logged_and_plotted(learnt, tmp_path):
@@ -101,36 +119,55 @@ def test_in_loop_evaluation_is_logged_and_plotted(learnt, tmp_path):
     assert result.returncode == 0 and (tmp_path / "plot.png").stat().st_size > 10_000
 
 
-def test_prepared_file_one_and_two_processes_agree(learnt):
+TWO_RANKS = """
+import json, os, sys
+import torch, torch.distributed as dist
+sys.path.insert(0, os.getcwd())
+from model import GPT, GPTConfig
+from trainer import checkpoint, hellaswag
+from trainer.tokenizer import get_encoding
+dist.init_process_group("gloo")
+state = checkpoint.load_checkpoint(sys.argv[1], log=lambda m: None)
+model = GPT(GPTConfig(**state["model_args"]))
+checkpoint.restore(state, model)
+examples = hellaswag.load(sys.argv[2], get_encoding("bytes"))
+result = hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), 0, dist.get_rank(), 2, 257)
+if dist.get_rank() == 0:
+    print(json.dumps(result))
+dist.destroy_process_group()
+"""
+
+
+def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
     folder, log = learnt
     prepared = run("data/hellaswag/prepare.py", "--source", str(folder / "hellaswag_val.jsonl"),
                    "--data_dir", str(folder / "data"))
     assert prepared.returncode == 0 and "24 examples, bytes encoding" in prepared.stdout, prepared.stderr
-    ckpt = f"--init_from={folder / 'run' / 'ckpt_300.pt'}"
-    results = [run("scripts/eval_hellaswag.py", ckpt, "--json"),  # the prepared file beside the run's bins
-               run("scripts/eval_hellaswag.py", ckpt, "--json", f"--data={folder / 'hellaswag_val.jsonl'}"),
-               run("scripts/eval_hellaswag.py", ckpt, "--json", torchrun=2)]
-    for r in results:
-        assert r.returncode == 0, r.stderr
-    parsed = [json.loads(r.stdout) for r in results]
-    assert parsed[0] == parsed[1] == parsed[2] and parsed[0]["n"] == 24
+    model = load_model(folder)
+    one = [hellaswag.evaluate(model, hellaswag.load(str(path), BYTES), 32, "cpu", torch.no_grad(), n_tokens=257)
+           for path in (folder / "data" / hellaswag.FILE, folder / "hellaswag_val.jsonl")]
+    (tmp_path / "two_ranks.py").write_text(TWO_RANKS)
+    two = run(str(tmp_path / "two_ranks.py"), str(folder / "run" / "ckpt_300.pt"), str(folder / "data" / hellaswag.FILE),
+              torchrun=2)
+    assert two.returncode == 0, two.stderr
+    assert one[0] == one[1] == json.loads(two.stdout) and one[0]["n"] == 24
     in_loop = next(line for line in log.splitlines() if line.startswith("hellaswag iter 300:"))
-    assert f"acc_norm {parsed[0]['acc_norm']:.4f}" in in_loop  # the same checkpoint, scored in the loop
+    assert f"acc_norm {one[0]['acc_norm']:.4f}" in in_loop  # the same checkpoint, scored in the loop
 
 
-@pytest.mark.parametrize("case,expected", [("three_endings", "expected 'ctx' and four 'endings'"),
+@pytest.mark.parametrize("case,expected", [("three_endings", "and four 'endings'"),
                                            ("label", "label 7 is not 0-3"), ("missing", "no HellaSwag file")])
 def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, case, expected):
     folder, _ = learnt
     bad = tmp_path / "bad.jsonl"
+    record = {"activity_label": "A", "ctx_a": "b", "ctx_b": "c", "endings": ["d", "e", "f", "g"], "label": 0}
     if case == "three_endings":
-        bad.write_text(json.dumps({"ctx": "a", "endings": ["b", "c", "d"], "label": 0}) + "\n")
+        bad.write_text(json.dumps(dict(record, endings=["d", "e", "f"])) + "\n")
     elif case == "label":
-        bad.write_text(json.dumps({"ctx": "a", "endings": ["b", "c", "d", "e"], "label": 7}) + "\n")
-    script = run("scripts/eval_hellaswag.py", f"--init_from={folder / 'run' / 'ckpt_300.pt'}", f"--data={bad}")
-    assert script.returncode == 1 and "Traceback" not in script.stderr
-    last = script.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and expected in last
+        bad.write_text(json.dumps(dict(record, label=7)) + "\n")
+    with pytest.raises(hellaswag.HellaSwagError) as e:
+        hellaswag.load(str(bad), BYTES)
+    assert expected in str(e.value) and "\n" not in str(e.value)
     trained = run("train.py", "config/train_tiny.py", *MODEL, f"--data_dir={folder / 'data'}",
                   f"--out_dir={tmp_path / 'run'}", "--max_iters=2", "--eval_interval=0", "--hellaswag_interval=1",
                   f"--hellaswag_file={bad}")
@@ -162,7 +199,8 @@ def test_a_prepared_file_is_checked_and_its_encoding_known_by_content(tmp_path, 
         hellaswag.load(str(prepared), get_encoding("bytes"))
     data = json.loads(prepared.read_text())
     for field, value, expected in [("ctx", [50257], "token ids below 50257"), ("ctx", "A man", "token ids"),
-                                   ("label", True, "label True"), ("endings", [[1], [2], [3], []], "empty ending")]:
+                                   ("label", True, "label True"), ("endings", [[1], [2], [3], []], "empty ending"),
+                                   ("chars", [4, 4, 5, 0], "empty ending")]:
         bad = tmp_path / f"bad_{field}.json"
         bad.write_text(json.dumps(dict(data, examples=[dict(data["examples"][0], **{field: value})])))
         with pytest.raises(hellaswag.HellaSwagError, match=expected):
@@ -180,11 +218,10 @@ def test_examples_longer_than_the_context_window_are_counted_and_scored_on_their
     assert hellaswag.truncation_note(examples, 16) == (
         "hellaswag: 2 of 3 examples are longer than block_size 16: they are scored on their last tokens, "
         "their contexts cut from the start")
-    summed, mean = hellaswag.ending_losses(model, examples, 16, "cpu", torch.no_grad())
+    logprobs = hellaswag.ending_logprobs(model, examples, 16, "cpu", torch.no_grad())
     for i, e in enumerate(examples):
         for k, ending in enumerate(e["endings"]):
             row = (e["ctx"] + ending)[-17:]  # what fits: block_size inputs and their targets
             scored = min(len(ending), 16)
-            expected = plain_losses(model, row[:-scored], row[-scored:])
-            torch.testing.assert_close(summed[i, k].item(), expected[0], rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(mean[i, k].item(), expected[1], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(logprobs[i, k].item(), plain_logprob(model, row[:-scored], row[-scored:]),
+                                       rtol=1e-5, atol=1e-5)

@@ -6,5 +6,6 @@ Floors, lowest first. A module imports only from its own floor or lower ones, an
   2. bins, preparation, checkpoint: bytes on disk: token bins, the job that writes them, atomic checkpoints
   3. model.py (top level): the GPT itself, which imports nothing of ours
   4. casting, precision, offload, optim, memory, sharding, spikes: how a model is trained, and what it costs
-  5. resume, evaluation, hellaswag, hf: a run's state going back in, evaluation, Hugging Face's layout
+  5. resume, evaluation, hellaswag, hf, harness: a run's state going back in, evaluation, Hugging Face's layout,
+     lm-evaluation-harness over the model
 """

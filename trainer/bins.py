@@ -119,12 +119,12 @@ def prepare_hint(data_dir, meta=None):
 
 def data_folders():
     """The repository's data/<name> folders that hold bins or a prepare script, as 'data/pile (prepare.py)'.
-    data/hellaswag is left out: its prepare.py makes an evaluation file, not bins."""
+    data/hellaswag and data/eval are left out: their prepare.py make evaluation files, not bins."""
     root = os.path.join(REPO, "data")
     found = []
     for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         has = [f for f in ("train.bin", "prepare.py") if os.path.isfile(os.path.join(root, name, f))]
-        if has and name != "hellaswag":
+        if has and name not in ("hellaswag", "eval"):
             found.append(f"data/{name} ({', '.join(has)})")
     return found
 

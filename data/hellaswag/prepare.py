@@ -1,13 +1,14 @@
 """
 HellaSwag's validation set (10,042 examples), tokenized with the run's encoding into hellaswag.json
-beside the run's bins, for train.py's hellaswag_interval and scripts/eval_hellaswag.py.
+beside the run's bins, for train.py's hellaswag_interval (scored as lm-eval's `hellaswag` task scores it).
 
     python data/hellaswag/prepare.py --data_dir data/pile            # the encoding from its meta.json
     python data/hellaswag/prepare.py --source ~/hellaswag_val.jsonl --data_dir data/pile
 
-Without --source it tries, in order: data/hellaswag/hellaswag_val.jsonl, the official file on
-GitHub (rowanz/hellaswag), and the Hugging Face hub's copy (Rowan/hellaswag, validation split). On a
-machine without internet, copy hellaswag_val.jsonl (11 MB) from one that has it and pass --source.
+Without --source it tries, in order: data/eval/hellaswag.jsonl (data/eval/prepare.py's copy, the one
+scripts/eval.py scores), data/hellaswag/hellaswag_val.jsonl, the official file on GitHub
+(rowanz/hellaswag), and the Hugging Face hub's copy (Rowan/hellaswag, validation split). On a machine
+without internet, copy one of those files (11 MB) from one that has it and pass --source.
 The file is written atomically; a re-run simply writes it again.
 """
 import argparse
@@ -25,22 +26,24 @@ from trainer.tokenizer import find, get_encoding  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 HUB = "Rowan/hellaswag"
+EVAL_COPY = os.path.join(HERE, "..", "eval", "hellaswag.jsonl")
 
 
 def from_hub(folder):
-    """The hub's validation split written as the official jsonl (its fields are the same)."""
+    """The hub's validation split written as JSON lines (its fields are the official file's)."""
     import datasets
     path = os.path.join(folder, "hellaswag_val.jsonl")
     with open(path, "w") as f:
         for ex in datasets.load_dataset(HUB, split="validation"):
-            f.write(json.dumps({"ctx": ex["ctx"], "endings": ex["endings"], "label": ex["label"]}) + "\n")
+            f.write(json.dumps(dict(ex)) + "\n")
     return path
 
 
 def find_source(folder):
+    for local in (EVAL_COPY, os.path.join(HERE, "hellaswag_val.jsonl")):
+        if os.path.isfile(local):
+            return local
     local = os.path.join(HERE, "hellaswag_val.jsonl")
-    if os.path.isfile(local):
-        return local
     tried = []
     try:
         urllib.request.urlretrieve(URL, local)

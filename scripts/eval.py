@@ -1,0 +1,198 @@
+"""
+A checkpoint beside the GPT-3 paper's zero-shot table, through lm-evaluation-harness (trainer/harness.py):
+
+    python data/eval/prepare.py                          # once, where there is a network: data/eval/<task>.jsonl
+    python scripts/eval.py out/gpt3_6b                   # its newest checkpoint, the six tasks
+    python scripts/eval.py out/gpt3_6b/ckpt_5000.pt --tasks hellaswag,piqa --limit 500
+    python scripts/eval.py hf/gpt3_6b --encoding gpt2    # a folder scripts/export_hf.py wrote
+    torchrun --nproc_per_node=8 scripts/eval.py out/gpt3_6b/ckpt_5000/
+    python scripts/eval.py --watch out/gpt3_6b --device cuda:1   # each checkpoint once, as it lands
+
+Prints one table (task, metric, score, the paper's figure for the GPT-3 size nearest the model's) and
+writes the results beside the checkpoint: ckpt_5000.eval.json (an out_dir: its newest checkpoint's; a
+Hugging Face folder: <folder>.eval.json). The hub is off: the paper's six tasks come from --data_dir's
+files, any other task from a config in an --include_path folder (with local data_files). Under torchrun
+each process scores its share of the examples and rank 0 prints.
+
+--watch OUT_DIR scores every checkpoint of a run not yet in OUT_DIR/eval.jsonl, oldest first, appending
+a line for each, then waits --poll seconds for the next; it stops after the run's last step (max_iters),
+at once with --poll 0, and a restart carries on where it stopped.
+"""
+import os
+
+# before datasets is imported: never the hub, and none of its progress bars for files of a few MB
+os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from datetime import timedelta  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import sample  # noqa: E402  (loads a checkpoint as sample.py does)
+from trainer import checkpoint, evaluation, harness, hf, tokenizer  # noqa: E402
+
+WATCH_LOG = "eval.jsonl"
+GPT2_TOKENS = 50257
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", nargs="?", help="a ckpt_<N>.pt, a ckpt_<N>/ folder, an out_dir (its newest "
+                                             "checkpoint) or a Hugging Face GPT-2 folder")
+    p.add_argument("--tasks", default=",".join(harness.PAPER_TASKS), help="comma-separated (default: %(default)s)")
+    p.add_argument("--limit", type=int, help="score only the first N examples of each task")
+    p.add_argument("--data_dir", default="data/eval", help="the six tasks' files (default: %(default)s)")
+    p.add_argument("--include_path", action="append", default=[], help="a folder of lm-eval task configs (repeatable)")
+    p.add_argument("--batch_size", type=int, default=harness.BATCH_SIZE, help="rows a forward (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="auto (a GPU if there is one), cpu, cuda, cuda:1")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    p.add_argument("--encoding", help="override the checkpoint's encoding: 'bytes', 'gpt2' or a .tiktoken file")
+    p.add_argument("--watch", metavar="OUT_DIR", help="score each checkpoint of a run as it lands, into OUT_DIR/eval.jsonl")
+    p.add_argument("--poll", type=float, default=60, help="--watch: seconds between looks (0: one pass; default %(default)s)")
+    args = p.parse_args(argv)
+    args.tasks = [t for t in args.tasks.split(",") if t]
+    if bool(args.source) == bool(args.watch):
+        sample.fail("give a checkpoint, an out_dir or a Hugging Face folder, or --watch OUT_DIR (one of them)")
+    if (args.limit is not None and args.limit < 1) or args.batch_size < 1 or args.poll < 0 or not args.tasks:
+        sample.fail("need --limit >= 1, --batch_size >= 1, --poll >= 0 and at least one task")
+    return args
+
+
+def load(args, source, local_rank=0):
+    """(model, encoding, device, autocast, {'iter', 'max_iters', 'out': where the results go}) for a
+    checkpoint, an out_dir or a Hugging Face folder."""
+    is_checkpoint = os.path.isfile(source) or os.path.isfile(os.path.join(source, checkpoint.TRAINER_STATE))
+    # an out_dir holds config.json too (train.py's settings): it is a Hugging Face folder only without checkpoints
+    if not is_checkpoint and not checkpoint.list_checkpoints(source) and os.path.isfile(os.path.join(source, "config.json")):
+        device, autocast = sample.device_and_autocast(args, local_rank)
+        try:
+            model = hf.from_pretrained(source).to(device).eval()
+        except hf.WeightsError as e:
+            sample.fail(str(e))
+        tokens = model.config.n_tokens or model.config.vocab_size
+        if not args.encoding and tokens != GPT2_TOKENS:
+            sample.fail(f"{source} has {tokens} tokens, not GPT-2's {GPT2_TOKENS}: pass --encoding (bytes, gpt2 or "
+                        "the run's .tiktoken file)")
+        try:
+            encoding = tokenizer.get_encoding(args.encoding or "gpt2")
+        except ValueError as e:
+            sample.fail(str(e))
+        return model, encoding, device, autocast, {"iter": None, "max_iters": None, "out": source.rstrip("/") + ".eval.json"}
+    where = SimpleNamespace(**vars(args), init_from=source if is_checkpoint else None, out_dir=source)
+    model, state, encoding, device, autocast = sample.load_model(where, local_rank)
+    step = state.get("iter_num")
+    folder = os.path.dirname(source.rstrip("/")) if is_checkpoint else source
+    return model, encoding, device, autocast, {"iter": step, "max_iters": state.get("config", {}).get("max_iters"),
+                                               "out": os.path.join(folder, f"ckpt_{step}.eval.json")}
+
+
+def score(args, source, rank=0, world_size=1, local_rank=0):
+    """(results on rank 0 else None, load's dict with 'params', the truncation note) of one model."""
+    model, encoding, device, autocast, info = load(args, source, local_rank)
+    lm = harness.GPTLM(model, encoding, device, autocast, args.batch_size, rank, world_size)
+    try:
+        results = harness.evaluate(lm, args.tasks, args.data_dir, args.include_path, args.limit)
+    except harness.HarnessError as e:
+        sample.fail(str(e))
+    return results, {**info, "params": model.get_num_params(non_embedding=False)}, lm.truncation_note()
+
+
+def table(results, params):
+    """One row per task and metric: the score (in % for accuracies) and the paper's zero-shot figure."""
+    name, _ = evaluation.gpt3_reference(params)
+    lines = [f"{'task':<16}{'metric':<12}{'n':>7}{'score':>22}   {name} zero-shot", "-" * 76]
+    for task, metrics in results.items():
+        for metric, value in metrics.items():
+            if metric == "n" or metric.endswith("_stderr"):
+                continue
+            number = "{:.4g}".format if "perplexity" in metric else lambda v: f"{100 * v:.2f}"  # accuracies in %
+            stderr = metrics.get(f"{metric}_stderr")
+            shown = number(value) + (f" ± {number(stderr)}" if isinstance(stderr, float) else "")
+            paper = evaluation.gpt3_reference(params, task, metric)[1]
+            lines.append(f"{task:<16}{metric:<12}{metrics['n']:>7}{shown:>22}   {'' if paper is None else paper}")
+    return "\n".join(lines)
+
+
+def write_json(path, record):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, path)
+
+
+def scored_steps(path):
+    """{step: its line} of a watch log; a torn last line (a crash mid-write) is left out, to be scored again."""
+    done = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                    done[record["iter"]] = record
+                except (ValueError, KeyError, TypeError):
+                    continue
+    return done
+
+
+def watch(args):
+    """Score each checkpoint of args.watch not yet in its eval.jsonl, oldest first, until the run's last step."""
+    log_path = os.path.join(args.watch, WATCH_LOG)
+    while True:
+        done = scored_steps(log_path)
+        if any(record["iter"] >= record["max_iters"] for record in done.values()):
+            print(f"watch: the run's last step is scored; {log_path} has {len(done)} checkpoint(s)")
+            return
+        todo = [(n, path) for n, path in reversed(checkpoint.list_checkpoints(args.watch)) if n not in done]
+        for n, path in todo:
+            if not os.path.exists(path):
+                print(f"watch: ckpt_{n} was rotated away before it was scored")
+                continue
+            t0 = time.time()
+            results, info, note = score(args, path)
+            record = {"iter": info["iter"], "checkpoint": path, "params": info["params"], "results": results,
+                      "max_iters": info["max_iters"] or info["iter"], "seconds": round(time.time() - t0, 1)}
+            with open(log_path, "a") as f:  # one line a checkpoint, on disk before the next is started
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            print(f"watch: step {info['iter']} scored in {record['seconds']}s" + (f"; {note}" if note else ""), flush=True)
+        if args.poll == 0:
+            return
+        if not todo:
+            time.sleep(args.poll)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if args.watch:
+        if world_size > 1:
+            sample.fail("--watch runs in one process: start it with python, not torchrun")
+        return watch(args)
+    if world_size > 1:
+        device, _ = sample.device_and_autocast(args, local_rank)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", timeout=timedelta(minutes=30))
+    results, info, note = score(args, args.source, rank, world_size, local_rank)
+    if rank == 0:
+        if note:
+            print(f"note: {note}", file=sys.stderr)
+        print(f"{args.source}: step {info['iter']}, {info['params']:,} parameters")
+        print(table(results, info["params"]))
+        write_json(info["out"], {"source": args.source, "iter": info["iter"], "params": info["params"],
+                                 "limit": args.limit, "results": results})
+        print(f"wrote {info['out']}")
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

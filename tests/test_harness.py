@@ -1,0 +1,187 @@
+"""lm-evaluation-harness as the engine: the adapter's three request types compute what the model computes
+(cut from the left and counted past block_size, greedy through the KV cache up to a stop string);
+scripts/eval.py prints the paper's table from local files with the hub off, writes JSON beside the
+checkpoint, agrees with itself under torchrun and takes custom task configs; --watch scores each
+checkpoint once and resumes; plot_log.py draws the curves; an export scores the same under lm-eval's
+own `hf` model. Tiny random models and made-up task files (data/eval/prepare.py --synthetic): no hub."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from conftest import REPO
+from model import GPT, GPTConfig, mask_padding
+from trainer import checkpoint, harness, hf
+from trainer.tokenizer import get_encoding
+
+ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=48, vocab_size=320, bias=False)
+BYTES = get_encoding("bytes")
+
+
+def load_script(name, path):
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+eval_script = load_script("eval_script", "scripts/eval.py")  # sets the hub off for this process, as eval.py does
+prepare_script = load_script("prepare_eval", "data/eval/prepare.py")
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**ARGS)).eval()
+
+
+def save(out_dir, step, max_iters=30):
+    checkpoint.save_checkpoint({"model": tiny_model(step).state_dict(), "model_args": ARGS, "iter_num": step,
+                                "encoding": "bytes", "config": {"max_iters": max_iters, "data_dir": ""}},
+                               str(out_dir), step, 10, log=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """An out_dir with two checkpoints of a 30-step run, and 8 made-up examples of each of the six tasks."""
+    folder = tmp_path_factory.mktemp("harness")
+    for step in (10, 20):
+        save(folder / "run", step)
+    tasks = folder / "tasks"
+    tasks.mkdir()
+    for task in harness.PAPER_TASKS:
+        prepare_script.write_jsonl(harness.task_file(str(tasks), task), prepare_script.synthetic(task, 8))
+    return folder
+
+
+class Request:  # what the adapter reads of lm-eval's Instance
+    def __init__(self, *args):
+        self.args, self.task_name = args, "test"
+
+
+def plain_logprob(model, context, continuation):
+    """One row, no padding; the softmax over the encoding's 257 tokens, not the padded vocabulary's 320."""
+    ids = torch.tensor([context + continuation])
+    with torch.no_grad():
+        logits = mask_padding(model(ids[:, :-1], every_position=True)[0][0], BYTES.n_vocab)
+    return F.log_softmax(logits, -1)[torch.arange(ids.size(1) - 1), ids[0, 1:]][-len(continuation):].sum().item()
+
+
+def test_the_adapters_requests_compute_what_the_model_does():
+    model = tiny_model()
+    lm = harness.GPTLM(model, BYTES, "cpu", torch.no_grad(), batch_size=3)
+    eot = BYTES.eot_token
+    pairs = [("The cat", " sat"), ("A", " much longer continuation"), ("", "Alone"), ("x" * 60, " cut")]
+    results = lm.loglikelihood([Request(*p) for p in pairs])
+    for (context, continuation), (logprob, greedy) in zip(pairs, results):
+        ctx, cont = BYTES.encode_ordinary(context) or [eot], BYTES.encode_ordinary(continuation)
+        row = (ctx + cont)[-(ARGS["block_size"] + 1):]  # the last block_size inputs and their targets
+        assert logprob == pytest.approx(plain_logprob(model, row[:-len(cont)], cont), abs=1e-4)
+        assert greedy is False  # a random model does not predict these bytes
+    assert lm.truncation_note() == ("1 of 4 requests were longer than block_size 48: they were scored on their last "
+                                    "tokens, their contexts cut from the left")
+    short, long = "a short text", "a text far longer than the window of forty-eight bytes, so in windows"
+    rolled = lm.loglikelihood_rolling([Request(short), Request(long)])
+    ids = BYTES.encode_ordinary(short)
+    assert rolled[0] == pytest.approx(plain_logprob(model, [eot], ids), abs=1e-4)  # every token, from end-of-text
+    ids = BYTES.encode_ordinary(long)  # lm-eval's windows: the first 48 tokens, then the other 21 after 28 of them
+    assert len(ids) == 69 and rolled[1] == pytest.approx(
+        plain_logprob(model, [eot], ids[:48]) + plain_logprob(model, ids[20:48], ids[48:]), abs=1e-4)
+    prompts = ["Once upon", "Two words", "Longer prompt"]  # two of 9 tokens decode together, one alone
+    free = [BYTES.decode(model.generate(torch.tensor([BYTES.encode_ordinary(p)]), 12, top_k=1)[0, len(p):].tolist())
+            for p in prompts]
+    stop = free[1][5:7]  # a stop string inside the second continuation: it ends there
+    out = lm.generate_until([Request(prompts[0], {"max_gen_toks": 12}), Request(prompts[1], {"until": [stop],
+                             "max_gen_toks": 12}), Request(prompts[2], {"max_gen_toks": 12})])
+    assert out == [free[0], free[1][:free[1].index(stop)], free[2]]
+    with pytest.raises(harness.HarnessError, match="do_sample=False"):
+        lm.generate_until([Request("x", {"do_sample": True, "temperature": 0.7})])
+
+
+def test_eval_prints_the_papers_table_writes_json_and_agrees_under_torchrun(run, capsys, tmp_path):
+    custom = tmp_path / "custom"  # a task of one's own through --include_path, with local data_files
+    custom.mkdir()
+    (custom / "my_piqa.yaml").write_text(json.dumps({
+        "task": "my_piqa", "dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": str(run / "tasks" / "piqa.jsonl")}},
+        "output_type": "multiple_choice", "validation_split": "validation", "doc_to_text": "{{goal}}",
+        "doc_to_choice": "{{[sol1, sol2]}}", "doc_to_target": "label", "metric_list": [{"metric": "acc"}]}))
+    eval_script.main([str(run / "run"), "--data_dir", str(run / "tasks"), "--device", "cpu"])
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:2]): line for line in out.splitlines()[2:] if line.split()[:1] in [[t] for t in harness.PAPER_TASKS]}
+    assert f"step 20, {tiny_model().get_num_params(non_embedding=False):,} parameters" in out
+    assert "GPT-3 125M zero-shot" in out and rows[("hellaswag", "acc_norm")].endswith("33.7")
+    assert rows[("lambada_openai", "perplexity")].endswith("18.6") and rows[("winogrande", "acc")].endswith("52.0")
+    written = json.loads((run / "run" / "ckpt_20.eval.json").read_text())
+    assert written["iter"] == 20 and set(written["results"]) == set(harness.PAPER_TASKS)
+    assert all(r["n"] == 8 for r in written["results"].values())
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "scripts/eval.py", str(run / "run" / "ckpt_20.pt"), "--data_dir", str(run / "tasks"),
+                          "--device", "cpu", "--include_path", str(custom), "--tasks", "hellaswag,lambada_openai,my_piqa"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.count("hellaswag ") == 2  # rank 0 alone prints the table
+    split = json.loads((run / "run" / "ckpt_20.eval.json").read_text())["results"]
+    for task in ("hellaswag", "lambada_openai"):  # each rank scored its share; the bootstrapped stderr aside
+        assert {k: v for k, v in split[task].items() if k != "perplexity_stderr"} == \
+               {k: v for k, v in written["results"][task].items() if k != "perplexity_stderr"}
+    assert split["my_piqa"]["n"] == 8 and split["my_piqa"]["acc"] == written["results"]["piqa"]["acc"]
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("missing", "piqa.jsonl for piqa: run python data/eval/prepare.py --tasks piqa"),
+    ("unknown", "unknown task 'mmlu'"), ("no_source", "give a checkpoint")])
+def test_a_missing_task_file_or_unknown_task_is_one_line(run, tmp_path, capsys, case, expected):
+    argv = {"missing": [str(run / "run"), "--data_dir", str(tmp_path), "--tasks", "piqa"],
+            "unknown": [str(run / "run"), "--data_dir", str(run / "tasks"), "--tasks", "mmlu"], "no_source": []}[case]
+    with pytest.raises(SystemExit) as e:
+        eval_script.main(argv + ["--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and err[-1].startswith("error: ") and expected in err[-1]
+
+
+def test_watch_scores_each_checkpoint_once_resumes_and_plots(run, tmp_path, capsys):
+    out_dir = tmp_path / "run"
+    for step in (10, 20):
+        save(out_dir, step)
+    watch = ["--watch", str(out_dir), "--data_dir", str(run / "tasks"), "--tasks", "hellaswag,winogrande", "--device", "cpu"]
+    eval_script.main(watch + ["--poll", "0"])  # one pass
+    log = out_dir / "eval.jsonl"
+    assert [json.loads(line)["iter"] for line in log.read_text().splitlines()] == [10, 20]
+    with open(log, "a") as f:
+        f.write('{"iter": 30, "resu')  # a torn line, as a crash mid-write leaves: that step is scored again
+    eval_script.main(watch + ["--poll", "0"])  # a restart: nothing new
+    save(out_dir, 30)
+    eval_script.main(watch + ["--poll", "0.01"])  # scores step 30, then stops: it is the run's last
+    records = [json.loads(line) for line in log.read_text().splitlines()[:2] + log.read_text().splitlines()[3:]]
+    assert [r["iter"] for r in records] == [10, 20, 30] and log.read_text().count('"iter": 10') == 1
+    assert records[0]["results"]["winogrande"]["n"] == 8 and records[2]["max_iters"] == 30
+    assert "the run's last step is scored" in capsys.readouterr().out
+    (out_dir / "train.log").write_text("built 100 parameters\n" + "".join(
+        f"iter {i}: loss {4 - i / 20:.3f}, time 1ms, mfu 1%, tok/s 1,000, lr 1e-3\n" for i in range(31)))
+    plot_log = load_script("plot_log", "scripts/plot_log.py")
+    curves, _ = plot_log.parse_evals(str(log))
+    assert sorted(curves) == [("hellaswag", "acc_norm"), ("winogrande", "acc")] and sorted(curves[("winogrande", "acc")]) == [10, 20, 30]
+    plot_log.main([str(out_dir / "train.log"), "--out", str(tmp_path / "plot.png")])
+    assert "lm-eval curves for 2 task metric(s)" in capsys.readouterr().out and (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
+    from lm_eval.models.huggingface import HFLM
+    folder = str(tmp_path / "hf")
+    hf.export(str(run / "run" / "ckpt_20.pt"), folder, dtype=torch.float32, log=lambda m: None)
+    tasks = ["hellaswag", "piqa", "lambada_openai"]
+    theirs = harness.evaluate(HFLM(pretrained=folder, dtype="float32", device="cpu", batch_size=8), tasks,
+                              str(run / "tasks"))
+    ours = harness.evaluate(harness.GPTLM(tiny_model(20), BYTES, "cpu", torch.no_grad()), tasks, str(run / "tasks"))
+    eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", ",".join(tasks), "--encoding", "bytes",
+                      "--device", "cpu"])
+    exported = json.loads((tmp_path / "hf.eval.json").read_text())["results"]
+    for task in tasks:
+        for metric in ("acc", "acc_norm", "perplexity"):
+            if metric in theirs[task]:
+                assert theirs[task][metric] == pytest.approx(ours[task][metric], rel=1e-4), (task, metric)
+                assert exported[task][metric] == pytest.approx(ours[task][metric], rel=1e-4), (task, metric)
