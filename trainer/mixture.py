@@ -208,11 +208,11 @@ class Mixture:
         live = {s.name for s in self.sources}
         self.dormant = {name: st for name, st in saved.items() if name not in live}
         changes = [f"{s.name} added (weight {s.share:.3g})" for s in self.sources if s.name not in saved]
+        changes += [f"{s.name} back (weight {s.share:.3g}) from its kept position" for s in kept
+                    if s.name not in state["shares"]]
         changes += [f"{name} dropped (its position is kept)" for name in state["shares"] if name not in live]
         changes += [f"{s.name} weight {state['shares'][s.name]:.3g} -> {s.share:.3g}" for s in kept
                     if s.name in state["shares"] and state["shares"][s.name] != s.share]
-        changes += [f"{s.name} back (weight {s.share:.3g}) from its kept position" for s in kept
-                    if s.name not in state["shares"]]
         same = not changes and state["shares"] == {s.name: s.share for s in self.sources}
         self.drawn = np.array([state["drawn"][s.name] if same else 0 for s in self.sources], dtype=np.int64)
         return changes
