@@ -8,7 +8,8 @@ Reads the lines train.py writes ('iter N: loss X, time Yms, ..., tok/s T, ...' a
 later run's lines replace the abandoned ones from there on, so the plot shows the run as it
 continued. HellaSwag's acc_norm ('hellaswag iter N: acc_norm X') is drawn against the GPT-3 paper's
 zero-shot figure for the model size nearest the run's ('built N parameters'). Each resume
-('resuming after N completed steps') is a dotted vertical line at N. The loss axis spans the losses
+('resuming after N completed steps') is a dotted vertical line at N. A run on a data_mixture also has each
+source's val loss ('source NAME: ... val loss X', logged just before its 'eval iter N' line), dashed. The loss axis spans the losses
 after the first 5% of steps, so the first iterations' ~11 nats do not squash the rest. Writes a PNG
 (default: loss.png beside the log) without needing a display.
 """
@@ -32,6 +33,7 @@ EVAL_RE = re.compile(rf"eval iter (\d+): val loss {NUMBER}")
 HELLASWAG_RE = re.compile(rf"hellaswag iter (\d+): acc_norm {NUMBER}")
 PARAMS_RE = re.compile(r"built ([\d,]+) parameters")
 RESUME_RE = re.compile(r"resuming after (\d+) completed steps")
+SOURCE_RE = re.compile(rf"source (\S+): .*, val loss {NUMBER}$")
 WARMUP_SHARE = 0.05  # the loss axis leaves out this first share of the steps
 
 
@@ -64,6 +66,19 @@ def parse_hellaswag(lines):
     return points, params
 
 
+def parse_sources(lines):
+    """{source name: {iter: val loss}} of a data_mixture run: each source line belongs to the eval line after it."""
+    sources, pending = {}, {}
+    for line in lines:
+        if m := SOURCE_RE.match(line.rstrip("\n")):
+            pending[m.group(1)] = float(m.group(2))
+        elif m := EVAL_RE.match(line):
+            for name, loss in pending.items():
+                sources.setdefault(name, {})[int(m.group(1))] = loss
+            pending = {}
+    return sources
+
+
 def parse_resumes(lines):
     """The iterations a run resumed after, in the order they happened."""
     return [int(m.group(1)) for line in lines if (m := RESUME_RE.match(line))]
@@ -85,7 +100,7 @@ def loss_limits(train, val):
     return low - pad, high + pad
 
 
-def plot(train, val, path, title, hellaswag=None, params=None, resumes=()):
+def plot(train, val, path, title, hellaswag=None, params=None, resumes=(), sources=None):
     iters = sorted(train)
     rows = 3 if hellaswag else 2
     fig, axes = plt.subplots(rows, 1, figsize=(10, 3.5 * rows), sharex=True, height_ratios=[2, 1, 1][:rows])
@@ -93,6 +108,8 @@ def plot(train, val, path, title, hellaswag=None, params=None, resumes=()):
     ax_loss.plot(iters, [train[i][0] for i in iters], lw=0.8, alpha=0.8, label="train loss")
     if val:
         ax_loss.plot(sorted(val), [val[i] for i in sorted(val)], "o-", ms=3, label="val loss")
+    for name, points in (sources or {}).items():
+        ax_loss.plot(sorted(points), [points[i] for i in sorted(points)], "--", lw=0.9, label=f"val {name}")
     if limits := loss_limits(train, val):
         ax_loss.set_ylim(*limits)
     for k, n in enumerate(resumes):
@@ -135,7 +152,7 @@ def main(argv=None):
     if not train:
         sys.exit(f"plot_log: no 'iter N: loss X' lines in {args.log}: is it a train.py log?")
     try:
-        plot(train, val, out, args.log, *parse_hellaswag(lines), parse_resumes(lines))
+        plot(train, val, out, args.log, *parse_hellaswag(lines), parse_resumes(lines), parse_sources(lines))
     except OSError as e:
         sys.exit(f"plot_log: cannot write {out}: {e.strerror}")
     last = f", last val loss {val[max(val)]:.4f} at iter {max(val)}" if val else ""

@@ -2,6 +2,7 @@
 global batches at any number of processes, resumes bit-exactly, survives a change of weights without
 repeating data, and refuses bad input with one line."""
 import json
+import sys
 import shutil
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 
 import configurator
 from trainer import bins, mixture
-from conftest import VOCAB
+from conftest import REPO, VOCAB
 from test_distributed import assert_close, final_weights, losses, run
 from test_train import assert_same_weights, train
 
@@ -191,3 +192,18 @@ def test_two_processes_draw_the_same_global_batches(tmp_path, folders):
     assert_close(final_weights(two, 4), final_weights(one, 4))
     states = [torch.load(out / "ckpt_4.pt", weights_only=True)["sampler"] for out in (one, two)]
     assert states[0] == states[1]
+
+
+def test_plan_and_plot_log_show_each_source(folders, reference, capsys):
+    sys.path.insert(0, str(REPO / "scripts"))
+    import plan
+    import plot_log
+    # 1,000 steps of 12 x 16 tokens: books (600 tokens) at weight 0.3 runs through 96 epochs, web just 4
+    plan.main(["config/train_tiny.py", "--block_size=16", "--batch_size=4", "--gradient_accumulation_steps=3",
+               "--max_iters=1000", mix_arg(folders, MIX)])
+    out = capsys.readouterr().out
+    assert "source web: weight 0.5, 4.00 epochs at max_iters" in out
+    assert "warning: source books would repeat 96.0 times by max_iters (more than 4)" in out
+    assert "warning: source web" not in out and "warning: source code" not in out
+    curves = plot_log.parse_sources((reference / "train.log").read_text().splitlines())
+    assert sorted(curves) == sorted(MIX) and sorted(curves["books"]) == [0, 5, 10, 12]
