@@ -188,7 +188,7 @@ gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=
 # data: uint16 token bins of one folder or a weighted mixture of several (mixture.py), each sampled
 # without replacement in a per-epoch permutation of windows
 if cfg.data_mixture and cfg.data_dir != os.path.join("data", cfg.dataset):
-    log(f"note: data_mixture is set, so data_dir {cfg.data_dir} is not read")
+    log(f"note: data_mixture is set, so the training and validation data do not come from data_dir {cfg.data_dir}")
 try:
     tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
     vocab_from = origin if saved_args else None  # whose vocabulary it is, for the advice on a mismatch

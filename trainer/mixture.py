@@ -54,7 +54,7 @@ def weights_problem(data_mixture):
             return (f"data_mixture: {names[source_name(path)]!r} and {path!r} have the same name "
                     f"{source_name(path)!r}, which names a source in logs and checkpoints: rename one folder")
         names[source_name(path)] = path
-    if data_mixture and sum(data_mixture.values()) <= 0:
+    if data_mixture and math.fsum(data_mixture.values()) <= 0:
         return f"data_mixture: the weights sum to zero ({data_mixture!r}): give at least one source a positive weight"
     return None
 
@@ -62,7 +62,7 @@ def weights_problem(data_mixture):
 def folders(cfg):
     """{path: weight share} of the run's sources: data_mixture's, or data_dir with weight 1."""
     chosen = cfg.data_mixture or {cfg.data_dir: 1.0}
-    total = sum(chosen.values())
+    total = math.fsum(chosen.values())  # exactly rounded: the shares do not depend on the order of the keys
     return {path: weight / total for path, weight in chosen.items()}
 
 
