@@ -127,11 +127,16 @@ class Mixture:
 
     def next_windows(self, n):
         """The next n windows as an int64 array (n, 2) of (source index, window index in its train.bin)."""
-        picks = np.empty(n, dtype=np.int64)
-        for j in range(n):
-            i = int(np.argmax((self.drawn.sum() + 1) * self.shares - self.drawn))  # first of equals: sorted names
-            self.drawn[i] += 1
-            picks[j] = i
+        # plain Python floats: numpy calls per window took 12 ms for the 640 windows of a 6.7B step, this 2-5 ms
+        shares, drawn, order = self.shares.tolist(), self.drawn.tolist(), range(len(self.sources))
+        total, picks = sum(drawn), []
+        for _ in range(n):
+            total += 1
+            i = max(order, key=lambda k: total * shares[k] - drawn[k])  # max keeps the first of equals: sorted names
+            drawn[i] += 1
+            picks.append(i)
+        self.drawn = np.array(drawn, dtype=np.int64)
+        picks = np.array(picks, dtype=np.int64)
         draws = np.stack([picks, np.zeros(n, dtype=np.int64)], axis=1)
         for i, s in enumerate(self.sources):  # each source's windows in its own order, to the positions it got
             mine = picks == i
