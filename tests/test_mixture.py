@@ -48,7 +48,7 @@ def test_fractions_stay_within_one_window_of_the_weights(folders):
     mix = open_mix(shares)
     picks = np.concatenate([mix.next_windows(48)[:, 0] for _ in range(200)])  # 9,600 windows, 200 global batches
     counts = np.stack([np.cumsum(picks == i) for i in range(3)], axis=1)
-    expected = np.arange(1, len(picks) + 1)[:, None] * mix.shares[None, :]
+    expected = np.arange(1, len(picks) + 1)[:, None] * np.array([s.share for s in mix.sources])[None, :]
     assert np.abs(counts - expected).max() < 1.0  # after every window, not only on average
     assert [s.name for s in mix.sources] == ["books", "code", "web"]  # sorted: the order is the config's no matter
     # each source without replacement: books' first 37 draws are a permutation of its 37 windows
