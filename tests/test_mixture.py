@@ -104,6 +104,17 @@ def test_checkpoints_from_before_mixtures_and_changed_orders(folders):
         mix.load_state_dict(moved)
 
 
+def test_set_in_a_config_file_or_on_the_command_line(tmp_path):
+    (tmp_path / "mix.py").write_text("data_mixture = {'data/dclm': 3, 'data/pile': 1}\n")
+    cfg = configurator.load_config(["config/train_tiny.py", str(tmp_path / "mix.py")])
+    assert mixture.folders(cfg) == {"data/dclm": 0.75, "data/pile": 0.25}  # data_dir is not among them
+    cfg = configurator.load_config(["config/train_tiny.py", "--data_mixture={'data/pile': 1}"])
+    assert mixture.folders(cfg) == {"data/pile": 1.0}
+    assert mixture.folders(configurator.load_config(["config/train_tiny.py"])) == {"data/quickstart": 1.0}
+    with pytest.raises(configurator.ConfigError, match="data_mixture must be dict"):
+        configurator.load_config(["--data_mixture=data/pile"])
+
+
 def test_bad_input_is_one_line(tmp_path, folders):
     def problem(value):
         cfg = configurator.load_config(["config/train_tiny.py", f"--data_mixture={value}"])
