@@ -195,7 +195,8 @@ try:
     sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, vocab_from)
 except (bins.BinError, mixture.MixtureError) as e:
     fail(str(e))
-meta, meta_dir = sampler.meta, sampler.sources[0].path
+described = next((s for s in sampler.sources if s.meta), sampler.sources[0])  # open_mixture checked they agree
+meta, meta_dir = described.meta, described.path
 try:  # saved in checkpoints, so sample.py can decode; a rank file found by path, else by its hash
     encoding = tokenizer.find(meta["encoding"], meta.get("encoding_sha256"), [meta_dir]) if meta else weights_encoding
 except ValueError as e:

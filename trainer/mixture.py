@@ -121,11 +121,6 @@ class Mixture:
         self.drawn = [0] * len(sources)  # windows per source since the schedule (re)started
         self.dormant = {}  # sampler states of sources a checkpoint had and this run dropped
 
-    @property
-    def meta(self):
-        """meta.json of the first source that has one: the encoding they all share."""
-        return next((s.meta for s in self.sources if s.meta), None)
-
     def next_windows(self, n):
         """The next n windows as an int64 array (n, 2) of (source index, window index in its train.bin)."""
         # plain Python floats: numpy calls per window took 12 ms for the 640 windows of a 6.7B step, these 0.6 ms
