@@ -46,6 +46,7 @@ DEFAULTS = dict(
     # data
     dataset="pile",
     data_dir="",  # folder with train.bin / val.bin; '' means data/<dataset>
+    data_mixture={},  # {folder: weight} drawn from instead of data_dir, e.g. {"data/pile": 0.7, "data/dclm": 0.3}
     gradient_accumulation_steps=8,  # micro-batches per optimizer step
     batch_size=32,  # sequences per micro-batch: 32 x 8 x 2048 = 524,288 tokens per step
     block_size=2048,
@@ -234,6 +235,7 @@ def check(cfg, world_size, distributed=None):
     """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)
     distributed: under torchrun, even with one process (default: world_size > 1)."""
     from model import CHECKPOINTING_POLICIES
+    from trainer.mixture import weights_problem
     from trainer.optim import MASTER_WEIGHTS, OPTIMIZERS
     from trainer.precision import RECIPES
     if cfg.dtype not in ("bfloat16", "float32"):
@@ -252,6 +254,8 @@ def check(cfg, world_size, distributed=None):
                 "max_rollbacks", "hellaswag_interval", "hellaswag_limit"):
         if getattr(cfg, key) < 0:
             return f"{key} must be 0 or more, got {getattr(cfg, key)}"
+    if problem := weights_problem(cfg.data_mixture):
+        return problem
     if cfg.n_embd % cfg.n_head:
         return f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}"
     if cfg.optimizer not in OPTIMIZERS:

@@ -30,8 +30,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, casting, checkpoint, evaluation, hardware, hellaswag, hf, memory, optim, precision, resume, runlock, runlog,
-    sharding, spikes, stopping, tokenizer, wandb_logging)
+    bins, casting, checkpoint, evaluation, hardware, hellaswag, hf, memory, mixture, optim, precision, resume, runlock,
+    runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
@@ -185,26 +185,27 @@ log(memory.start_up_line(choice, budget))
 gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=policy, recompute_blocks=recompute_blocks)
 
 # -----------------------------------------------------------------------------
-# data: uint16 token bins, sampled without replacement in a per-epoch permutation of windows
+# data: uint16 token bins of one folder or a weighted mixture of several (mixture.py), each sampled
+# without replacement in a per-epoch permutation of windows
+if cfg.data_mixture and cfg.data_dir != os.path.join("data", cfg.dataset):
+    log(f"note: data_mixture is set, so the training and validation data do not come from data_dir {cfg.data_dir}")
 try:
     tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
     vocab_from = origin if saved_args else None  # whose vocabulary it is, for the advice on a mismatch
-    train_bin = bins.open_split(cfg.data_dir, "train", gptconf.block_size, tokens, vocab_from=vocab_from)
-    val_bin = bins.open_split(cfg.data_dir, "val", gptconf.block_size, tokens, vocab_from=vocab_from)
-except bins.BinError as e:
+    sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, vocab_from)
+except (bins.BinError, mixture.MixtureError) as e:
     fail(str(e))
-meta = bins.read_meta(cfg.data_dir)
+described = next((s for s in sampler.sources if s.meta), sampler.sources[0])  # open_mixture checked they agree
+meta, meta_dir = described.meta, described.path
 try:  # saved in checkpoints, so sample.py can decode; a rank file found by path, else by its hash
-    encoding = tokenizer.find(meta["encoding"], meta.get("encoding_sha256"), [cfg.data_dir]) if meta else weights_encoding
+    encoding = tokenizer.find(meta["encoding"], meta.get("encoding_sha256"), [meta_dir]) if meta else weights_encoding
 except ValueError as e:
-    fail(f"{cfg.data_dir}/meta.json: {e}")
+    fail(f"{meta_dir}/meta.json: {e}")
 # Every rank draws the same global batch and takes its share, so the sequence of global
 # batches does not depend on the number of processes.
-sampler = bins.WindowSampler(train_bin.num_windows(gptconf.block_size), cfg.seed)
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
 # Evaluation always uses the same validation windows, so val losses compare across time.
-val_windows = bins.WindowSampler(val_bin.num_windows(gptconf.block_size), cfg.seed).next_indices(
-    cfg.eval_iters * eval_batch_size).reshape(cfg.eval_iters, eval_batch_size)
+val_windows = sampler.val_windows(cfg.eval_iters, eval_batch_size)
 tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
 hellaswag_examples = None
 if cfg.hellaswag_interval > 0:
@@ -217,13 +218,14 @@ if cfg.hellaswag_interval > 0:
         log(f"warning: {e}; HellaSwag evaluation is off for this run")
     if hellaswag_examples and (note := hellaswag.truncation_note(hellaswag_examples, gptconf.block_size)):
         log(note)
-log(f"data: {cfg.data_dir}: {train_bin.num_tokens:,} train tokens ({tokens_per_iter:,} per step, "
-    f"{cfg.max_iters * tokens_per_iter / train_bin.num_tokens:.2f} epochs to max_iters), {val_bin.num_tokens:,} val")
+for line in sampler.describe(tokens_per_iter, cfg.max_iters):
+    log(line)
 
 
-def get_batch(token_bin, indices):
+def get_batch(read, indices):
+    """x and y of the windows read(indices, block_size) gives: a mixture's draws, or one val bin's indices."""
     try:
-        windows = torch.from_numpy(token_bin.windows(indices, gptconf.block_size))
+        windows = torch.from_numpy(read(indices, gptconf.block_size))
     except bins.BinError as e:
         fail(str(e))
     if device_type == "cuda":  # from pinned memory the copy is asynchronous: the CPU goes on queueing work
@@ -348,8 +350,16 @@ def get_lr(it):
 
 
 def evaluate():
-    return evaluation.val_loss(model, lambda k: get_batch(val_bin, val_windows[k]), cfg.eval_iters, autocast, device,
-                               rank, world_size)
+    """The val loss, the sources' weighted mean; with a data_mixture also one line per source and val/<name>."""
+    losses = {s.name: evaluation.val_loss(model, lambda k, s=s: get_batch(s.val.windows, val_windows[s.name][k]),
+                                          len(val_windows[s.name]), autocast, device, rank, world_size)
+              for s in sampler.sources}
+    if cfg.data_mixture:
+        for name, loss in losses.items():
+            seen, epochs = sampler.accounting(name)
+            log(f"source {name}: {seen:,} tokens seen ({epochs:.2f} epochs), val loss {loss:.4f}")
+        wandb_logging.log(wandb_run, iter_num, {f"val/{name}": loss for name, loss in losses.items()})
+    return sampler.headline(losses)
 
 
 def evaluate_hellaswag():
@@ -386,7 +396,7 @@ def save(step_start):
     if not weights_are_finite():
         fail(f"weights are not finite after step {iter_num}; not saving. Roll back with "
              f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
-    trainer_state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, sampler, wandb_run_id,
+    trainer_state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id,
                                      encoding, guard)
     try:
         if fsdp:
@@ -446,9 +456,9 @@ while iter_num < cfg.max_iters and not stop_now:
     optim.set_lr(optimizer, lr)
     t0 = time.time()
     loss_sum = torch.zeros((), device=device)
-    my_windows = sampler.next_indices(cfg.batch_size * cfg.gradient_accumulation_steps).reshape(
-        cfg.gradient_accumulation_steps, cfg.batch_size)[rank::world_size]
-    x, y = get_batch(train_bin, my_windows[0])
+    my_windows = sampler.next_windows(cfg.batch_size * cfg.gradient_accumulation_steps).reshape(
+        cfg.gradient_accumulation_steps, cfg.batch_size, 2)[rank::world_size]
+    x, y = get_batch(sampler.read, my_windows[0])
     fault_scale = 1000.0 if fault_injected("SPIKE", iter_num) else 1.0
     with step_casts:  # where casting.py applies, the weights' bf16 copies live until the step's last backward
         for micro_step in range(micro_steps):
@@ -457,7 +467,7 @@ while iter_num < cfg.max_iters and not stop_now:
             with train_autocast:
                 loss = model(x, y)[1] * fault_scale
             if not last:  # fetch the next batch while the GPU works
-                x, y = get_batch(train_bin, my_windows[micro_step + 1])
+                x, y = get_batch(sampler.read, my_windows[micro_step + 1])
             (loss / micro_steps).backward()
             loss_sum += loss.detach()  # no .item() here: a host sync per micro-batch stalls the GPU
             stop_now = stop_vote.read_previous_and_post()

@@ -28,6 +28,7 @@ from trainer import bins  # noqa: E402
 from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
 from trainer import hardware  # noqa: E402
+from trainer import mixture  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import Block, GPTConfig  # noqa: E402
 
@@ -175,22 +176,27 @@ def check_disk(cfg, checkpoint_gb):
 
 
 def check_data(cfg, tokens_needed):
-    meta = bins.read_meta(cfg.data_dir) if os.path.isdir(cfg.data_dir) else None
+    for data_dir, share in mixture.folders(cfg).items():  # data_dir, or each source of a data_mixture
+        check_folder(cfg, data_dir, share * tokens_needed)
+
+
+def check_folder(cfg, data_dir, tokens_needed):
+    meta = bins.read_meta(data_dir) if os.path.isdir(data_dir) else None
     for split in bins.SPLITS:
         try:  # the checks train.py makes at start-up
-            tokens = bins.open_split(cfg.data_dir, split, cfg.block_size, cfg.vocab_size).num_tokens
+            tokens = bins.open_split(data_dir, split, cfg.block_size, cfg.vocab_size).num_tokens
         except bins.BinError as e:
             report("FAIL", str(e))
             continue
         epochs = tokens_needed / tokens
         extra = f", {epochs:,.2f} epochs to max_iters" if split == "train" else ""
-        many = split == "train" and epochs > 10  # each token seen more than 10 times: overfitting, not pretraining
-        report("WARN" if many else "ok", f"{bins.bin_path(cfg.data_dir, split)}: {tokens:,} tokens ({gb(2 * tokens)})"
+        many = split == "train" and epochs > mixture.MAX_REPEATS  # repeated that often, data stops helping
+        report("WARN" if many else "ok", f"{bins.bin_path(data_dir, split)}: {tokens:,} tokens ({gb(2 * tokens)})"
                f"{extra}" + (": the data is far smaller than the run; prepare more, or lower max_iters" if many else ""))
-    if meta is None and os.path.isfile(bins.bin_path(cfg.data_dir, "train")):
-        report("WARN", f"{cfg.data_dir} has no meta.json: its encoding is unknown (sample.py will need --encoding)")
+    if meta is None and os.path.isfile(bins.bin_path(data_dir, "train")):
+        report("WARN", f"{data_dir} has no meta.json: its encoding is unknown (sample.py will need --encoding)")
     elif meta:
-        report("ok", f"{cfg.data_dir} was prepared with the {meta['encoding']!r} encoding ({meta['vocab_size']} ids)")
+        report("ok", f"{data_dir} was prepared with the {meta['encoding']!r} encoding ({meta['vocab_size']} ids)")
 
 
 def main(argv=None):

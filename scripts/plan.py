@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
 from trainer import hardware  # noqa: E402
 from trainer import memory  # noqa: E402
+from trainer import mixture  # noqa: E402
 from trainer import offload  # noqa: E402
 from trainer import optim  # noqa: E402
 from model import CHECKPOINTING_POLICIES, GPT, GPTConfig  # noqa: E402
@@ -171,6 +172,11 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
     if simulate:
         plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype, 2, True, *mode, fp8=cfg.fp8).items()}
     plan["suggestions"] = suggestions(plan, model, cfg)
+    if cfg.data_mixture:  # each source's share of the tokens, against its train.bin where it is prepared here
+        shares = mixture.folders(cfg)
+        epochs = mixture.planned_epochs(shares, plan["total_tokens"])
+        plan["sources"] = {mixture.source_name(p): {"weight": w, "epochs": epochs[mixture.source_name(p)]}
+                           for p, w in shares.items()}
     return plan
 
 
@@ -325,6 +331,11 @@ def report(plan, cfg, config_args):
         f"training FLOPs   {plan['flops_per_token']:.4g} per token (6N + attention) x tokens = "
         f"{plan['total_flops']:.3g}",
     ]
+    for name, source in plan.get("sources", {}).items():
+        epochs = "not prepared here" if source["epochs"] is None else f"{source['epochs']:.2f} epochs at max_iters"
+        lines.append(f"  source {name}: weight {source['weight']:.3g}, {epochs}")
+        if warning := mixture.repeat_warning(name, source["epochs"]):
+            lines.append(f"  {warning}")
     if plan["recompute_flops_per_token"]:
         lines.append(f"                 + {plan['recompute_flops_per_token']:.4g} per token recomputing {k} blocks "
                      f"= {plan['total_flops'] * (plan['hfu'] / plan['mfu']):.3g} executed")

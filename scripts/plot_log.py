@@ -9,7 +9,8 @@ later run's lines replace the abandoned ones from there on, so the plot shows th
 continued. HellaSwag's acc_norm ('hellaswag iter N: acc_norm X') is drawn against the GPT-3 paper's
 zero-shot figure for the model size nearest the run's ('built N parameters'); so is each task's curve in
 eval.jsonl beside the log (scripts/eval.py --watch), against the paper's line for that task. Each resume
-('resuming after N completed steps') is a dotted vertical line at N. The loss axis spans the losses
+('resuming after N completed steps') is a dotted vertical line at N. A run on a data_mixture also has each
+source's val loss ('source NAME: ... val loss X', logged just before its 'eval iter N' line), dashed. The loss axis spans the losses
 after the first 5% of steps, so the first iterations' ~11 nats do not squash the rest. Writes a PNG
 (default: loss.png beside the log) without needing a display.
 """
@@ -34,6 +35,7 @@ EVAL_RE = re.compile(rf"eval iter (\d+): val loss {NUMBER}")
 HELLASWAG_RE = re.compile(rf"hellaswag iter (\d+): acc_norm {NUMBER}")
 PARAMS_RE = re.compile(r"built ([\d,]+) parameters")
 RESUME_RE = re.compile(r"resuming after (\d+) completed steps")
+SOURCE_RE = re.compile(rf"source (\S+): .*, val loss {NUMBER}$")
 WARMUP_SHARE = 0.05  # the loss axis leaves out this first share of the steps
 
 
@@ -86,6 +88,19 @@ def parse_evals(path):
     return curves, params
 
 
+def parse_sources(lines):
+    """{source name: {iter: val loss}} of a data_mixture run: each source line belongs to the eval line after it."""
+    sources, pending = {}, {}
+    for line in lines:
+        if m := SOURCE_RE.match(line.rstrip("\n")):
+            pending[m.group(1)] = float(m.group(2))
+        elif m := EVAL_RE.match(line):
+            for name, loss in pending.items():
+                sources.setdefault(name, {})[int(m.group(1))] = loss
+            pending = {}
+    return sources
+
+
 def parse_resumes(lines):
     """The iterations a run resumed after, in the order they happened."""
     return [int(m.group(1)) for line in lines if (m := RESUME_RE.match(line))]
@@ -107,7 +122,7 @@ def loss_limits(train, val):
     return low - pad, high + pad
 
 
-def plot(train, val, path, title, hellaswag=None, params=None, resumes=(), evals=None):
+def plot(train, val, path, title, hellaswag=None, params=None, resumes=(), sources=None, evals=None):
     iters = sorted(train)
     rows = 2 + bool(hellaswag) + bool(evals)
     fig, axes = plt.subplots(rows, 1, figsize=(10, 3.5 * rows), sharex=True, height_ratios=[2, 1, 1, 1][:rows])
@@ -115,6 +130,8 @@ def plot(train, val, path, title, hellaswag=None, params=None, resumes=(), evals
     ax_loss.plot(iters, [train[i][0] for i in iters], lw=0.8, alpha=0.8, label="train loss")
     if val:
         ax_loss.plot(sorted(val), [val[i] for i in sorted(val)], "o-", ms=3, label="val loss")
+    for name, points in (sources or {}).items():
+        ax_loss.plot(sorted(points), [points[i] for i in sorted(points)], "--", lw=0.9, label=f"val {name}")
     if limits := loss_limits(train, val):
         ax_loss.set_ylim(*limits)
     for k, n in enumerate(resumes):
@@ -172,7 +189,8 @@ def main(argv=None):
         sys.exit(f"plot_log: no 'iter N: loss X' lines in {args.log}: is it a train.py log?")
     evals = parse_evals(os.path.join(os.path.dirname(args.log), "eval.jsonl"))
     try:
-        plot(train, val, out, args.log, *parse_hellaswag(lines), parse_resumes(lines), evals if evals[0] else None)
+        plot(train, val, out, args.log, *parse_hellaswag(lines), parse_resumes(lines), sources=parse_sources(lines),
+             evals=evals if evals[0] else None)
     except OSError as e:
         sys.exit(f"plot_log: cannot write {out}: {e.strerror}")
     last = f", last val loss {val[max(val)]:.4f} at iter {max(val)}" if val else ""

@@ -307,3 +307,40 @@ def test_shakespeare_speeches_become_documents(tmp_path, gpt2_rank_file):
     assert result.returncode == 0, result.stderr
     docs = read_docs(tmp_path / "out", "train", get_encoding(gpt2_rank_file))
     assert docs == ["ROMEO:\nBut soft!", "JULIET:\nAy me!", "NURSE:\nMadam!"]
+
+
+@pytest.mark.parametrize("script", ["data/fineweb_edu/prepare.py", "data/dclm/prepare.py"])
+def test_web_corpus_scripts_on_local_parquet(tmp_path, script):
+    """FineWeb-Edu's and DCLM's scripts are the Pile's job with their own defaults: their parquet layout
+    (the text in 'text' beside other columns) read locally, capped by --max_tokens."""
+    docs = make_docs(900, seed=4)
+    pq.write_table(pa.table({"id": [f"doc{i}" for i in range(len(docs))], "text": docs, "score": [3.5] * len(docs)}),
+                   tmp_path / "shard.parquet", row_group_size=300)
+    subset = ["--subset", "sample-10BT"] if "fineweb" in script else []  # a hub setting: local files ignore it
+    result = subprocess.run([sys.executable, script, "--source", str(tmp_path / "shard.parquet"), "--data_dir",
+                             str(tmp_path / "out"), *FLAGS, "--max_tokens", "20000", *subset],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    encoding = get_encoding("bytes")
+    written = read_docs(tmp_path / "out", "train", encoding) + read_docs(tmp_path / "out", "val", encoding)
+    kept = [d for d in docs if d][:len(written)]
+    assert sorted(written) == sorted(kept) and 0 < len(written) < len(docs)  # a prefix of the source, cut at the cap
+    meta = bins.read_meta(tmp_path / "out")
+    assert meta["complete"] and meta["max_tokens"] == 20000 and meta["sources"] == [str(tmp_path / "shard.parquet")]
+    assert script in meta["command"]
+
+
+def test_a_hub_subset_reaches_datasets_and_the_job(tmp_path, monkeypatch):
+    """--subset is the dataset's configuration name for `datasets`, and part of the job a resume must match
+    (the hub itself cannot be reached from the tests)."""
+    import datasets
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append((a, k)) or iter(()))
+    source = preparation.open_source(["HuggingFaceFW/fineweb-edu"], "text", "sample-10BT")
+    assert calls == [(("HuggingFaceFW/fineweb-edu", "sample-10BT"), {"split": "train", "streaming": True,
+                                                                     "revision": None})]
+    args = preparation.parser("", source="HuggingFaceFW/fineweb-edu", data_dir=str(tmp_path / "out"),
+                              subset="sample-10BT").parse_args(["--encoding", "bytes"])
+    assert args.subset == "sample-10BT"
+    monkeypatch.setattr(preparation, "_run_job", lambda args, source, encoding, job: job)
+    assert preparation._prepare(args, source)["subset"] == "sample-10BT"

@@ -15,7 +15,7 @@ from its position, so a job killed at any moment finishes byte-identical to an u
 
 Sources: local files and globs (.jsonl, .jsonl.zst, .parquet; anything else is plain UTF-8 text,
 one document per file), or a Hugging Face dataset streamed with `datasets` ('owner/name', or
-'owner/name@revision').
+'owner/name@revision'), with one of its configurations where it has several (--subset).
 """
 import argparse
 import collections
@@ -204,21 +204,24 @@ def _parquet_texts(path, text_field, skip):
 
 class HubDataset:
     """A Hugging Face dataset's train split, streamed. A position is the stream's own state_dict,
-    so a resumed job continues from its shard and offset instead of re-downloading what it read."""
+    so a resumed job continues from its shard and offset instead of re-downloading what it read.
+    subset: the dataset's configuration (FineWeb-Edu's 'sample-10BT'), None for its default."""
 
-    def __init__(self, spec, text_field):
+    def __init__(self, spec, text_field, subset=None):
         import datasets
         name, _, revision = spec.partition("@")
-        self.spec, self.text_field, self.start = spec, text_field, None
+        self.spec, self.text_field, self.subset, self.start = spec, text_field, subset, None
         try:
-            self.stream = datasets.load_dataset(name, split="train", streaming=True, revision=revision or None)
+            self.stream = datasets.load_dataset(name, subset, split="train", streaming=True,
+                                                revision=revision or None)
         except Exception as e:
             hint = ""
             if "scripts are no longer supported" in str(e):
                 hint = (f"; it still ships a loading script, which datasets>=4 refuses: try "
                         f"--source {name}@refs/convert/parquet or local files")
             first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise PrepareError(f"cannot open Hugging Face dataset {spec!r}: {first_line}{hint}") from None
+            of = f" (subset {subset!r})" if subset else ""
+            raise PrepareError(f"cannot open Hugging Face dataset {spec!r}{of}: {first_line}{hint}") from None
 
     def fingerprint(self):
         return None
@@ -267,10 +270,10 @@ def _looks_local(spec):
             or os.path.splitext(spec)[1].lower() in (".jsonl", ".zst", ".zstd", ".parquet", ".txt"))
 
 
-def open_source(specs, text_field):
-    """Local files and globs, or a single Hugging Face dataset name."""
+def open_source(specs, text_field, subset=None):
+    """Local files and globs, or a single Hugging Face dataset name (and its configuration subset)."""
     if len(specs) == 1 and not _looks_local(specs[0]):
-        return HubDataset(specs[0], text_field)
+        return HubDataset(specs[0], text_field, subset)
     files = [f for spec in specs for f in _expand(os.path.expanduser(spec))]
     return LocalFiles(list(specs), files, text_field)
 
@@ -365,7 +368,8 @@ def _meta(state):
     return {**describe_encoding(job["encoding"]), "vocab_size": job["vocab_size"], "eot_token": job["eot_token"],
             "dtype": "uint16",
             "splits": {s: {"tokens": state["tokens"][s], "documents": state["documents"][s]} for s in SPLITS},
-            "sources": [p for p, _ in job["inputs"]] if job["inputs"] else job["source"],
+            "sources": [p for p, _ in job["inputs"]] if job["inputs"] else
+            job["source"] + (f" (subset {job['subset']})" if job.get("subset") else ""),
             "skipped_records": state["skipped_records"], "empty_documents": state["empty_documents"],
             "val_fraction": state["val_fraction"], "max_tokens": job["max_tokens"], "text_field": job["text_field"],
             "complete": state["complete"], "command": state["command"]}
@@ -535,11 +539,13 @@ def _val_fraction(args, projected_tokens):
 
 def _prepare(args, source):
     encoding = _validate(args)
-    source = source or open_source(args.source, args.text_field)
+    source = source or open_source(args.source, args.text_field, getattr(args, "subset", None))
     job = {"source": source.spec, "inputs": source.fingerprint(), "encoding": encoding.name,
            "vocab_size": encoding.n_vocab, "eot_token": encoding.eot_token, "val_fraction": args.val_fraction,
            "min_val_tokens": args.min_val_tokens, "max_tokens": args.max_tokens,
            "text_field": args.text_field}  # --num_proc is not part of it
+    if getattr(source, "subset", None):  # only then: the manifests of jobs without one still match
+        job["subset"] = source.subset
     try:
         lock = runlock.hold(args.data_dir, "prepare job")  # one job per data_dir, until this one ends
     except runlock.Unavailable as e:
@@ -607,8 +613,10 @@ def _count(text):
     return int(float(text))  # accepts 10e9 and 10_000_000_000
 
 
-def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005, min_val_tokens=1_000_000):
-    """The flags every prepare script shares, with that script's defaults."""
+def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005, min_val_tokens=1_000_000,
+           subset=None):
+    """The flags every prepare script shares, with that script's defaults; --subset where a script's
+    dataset has several configurations (subset: its default)."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", nargs="+", default=[source],
                    help="Hugging Face dataset name[@revision], or local files/globs of .jsonl, .jsonl.zst, "
@@ -627,6 +635,10 @@ def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005, 
                    help="raise --val_fraction for a small source so that val.bin gets about this many tokens, "
                         "up to a tenth of the corpus (default: %(default)s; 0: off)")
     p.add_argument("--text_field", default="text", help="the field that holds the text (default: %(default)s)")
+    if subset:
+        p.add_argument("--subset", default=subset,
+                       help="the Hugging Face dataset's configuration to stream (default: %(default)s); "
+                            "local files are read as given")
     p.add_argument("--commit_seconds", type=float, default=10.0,
                    help="how often progress is made durable: the most work a kill can lose (default: %(default)s)")
     return p

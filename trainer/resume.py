@@ -5,7 +5,7 @@ checkpoint back into the live run: weights, optimizer, data position, RNGs and s
 Both sides live here, so a field added to one cannot be forgotten by the other (tests/test_train.py
 resumes runs bit-exactly). Problems are raised as ResumeError, one line each, for train.py to print.
 """
-from trainer import checkpoint, optim, spikes
+from trainer import checkpoint, mixture, optim, spikes
 
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
 SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters")
@@ -15,16 +15,15 @@ class ResumeError(Exception):
     """A checkpoint that cannot continue this run, with what to do about it."""
 
 
-def run_state(cfg, model_args, iter_num, best_val_loss, step_start, sampler, wandb_run_id, encoding, guard):
-    """Everything but weights and optimizer that a resume needs. step_start holds the sampler and RNG
-    states from the start of the step after iter_num, which is where a resumed run begins."""
+def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard):
+    """Everything but weights and optimizer that a resume needs. step_start holds the sampler (mixture.py:
+    every source's position) and RNG states from the start of the step after iter_num, where a resumed run begins."""
     return {
         "model_args": model_args,
         "iter_num": iter_num,
         "best_val_loss": best_val_loss,
         "config": vars(cfg),
         "sampler": step_start["sampler"],
-        "sampler_windows": sampler.num_windows,  # with config's seed: which permutation the position is in
         "rng": checkpoint.gather_rng_states(step_start["rng"]),  # every rank's, in rank order
         "wandb_run_id": wandb_run_id,
         "encoding": encoding,
@@ -41,20 +40,23 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
         checkpoint.restore(state, model, optimizer)
     except checkpoint.CheckpointError as e:  # the live model may be half overwritten: stop here
         raise ResumeError(f"{e}; move that checkpoint aside and rerun to resume from the one before") from None
-    saved_windows, saved_seed = state["sampler_windows"], state["config"]["seed"]
-    if (saved_windows, saved_seed) != (sampler.num_windows, cfg.seed):
-        raise ResumeError(
-            f"the data order changed since the checkpoint ({saved_windows:,} windows with seed {saved_seed} then, "
-            f"{sampler.num_windows:,} with seed {cfg.seed} now): resuming would repeat or skip data. Use the "
-            f"train.bin and seed the run started with, or start a new out_dir (init_weights= to fine-tune)")
-    sampler.load_state_dict(state["sampler"])
+    def upgraded(data_state):  # in the form of today's checkpoints, if it is from before mixtures
+        return mixture.upgrade(data_state, state.get("sampler_windows"), state["config"])
+    try:
+        changes = sampler.load_state_dict(upgraded(state["sampler"]))
+    except mixture.MixtureError as e:
+        raise ResumeError(str(e)) from None
+    if changes and not after_rollback:
+        log(f"note: the data mixture changed since the checkpoint ({', '.join(changes)}): from iter "
+            f"{state['iter_num']} on the draws follow the new weights, each kept source going on from its own position")
     rngs = state["rng"]  # one per rank of the run that saved it
     if len(rngs) != world_size:
         log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
             f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
     checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
-    if "spikes" in state:
-        guard.load_state_dict(state["spikes"], after_rollback=after_rollback)
+    if "spikes" in state:  # the data positions of its skipped steps, too, are sampler states
+        skipped_at = [[at, upgraded(data_state)] for at, data_state in state["spikes"]["skipped_at"]]
+        guard.load_state_dict(dict(state["spikes"], skipped_at=skipped_at), after_rollback=after_rollback)
     if state["config"].get("fp8", "") != cfg.fp8 and not after_rollback:  # the weights are plain either way
         log(f"note: fp8 {state['config'].get('fp8', '') or 'off'} -> {cfg.fp8 or 'off'} since the checkpoint: "
             f"the weights and optimizer continue as saved, the matmuls from here on are {cfg.fp8 or 'bf16'}")
@@ -92,7 +94,7 @@ def roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master, lo
     restored = load(state)
     guard.rollbacks = rollbacks
     sampler.load_state_dict(spike_data)
-    sampler.next_indices(cfg.spike_skip_batches * cfg.batch_size * cfg.gradient_accumulation_steps)
+    sampler.next_windows(cfg.spike_skip_batches * cfg.batch_size * cfg.gradient_accumulation_steps)
     log(f"rolled back to iter {restored} ({len(rollbacks)} of max {cfg.max_rollbacks}) after a burst of skipped "
         f"steps from iter {first_spike}; the data goes on {cfg.spike_skip_batches} global batches past the spike's")
     return restored
