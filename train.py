@@ -59,7 +59,7 @@ run_log.explain = lambda error: environment.compile_failure(error) if cfg.compil
 
 if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size:  # one node's GPUs: its fast link carries the sharding
     cfg.hsdp_shard_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-if problem := configurator.check(cfg, world_size, distributed):
+if problem := configurator.check(cfg, world_size, distributed) or elastic.restart_problem():
     fail(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
     + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))
@@ -281,6 +281,9 @@ if cfg.compile:  # per block, in place: state_dict keys stay the same, and each 
 fsdp = distributed and cfg.strategy in ("fsdp", "hsdp")  # hsdp: FSDP2 over a (nodes, GPUs per node) mesh
 if fsdp:  # shard parameters, gradients and optimizer state block by block, keeping one GPU's numerics
     sharding.shard(model, cfg.dtype, sharding.mesh(cfg.strategy, device_type, world_size, cfg.hsdp_shard_size))
+    if cfg.strategy == "hsdp":
+        log(f"hsdp: each parameter sharded over {cfg.hsdp_shard_size} processes, replicated "
+            f"{world_size // cfg.hsdp_shard_size} times")
 optimizer = optim.build(model, cfg.optimizer, cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type,
                         cfg.master_weights, cfg.optimizer_offload)
 

@@ -21,11 +21,12 @@ ARGS = [a for a in TINY if not a.startswith(("--dropout", "--gradient_accumulati
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-def run(out_dir, data_dir, *overrides, nproc=1, check=True):
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+def run(out_dir, data_dir, *overrides, nproc=1, check=True, env=ENV, restarts=0):
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                f"--max-restarts={restarts}"]
     command = (launcher if nproc > 1 else [sys.executable]) + [
         "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=ENV, timeout=300)
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}")
     return result

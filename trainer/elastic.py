@@ -65,6 +65,16 @@ def restart_line(out_dir):
     return f"elastic: {which}; the attempt before ended with: {died}"
 
 
+def restart_problem():
+    """Why torchrun's restarts would fail, as one line, or None. torchrun shares its rendezvous store with
+    the workers by default, and a restarted worker can then read the addresses of the attempt before and
+    fail to connect to them (pytorch/pytorch#135712; seen here with gloo)."""
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)) > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return ("torchrun --max-restarts needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment, or a "
+                "restarted worker can connect to the dead attempt's addresses: export it and launch again")
+    return None
+
+
 def leave_note(out_dir, rank, line):
     """A failing rank's one line, for restart_line in the next attempt (appended: several ranks may fail)."""
     try:
