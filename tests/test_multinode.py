@@ -3,6 +3,7 @@ meeting at a c10d rendezvous on 127.0.0.1) matches one process and resumes on 2;
 the job within the collective timeout, named in train.log; and the pieces (the memory estimate, the
 config's rules, the restart notes) in-process."""
 import datetime
+import json
 import os
 import socket
 import subprocess
@@ -102,3 +103,22 @@ def test_nccl_settings_fill_in_only_what_the_user_left_unset(tmp_path, monkeypat
     assert elastic.timed_out(RuntimeError("Timed out waiting 3000ms for recv operation to complete"))
     assert elastic.explain_timeout(RuntimeError("CUDA out of memory"), None, datetime.timedelta(minutes=1)) is None
     assert not dist.is_initialized()  # the roll call is for train.py's process group, never started here
+
+
+def test_plan_for_a_cluster_prices_each_strategys_traffic(capsys):
+    """6.7B on 4 nodes x 8: DDP all-reduces fp32 gradients once per step, 2(n-1)/n x 4P per GPU between
+    nodes; HSDP sends 1/8 of that per micro-batch between nodes (its shards' gradients), the rest inside."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import plan
+    plan.main([str(REPO / "config" / "train_gpt3_6b.py"), "--gpu", "mi300x", "--nodes", "4", "--interconnect", "50",
+               "--strategy=hsdp", "--json"])
+    cluster = json.loads(capsys.readouterr().out)["cluster"]
+    rows, p, micro = {r["strategy"]: r for r in cluster["strategies"]}, 6_657_150_976, cluster["micro_batches_per_gpu"]
+    assert micro == 160 // 32 and list(rows) == ["ddp", "fsdp", "hsdp"]
+    assert rows["ddp"]["internode_gb"] == pytest.approx(2 * 31 / 32 * 4 * p / 1e9)
+    assert rows["ddp"]["comm_seconds"] == pytest.approx(rows["ddp"]["internode_gb"] / (50 * 0.8))
+    assert rows["hsdp"]["internode_gb"] == pytest.approx(micro * 2 * 3 / 4 * 4 * p / 8 / 1e9)
+    assert rows["fsdp"]["internode_gb"] > 5 * rows["hsdp"]["internode_gb"] and rows["fsdp"]["intranode_gb"] == 0
+    assert rows["hsdp"]["memory_gb"] > rows["fsdp"]["memory_gb"]  # shards over 8 GPUs, not 32
+    assert all(r["days"] * 24 * 2 * 32 == pytest.approx(r["cost_usd"]) for r in rows.values())
+    assert rows["hsdp"]["hidden"] == (rows["hsdp"]["comm_seconds"] <= rows["hsdp"]["compute_seconds"])

@@ -293,8 +293,8 @@ def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
     return path
 
 
-# The process group's timeout: ranks wait in a collective while a checkpoint is written (rank 0 alone
-# for a .pt), and a wait past it kills the job. It is fixed at init_process_group, before any save.
+# The save group's timeout (train.py's save_group): ranks wait in its barriers while a checkpoint is written
+# (rank 0 alone for a .pt), and a wait past it kills the job. It is fixed when the group is made, before any save.
 TIMEOUT_MARGIN = 3  # times the expected write: the disk slows down, others share it, the test was short
 MIN_TIMEOUT_S = 3600  # never below what runs used before the timeout followed the size (and other waits fit)
 SPEED_TEST_BYTES = 256 << 20
@@ -318,7 +318,7 @@ def write_speed(out_dir, nbytes=SPEED_TEST_BYTES):
 
 
 def process_group_timeout(checkpoint_bytes, write_bytes_per_s):
-    """How long a rank may wait in a collective: TIMEOUT_MARGIN times the expected save, at least
+    """How long a rank may wait for a save: TIMEOUT_MARGIN times the expected write, at least
     MIN_TIMEOUT_S, so that a larger model or a slower disk never turns a save into a killed job."""
     return datetime.timedelta(seconds=max(MIN_TIMEOUT_S, TIMEOUT_MARGIN * checkpoint_bytes / write_bytes_per_s))
 
