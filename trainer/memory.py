@@ -171,7 +171,8 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     gradient_as_bucket_view=True, as train.py sets). FSDP2 shards all three N ways and, under bf16,
     gathers bf16 weights (train.py's MixedPrecisionPolicy), so autocast has nothing left to cast.
     HSDP shards them over hsdp_shard_size GPUs (0: all of them) and replicates the shards, so a
-    GPU holds what FSDP over hsdp_shard_size GPUs would. Each GPU runs the same micro-batch either way. optimizer, master_weights and offload: the memory
+    GPU holds what FSDP over hsdp_shard_size GPUs would.
+    Each GPU runs the same micro-batch either way. optimizer, master_weights and offload: the memory
     mode (optim.py), whose bytes per parameter on the GPU optim.bytes_per_param says (offload's are on
     the host, not counted here); bf16 weights leave autocast nothing to cast. attention: the kernel
     scaled_dot_product_attention runs (hardware.attention_backend); "math" keeps T x T matrices.
@@ -353,7 +354,7 @@ class DoesNotFit(Exception):
 
 def settle(model, cfg, budget, gpus=1, attention="flash"):
     """The Choice a run trains with, for cfg (train.py's config: activation_checkpointing,
-    recompute_blocks, batch_size, gradient_accumulation_steps, dtype, strategy, the memory mode,
+    recompute_blocks, batch_size, gradient_accumulation_steps, dtype, strategy, hsdp_shard_size, the memory mode,
     ignore_memory_estimate) on a Budget per device: auto's choice, or the config's own setting when it
     fits. Otherwise DoesNotFit, whose message names the estimate, the budget and what would fit;
     with ignore_memory_estimate=True the setting comes back instead, with fits=False. When auto finds
