@@ -69,7 +69,9 @@ def restart_problem():
     """Why torchrun's restarts would fail, as one line, or None. torchrun shares its rendezvous store with
     the workers by default, and a restarted worker can then read the addresses of the attempt before and
     fail to connect to them (pytorch/pytorch#135712; seen here with gloo)."""
-    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)) > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # also under static rendezvous, untested there
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)) > 0 and shared and \
+            os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
         return ("torchrun --max-restarts needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment, or a "
                 "restarted worker can connect to the dead attempt's addresses: export it and launch again")
     return None
