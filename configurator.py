@@ -95,7 +95,10 @@ DEFAULTS = dict(
     lr_decay_iters=572205,
     min_lr=6e-5,
     # system
-    strategy="ddp",  # under torchrun: 'ddp' (each GPU holds everything) or 'fsdp' (FSDP2 shards it all)
+    strategy="ddp",  # under torchrun: 'ddp' (each GPU holds everything), 'fsdp' (FSDP2 shards it all) or 'hsdp'
+    hsdp_shard_size=0,  # hsdp: shard within groups of this many GPUs, replicate across them (0: one node's, LOCAL_WORLD_SIZE)
+    collective_timeout_minutes=10.0,  # a rank waiting this long in a collective fails the job (saves wait apart)
+    checkpoint_async=False,  # write checkpoints in the background while training goes on (docs/checkpoints.md)
     backend="auto",  # torch.distributed backend: 'auto' is nccl on GPUs (RCCL answers to it on ROCm), gloo on CPU
     device="auto",  # 'auto' (a GPU if there is one, else cpu), 'cpu', 'cuda', 'cuda:1', 'mps'
     dtype="bfloat16",  # 'bfloat16' autocast over fp32 weights, or 'float32'
@@ -267,10 +270,15 @@ def check(cfg, world_size, distributed=None):
     if cfg.optimizer_offload and cfg.optimizer != "adamw":
         return (f"optimizer_offload=True runs PyTorch's AdamW on the host, not {cfg.optimizer!r}: set optimizer='adamw' "
                 f"(low-bit moments would only save host memory)")
-    if cfg.strategy not in ("ddp", "fsdp"):
-        return f"strategy must be 'ddp' or 'fsdp', got {cfg.strategy!r}"
+    if cfg.strategy not in ("ddp", "fsdp", "hsdp"):
+        return f"strategy must be 'ddp', 'fsdp' or 'hsdp', got {cfg.strategy!r}"
+    if cfg.strategy == "hsdp" and (cfg.hsdp_shard_size < 0 or world_size % (cfg.hsdp_shard_size or world_size)):
+        return (f"hsdp_shard_size={cfg.hsdp_shard_size} must divide the {world_size} processes into equal groups "
+                f"(0: one node's GPUs, torchrun's LOCAL_WORLD_SIZE)")
+    if cfg.collective_timeout_minutes <= 0:
+        return f"collective_timeout_minutes must be more than 0, got {cfg.collective_timeout_minutes}"
     lean = "master_weights" if cfg.master_weights == "bfloat16" else "optimizer_offload" if cfg.optimizer_offload else None
-    if lean and cfg.strategy == "fsdp" and (world_size > 1 if distributed is None else distributed):
+    if lean and cfg.strategy in ("fsdp", "hsdp") and (world_size > 1 if distributed is None else distributed):
         # fully_shard's parameters drop grad_dtype (even in one process), and offload steps whole tensors
         return (f"{lean}={getattr(cfg, lean)!r} runs without FSDP (which shards the fp32 weights and AdamW state "
                 f"across GPUs instead): use strategy='ddp', or leave {lean} at its default")

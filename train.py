@@ -9,9 +9,11 @@ optimizer), then the loop. Re-running the same command continues from the newest
 checkpoint in out_dir; Ctrl+C, SIGTERM and SIGHUP stop after the current micro-batch with
 the state of the last completed step saved. Every printed line also goes to <out_dir>/train.log.
 """
+import datetime
 import json
 import math
 import os
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -30,8 +32,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, casting, checkpoint, evaluation, hardware, hellaswag, hf, memory, mixture, optim, precision, resume, runlock,
-    runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
+    bins, casting, checkpoint, elastic, evaluation, hardware, hellaswag, hf, memory, mixture, optim, precision, resume,
+    runlock, runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
@@ -55,10 +57,14 @@ log, fail = run_log, run_log.fail
 sys.excepthook = run_log.crash
 run_log.explain = lambda error: environment.compile_failure(error) if cfg.compile else None  # one line, not a traceback
 
-if problem := configurator.check(cfg, world_size, distributed):
+if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size:  # one node's GPUs: its fast link carries the sharding
+    cfg.hsdp_shard_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+if problem := configurator.check(cfg, world_size, distributed) or elastic.restart_problem():
     fail(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
     + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))
+if master and (restarted := elastic.restart_line(cfg.out_dir)):
+    log(restarted)
 
 stop_signal = stopping.StopSignal()  # from here on a signal stops the run cleanly (stopping.py)
 
@@ -84,18 +90,26 @@ autocast = (
     torch.autocast(device_type=device_type, dtype=torch.bfloat16, cache_enabled=False)
     if cfg.dtype == "bfloat16" else nullcontext()
 )
+save_group = None  # under torchrun: the gloo group saves wait on, with a timeout a whole write fits in
+timeout = datetime.timedelta(minutes=cfg.collective_timeout_minutes)
 if distributed:
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type == "cuda" else "gloo")
-    # Ranks wait in a collective while a checkpoint is written, and the job dies past the timeout, which
-    # is fixed here for the whole run: so it follows the checkpoint's size and this disk's speed, measured now.
+    if backend == "nccl":  # a hung collective ends the process and leaves a trace (elastic.py)
+        log(f"NCCL/RCCL: {elastic.nccl_settings(cfg.out_dir)}")
+    # Training's collectives fail a hung job within collective_timeout_minutes. A save can take far longer
+    # (the checkpoint's size over this disk's speed, measured now), so its waits are on a group of their own.
     with torch.device("meta"):
         n_saved = GPT(GPTConfig(**{k: getattr(cfg, k) for k in ARCHITECTURE_KEYS})).get_num_params(non_embedding=False)
     checkpoint_bytes = optim.checkpoint_bytes(n_saved, optim.mode_of(vars(cfg)))
     write_speed = checkpoint.write_speed(cfg.out_dir) if cfg.checkpoint_interval > 0 else float("inf")
-    timeout = checkpoint.process_group_timeout(checkpoint_bytes, write_speed)
-    log(f"{cfg.out_dir} writes {write_speed / 1e9:.2f} GB/s: collectives wait up to {timeout} "
-        f"(a checkpoint is {checkpoint_bytes / 1e9:.1f} GB)")
+    save_timeout = checkpoint.process_group_timeout(checkpoint_bytes, write_speed)
+    log(f"collectives wait up to {timeout}, saves up to {save_timeout} ({cfg.out_dir} writes "
+        f"{write_speed / 1e9:.2f} GB/s, a checkpoint is {checkpoint_bytes / 1e9:.1f} GB)")
     dist.init_process_group(backend=backend, timeout=timeout)
+    save_group = dist.new_group(backend="gloo", timeout=save_timeout)
+    run_log.explain = lambda error, compiling=run_log.explain: compiling(error) or elastic.explain_timeout(
+        error, save_group, timeout)  # names the hung rank
+saver = checkpoint.Saver(cfg.checkpoint_async, save_group, log)
 
 
 def agree(flag):
@@ -251,7 +265,7 @@ if weights is not None:  # before compile and sharding, identically on every ran
 if cfg.master_weights == "bfloat16":  # 2 bytes a weight, gradients still fp32 (optim.py)
     optim.use_bf16_weights(model)
 if cfg.fp8:  # the blocks' matmuls in fp8; the weights stay ordinary Parameters (precision.py)
-    fp8_fsdp = distributed and cfg.strategy == "fsdp"
+    fp8_fsdp = distributed and cfg.strategy in ("fsdp", "hsdp")
     log(precision.describe(cfg.fp8, *precision.convert(model, cfg.fp8, fsdp=fp8_fsdp), fsdp=fp8_fsdp))
 torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 raw_model = model  # the plain module, whose state_dict has no wrapper prefixes
@@ -266,9 +280,12 @@ if cfg.compile:  # per block, in place: state_dict keys stay the same, and each 
     torch._dynamo.config.optimize_ddp = not ddp
     for block in model.transformer.h:
         block.compile()
-fsdp = distributed and cfg.strategy == "fsdp"
+fsdp = distributed and cfg.strategy in ("fsdp", "hsdp")  # hsdp: FSDP2 over a (nodes, GPUs per node) mesh
 if fsdp:  # shard parameters, gradients and optimizer state block by block, keeping one GPU's numerics
-    sharding.shard(model, cfg.dtype)
+    sharding.shard(model, cfg.dtype, sharding.mesh(cfg.strategy, device_type, world_size, cfg.hsdp_shard_size))
+    if cfg.strategy == "hsdp":
+        log(f"hsdp: each parameter sharded over {cfg.hsdp_shard_size} processes, replicated "
+            f"{world_size // cfg.hsdp_shard_size} times")
 optimizer = optim.build(model, cfg.optimizer, cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type,
                         cfg.master_weights, cfg.optimizer_offload)
 
@@ -399,13 +416,15 @@ def save(step_start):
     trainer_state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id,
                                      encoding, guard)
     try:
+        saver.wait()  # the previous save is complete (one at a time), and had it failed, the run stops here
         if fsdp:
-            checkpoint.save_sharded(raw_model, optimizer, trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n,
-                                    log=log)
+            saver.save_sharded(raw_model, optimizer, trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n)
         elif master:
             model_sd, optimizer_sd = checkpoint.full_state(raw_model, optimizer)
             trainer_state.update(model=model_sd, optimizer=optimizer_sd)
-            checkpoint.save_checkpoint(trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n, log=log)
+            saver.save_checkpoint(trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n)
+        if not cfg.checkpoint_async:
+            saver.wait()  # the other ranks wait for rank 0's .pt here, on the save group's long timeout
     except checkpoint.CheckpointError as e:
         fail(str(e))
 
@@ -413,18 +432,24 @@ def save(step_start):
 def fault_injected(kind, it):
     """Fault injection for the tests: TRAIN_FAULT_NAN_AT_ITERS=3,4 poisons those steps' loss;
     TRAIN_FAULT_RANK_ERROR_AT_ITERS=3 stops the last rank there with an error;
+    TRAIN_FAULT_CRASH_AT_ITERS=6 crashes it there in a torchrun job's first attempt (not after a restart);
+    TRAIN_FAULT_HANG_AT_ITERS=3 hangs it there (until torchrun's SIGTERM, which a rank stuck in C++ would
+    ignore, getting SIGKILL 30 s later);
     TRAIN_FAULT_SPIKE_AT_ITERS=5,6 multiplies it (and so the gradients) by 1000, except in steps
     replayed after an automatic rollback (a spike belongs to its data, which the rollback skipped)."""
     replayed = kind == "SPIKE" and any(r["first_spike"] <= it + 1 <= r["at"] for r in guard.rollbacks)
-    return str(it + 1) in os.environ.get(f"TRAIN_FAULT_{kind}_AT_ITERS", "").split(",") and not replayed
+    restarted = kind == "CRASH" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
+    return str(it + 1) in os.environ.get(f"TRAIN_FAULT_{kind}_AT_ITERS", "").split(",") and not replayed \
+        and not restarted
 
 
 def roll_back(first_spike, spike_data):
     """Back to a checkpoint before a burst of spikes, past the spike's data (resume.py); its iteration or None."""
     try:
+        saver.wait()  # a save still in flight would publish a checkpoint newer than the one rolled back to
         return resume.roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master,
                                 lambda state: load_training_state(state, after_rollback=True), log)
-    except resume.ResumeError as e:
+    except (resume.ResumeError, checkpoint.CheckpointError) as e:
         fail(str(e))
 
 
@@ -449,7 +474,7 @@ last_saved_iter, last_save_time = iter_num, time.time()  # a checkpoint's state,
 nonfinite_in_a_row = nonfinite_total = steps_run = 0
 step_time_avg = None
 step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
-stop_vote = stopping.StopVote(stop_signal)
+stop_vote = stopping.StopVote(stop_signal, timeout)
 stop_now = agree(stop_signal.received)
 while iter_num < cfg.max_iters and not stop_now:
     lr = get_lr(iter_num)
@@ -478,6 +503,11 @@ while iter_num < cfg.max_iters and not stop_now:
         break
     if fault_injected("RANK_ERROR", iter_num) and rank == world_size - 1:
         fail("injected error on the last rank")
+    if fault_injected("CRASH", iter_num) and rank == world_size - 1:
+        raise RuntimeError("injected crash on the last rank")
+    if fault_injected("HANG", iter_num) and rank == world_size - 1:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        time.sleep(3600)
     if averaged_by_hand:
         optim.average_gradients(raw_model.parameters(), world_size)
     loss_mean = mean_over_ranks(loss_sum / micro_steps)  # over the whole global batch
@@ -563,9 +593,13 @@ while iter_num < cfg.max_iters and not stop_now:
         last_saved_iter, last_save_time = iter_num, time.time()
     stop_now = agree(stop_signal.received)
 
+if stop_now and saving and iter_num != last_saved_iter:
+    save(step_start)
+try:
+    saver.wait()  # the last save in flight is complete before the process ends
+except checkpoint.CheckpointError as e:
+    fail(str(e))
 if stop_now:
-    if saving and iter_num != last_saved_iter:
-        save(step_start)
     log(f"stopped by {stop_signal.name()} after {iter_num} completed steps; run the same command to continue")
 elif iter_num >= cfg.max_iters:
     log(f"done: {iter_num} steps (max_iters)" + (f"; best val loss {best_val_loss:.4f}" if best_val_loss < math.inf else ""))

@@ -4,6 +4,7 @@ whether it fits, days and dollars.
 
     python scripts/plan.py config/train_gpt3_6b.py [--key=value ...]
                            [--gpu mi300x] [--mfu 0.4] [--price_per_hour 2] [--gpus 1] [--json] [--simulate]
+                           [--nodes N --gpus_per_node 8 --interconnect 50 --intranode 450]
 
 The config and its --key=value overrides are resolved by configurator.py, exactly as train.py
 resolves them; the model is built on the meta device (shapes, no storage), so a 6.7B plan takes
@@ -14,6 +15,10 @@ card's whole memory (or memory_budget_gb): train.py measures what the CUDA conte
 process group take on the device itself, which plan.py cannot. --simulate checks the estimate against
 the training step run on fake tensors.
 GB = 1e9 bytes, as GPU vendors count.
+
+--nodes N (with --gpus_per_node, --interconnect and --intranode) adds, for DDP, FSDP and HSDP on
+N x G GPUs: each GPU's bytes on the wire per optimizer step and their time, whether that hides behind
+the step's compute, and days and dollars (cluster_plan states its assumptions).
 """
 import argparse
 import dataclasses
@@ -408,6 +413,73 @@ def simulated_lines(plan):
     return lines
 
 
+# -----------------------------------------------------------------------------
+# clusters: what each strategy sends per step, over which link
+
+BUS_EFFICIENCY = 0.8  # NCCL/RCCL bus bandwidth reaches about 80% of a link's rated speed on large messages
+
+
+def ring(n, nbytes):
+    """Bytes each of n GPUs sends in a ring all-gather or reduce-scatter of nbytes in all (an all-reduce is both)."""
+    return nbytes * (n - 1) / n
+
+
+def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_gbps):
+    """Per strategy on nodes x gpus_per_node GPUs: bytes per GPU per step on each link, seconds, whether it hides
+    behind compute, memory per GPU, days and dollars. Assumptions: ring collectives at BUS_EFFICIENCY of each
+    link (interconnect: one GPU's share of the network between nodes, rail-optimised; intranode: NVLink or
+    Infinity Fabric per GPU); the communication overlaps compute completely, so a step takes the longer of
+    the two; gradients are reduced in fp32; FSDP and HSDP gather the blocks' weights in bf16 under
+    dtype=bfloat16 (the root group's in fp32), twice per micro-batch (forward and backward), and
+    reduce-scatter every micro-batch, as train.py runs them; DDP all-reduces once per step."""
+    n, g = nodes * gpus_per_node, gpus_per_node
+    model = build_meta_model(cfg, plan["activation_checkpointing"], plan["recomputed_blocks"])
+    params = model.get_num_params(non_embedding=False)
+    blocks = model.config.n_layer * memory.block_params(model)
+    gathered = (2 if cfg.dtype == "bfloat16" else 4) * blocks + 4 * (params - blocks)  # one all-gather's weights
+    grads = 4 * params
+    micro = max(1, plan["gradient_accumulation_steps"] // n)  # each GPU's micro-batches per step
+    between, within = interconnect_gbps * 1e9 * BUS_EFFICIENCY, intranode_gbps * 1e9 * BUS_EFFICIENCY
+    link = between if nodes > 1 else within  # a ring over every GPU crosses the slowest link
+    wire = {  # strategy: (bytes per GPU inside a node, between nodes)
+        "ddp": (0, 2 * ring(n, grads)) if nodes > 1 else (2 * ring(n, grads), 0),
+        "fsdp": (0, micro * ring(n, 2 * gathered + grads)) if nodes > 1 else (micro * ring(n, 2 * gathered + grads), 0),
+        # the shards' gathers and reductions inside the node; the shard's gradient all-reduced across nodes
+        "hsdp": (micro * ring(g, 2 * gathered + grads), micro * 2 * ring(nodes, grads / g)),
+    }
+    compute = plan["seconds_per_iter"]
+    budget = card_budget(cfg, hardware.GPUS[plan["gpu"]])
+    rows = []
+    for strategy, (inside, across) in wire.items():
+        seconds = inside / within + across / (between if nodes > 1 else link)
+        step = max(compute, seconds)
+        days = cfg.max_iters * step / 86400
+        total = memory.estimate(model, plan["batch_size"], cfg.dtype, n, strategy, None, *optim.mode_of(vars(cfg)),
+                                fp8=cfg.fp8, hsdp_shard_size=g)["total"]
+        rows.append({"strategy": strategy, "intranode_gb": inside / 1e9, "internode_gb": across / 1e9,
+                     "comm_seconds": seconds, "compute_seconds": compute, "hidden": seconds <= compute,
+                     "memory_gb": total / 1e9, "fits": memory.fits(total, budget.bytes), "days": days,
+                     "cost_usd": days * 24 * plan["price_per_hour"] * n})
+    return {"nodes": nodes, "gpus_per_node": g, "interconnect_gbps": interconnect_gbps,
+            "intranode_gbps": intranode_gbps, "micro_batches_per_gpu": micro, "strategies": rows}
+
+
+def cluster_text(cluster):
+    if not cluster:
+        return ""
+    c = cluster
+    lines = ["", f"on {c['nodes']} nodes x {c['gpus_per_node']} GPUs ({c['interconnect_gbps']:g} GB/s per GPU between "
+             f"nodes, {c['intranode_gbps']:g} GB/s inside one; {BUS_EFFICIENCY:.0%} of it as bus bandwidth; "
+             f"{c['micro_batches_per_gpu']} micro-batches per GPU per step; communication assumed to overlap compute):"]
+    for r in c["strategies"]:
+        hidden = "hides behind" if r["hidden"] else "exceeds"
+        lines.append(f"  {r['strategy'].upper():<5} {r['intranode_gb']:7.1f} GB inside a node + {r['internode_gb']:7.1f} GB "
+                     f"between nodes per GPU per step: {r['comm_seconds']:6.2f} s, {hidden} the {r['compute_seconds']:.2f} s "
+                     f"of compute; {r['memory_gb']:.1f} GB per GPU ({'fits' if r['fits'] else 'does not fit'}); "
+                     f"{r['days']:,.1f} days, ${r['cost_usd']:,.0f}")
+    return "\n".join(lines)
+
+
 def default_gpu():
     """The local GPU if plan.py knows it, else DEFAULT_GPU (with a note on stderr when one is unknown)."""
     description, key = hardware.local_gpu()
@@ -429,7 +501,17 @@ def parse_args(argv):
     parser.add_argument("--simulate", action="store_true",
                         help="also run the training step on fake tensors and print its measured peak by category "
                              "beside the estimate (about 20 s at 6.7B; one GPU)")
+    parser.add_argument("--nodes", type=int, default=0, help="plan DDP, FSDP and HSDP on this many nodes")
+    parser.add_argument("--gpus_per_node", type=int, default=GPUS_PER_NODE, help="with --nodes (default 8)")
+    parser.add_argument("--interconnect", type=float, default=50.0,
+                        help="GB/s per GPU between nodes, e.g. 50 for 400 Gb/s InfiniBand per GPU (default 50)")
+    parser.add_argument("--intranode", type=float, default=450.0,
+                        help="GB/s per GPU inside a node: NVLink 4 or MI300X Infinity Fabric (default 450)")
     args, config_args = parser.parse_known_args(argv)
+    if args.nodes:
+        if args.nodes < 1 or args.gpus_per_node < 1 or args.interconnect <= 0 or args.intranode <= 0:
+            parser.error("--nodes and --gpus_per_node must be >= 1, --interconnect and --intranode > 0 (GB/s)")
+        args.gpus = args.nodes * args.gpus_per_node
     if not 0 < args.mfu <= 1:
         parser.error(f"--mfu is a fraction in (0, 1], e.g. 0.4 for 40%; got {args.mfu}")
     if args.gpus < 1 or args.price_per_hour < 0:
@@ -442,6 +524,8 @@ def parse_args(argv):
 def main(argv=None):
     args, config_args = parse_args(sys.argv[1:] if argv is None else argv)
     cfg = configurator.load_config_or_exit(config_args)
+    if args.nodes and cfg.strategy == "hsdp" and not cfg.hsdp_shard_size:
+        cfg.hsdp_shard_size = args.gpus_per_node  # train.py's default: one node's GPUs
     if problem := configurator.check(cfg, args.gpus):  # what train.py would refuse under torchrun with --gpus
         print(f"plan: error: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -450,7 +534,9 @@ def main(argv=None):
     except ValueError as e:  # GPTConfig's check of the shapes and of the policy's name
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(plan, indent=1) if args.json else report(plan, cfg, config_args))
+    if args.nodes:
+        plan["cluster"] = cluster_plan(cfg, plan, args.nodes, args.gpus_per_node, args.interconnect, args.intranode)
+    print(json.dumps(plan, indent=1) if args.json else report(plan, cfg, config_args) + cluster_text(plan.get("cluster")))
     budget_note(cfg, config_args)
 
 

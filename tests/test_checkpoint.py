@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -202,15 +203,21 @@ SAVE_IN_CHILD = """
 import sys, torch
 from trainer import checkpoint
 n = int(sys.argv[2])
-checkpoint.save_checkpoint({'model': {'w': torch.full((64, 64), float(n))}, 'iter_num': n}, sys.argv[1], n, 2)
+saver = checkpoint.Saver(asynchronous=sys.argv[3] == 'async', log=lambda line: None)
+state = {'model': {'w': torch.full((64, 64), float(n))}, 'iter_num': n}
+saver.save_checkpoint(state, sys.argv[1], n, 2)
+state['model']['w'].fill_(-1.0)  # training goes on while an asynchronous save writes: it must not see this
+saver.wait()
 """
 
 
+@pytest.mark.parametrize('mode', ['sync', 'async'])
 @pytest.mark.parametrize('fault', ['kill_after_temp_write', 'kill_before_rotate'])
-def test_sigkill_during_save_leaves_every_checkpoint_loadable(tmp_path, fault):
+def test_sigkill_during_save_leaves_every_checkpoint_loadable(tmp_path, fault, mode):
+    """kill -9 in the middle of a save, the synchronous one or the background thread of an asynchronous one."""
     for n in [1, 2, 3]:
         save(tmp_path, n, keep_last_n=2)
-    child = subprocess.run([sys.executable, '-c', SAVE_IN_CHILD, str(tmp_path), '4'], cwd=REPO,
+    child = subprocess.run([sys.executable, '-c', SAVE_IN_CHILD, str(tmp_path), '4', mode], cwd=REPO,
                            env=dict(os.environ, CKPT_FAULT=fault, PYTHONPATH=REPO), capture_output=True)
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()
     for path in glob.glob(str(tmp_path / 'ckpt_*.pt')):
@@ -229,6 +236,36 @@ def test_sigkill_during_save_leaves_every_checkpoint_loadable(tmp_path, fault):
     save(tmp_path, 5, keep_last_n=2)
     survivors = ['ckpt_4.pt', 'ckpt_5.pt'] if fault == 'kill_before_rotate' else ['ckpt_3.pt', 'ckpt_5.pt']
     assert sorted(os.listdir(tmp_path)) == survivors
+
+
+def test_an_async_save_writes_the_state_it_was_given_and_the_next_save_waits_for_it(tmp_path, monkeypatch):
+    slow_save = checkpoint.save_checkpoint
+
+    def save_slowly(*args, **kwargs):
+        time.sleep(0.5)
+        return slow_save(*args, **kwargs)
+    monkeypatch.setattr(checkpoint, 'save_checkpoint', save_slowly)
+    logs = []
+    saver = checkpoint.Saver(asynchronous=True, log=logs.append)
+    state = make_state(1)
+    t0 = time.time()
+    saver.save_checkpoint(state, str(tmp_path), 1, 0)
+    assert time.time() - t0 < 0.4 and steps(tmp_path) == []  # training goes on while it writes
+    state['model']['w'].fill_(-1.0)  # the next steps change the weights under the write
+    saver.wait()  # as train.py's next save does first: one in flight at most
+    assert any(line.startswith('waited ') and 'ckpt_1.pt' in line for line in logs)
+    assert_holds_step(checkpoint_path(str(tmp_path), 1), 1)
+
+
+def test_a_failed_async_save_fails_the_next_wait_and_keeps_older_checkpoints(tmp_path, monkeypatch):
+    save(tmp_path, 1)
+    saver = checkpoint.Saver(asynchronous=True, log=quiet)
+    monkeypatch.setenv('CKPT_FAULT', 'disk_full')
+    saver.save_checkpoint(make_state(2), str(tmp_path), 2, 1)  # returns: the failure is in the background
+    with pytest.raises(CheckpointError, match='could not write .*ckpt_2.pt'):
+        saver.wait()
+    saver.wait()  # told once
+    assert steps(tmp_path) == [1] and os.listdir(tmp_path) == ['ckpt_1.pt']
 
 
 def test_remove_stale_temp_files_touches_only_temp_files(tmp_path):

@@ -21,11 +21,12 @@ ARGS = [a for a in TINY if not a.startswith(("--dropout", "--gradient_accumulati
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-def run(out_dir, data_dir, *overrides, nproc=1, check=True):
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+def run(out_dir, data_dir, *overrides, nproc=1, check=True, env=ENV, restarts=0):
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                f"--max-restarts={restarts}"]
     command = (launcher if nproc > 1 else [sys.executable]) + [
         "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=ENV, timeout=300)
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}")
     return result
@@ -211,3 +212,16 @@ def test_export_of_an_fsdp_folder_loads_in_transformers(tmp_path, fsdp):
     x = torch.randint(0, state["model_args"]["vocab_size"], (2, 16))
     with torch.no_grad():
         assert (model(x, every_position=True)[0] - reference(x).logits).abs().max() <= 1e-4
+
+
+def test_a_crashed_rank_restarts_the_job_which_ends_as_an_uninterrupted_resume(tmp_path, data_dir, fsdp):
+    """torchrun --max-restarts=1: rank 1 crashes in step 6 of the first attempt, after the asynchronous save of
+    step 4; the restart resumes from ckpt_4/ and ends with the weights of the fsdp fixture, which resumed
+    from the same checkpoint without a crash."""
+    out = tmp_path / "restarted"
+    result = run(out, data_dir, "--max_iters=8", "--strategy=fsdp", "--checkpoint_async=True", nproc=2, restarts=1,
+                 env=dict(ENV, TRAIN_FAULT_CRASH_AT_ITERS="6", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
+    assert "elastic: restart 1 of 1; the attempt before ended with: rank 1: train.py crashed: RuntimeError: " \
+           "injected crash on the last rank" in result.stdout
+    assert "resuming after 4 completed steps" in result.stdout and "writing them in the background" in result.stdout
+    assert_close(final_weights(out, 8), final_weights(fsdp, 8), exact=True)

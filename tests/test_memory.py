@@ -201,7 +201,7 @@ def run_config(**overrides):
     """train.py's config for the memory keys settle reads."""
     keys = dict(activation_checkpointing="auto", recompute_blocks=-1, batch_size=4, gradient_accumulation_steps=160,
                 dtype="bfloat16", strategy="ddp", optimizer="adamw", master_weights="float32",
-                optimizer_offload=False, ignore_memory_estimate=False, fp8="")
+                optimizer_offload=False, ignore_memory_estimate=False, fp8="", hsdp_shard_size=0)
     return types.SimpleNamespace(**{**keys, **overrides})
 
 

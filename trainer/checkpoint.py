@@ -19,6 +19,8 @@ torch.distributed.checkpoint (model and optimizer shards, resharded on load) plu
 trainer_state.pt (everything else, as in a .pt file). It is written under a temp name and
 renamed when complete, so the same rules hold: discovery, rotation, fallback and roll back
 treat both forms alike, ordered by N.
+
+Saver runs either save synchronously or in the background (checkpoint_async), by the same steps.
 """
 
 import datetime
@@ -32,6 +34,7 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -40,6 +43,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_model_state_dict, set_state_dict)
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.utils.serialization import config as serialization_config
 
 # no sign and no zero padding, so each step has exactly one name (ckpt_010.pt is not step 10)
@@ -289,8 +293,8 @@ def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
     return path
 
 
-# The process group's timeout: ranks wait in a collective while a checkpoint is written (rank 0 alone
-# for a .pt), and a wait past it kills the job. It is fixed at init_process_group, before any save.
+# The save group's timeout (train.py's save_group): ranks wait in its barriers while a checkpoint is written
+# (rank 0 alone for a .pt), and a wait past it kills the job. It is fixed when the group is made, before any save.
 TIMEOUT_MARGIN = 3  # times the expected write: the disk slows down, others share it, the test was short
 MIN_TIMEOUT_S = 3600  # never below what runs used before the timeout followed the size (and other waits fit)
 SPEED_TEST_BYTES = 256 << 20
@@ -314,7 +318,7 @@ def write_speed(out_dir, nbytes=SPEED_TEST_BYTES):
 
 
 def process_group_timeout(checkpoint_bytes, write_bytes_per_s):
-    """How long a rank may wait in a collective: TIMEOUT_MARGIN times the expected save, at least
+    """How long a rank may wait for a save: TIMEOUT_MARGIN times the expected write, at least
     MIN_TIMEOUT_S, so that a larger model or a slower disk never turns a save into a killed job."""
     return datetime.timedelta(seconds=max(MIN_TIMEOUT_S, TIMEOUT_MARGIN * checkpoint_bytes / write_bytes_per_s))
 
@@ -454,9 +458,13 @@ def full_state(model, optimizer):
     return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
 
 
-def _barrier():
+def _rank():
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _barrier(group=None):
     if dist.is_initialized():
-        dist.barrier()
+        dist.barrier(group=group)
 
 
 def _check_shards(path):
@@ -472,45 +480,145 @@ def _check_shards(path):
             raise ValueError(f"shard {name} is missing or cut short")
 
 
-def save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n, log=print):
-    """Every rank calls this: write out_dir/ckpt_<iter_num>/ with torch.distributed.checkpoint (each
-    rank its own shards), then rank 0 adds trainer_state.pt, renames the folder into place and
-    rotates. Under its final name the folder is always complete. Returns the path."""
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    path = os.path.join(out_dir, f'ckpt_{operator.index(iter_num)}')
-    tmp = os.path.join(out_dir, f'.ckpt_{iter_num}.tmp-sharded')
-    if rank == 0:
+def _sharded_paths(out_dir, iter_num):
+    return os.path.join(out_dir, f'ckpt_{operator.index(iter_num)}'), os.path.join(out_dir, f'.ckpt_{iter_num}.tmp-sharded')
+
+
+def _begin_sharded(out_dir, iter_num, group, log):
+    path, tmp = _sharded_paths(out_dir, iter_num)
+    if _rank() == 0:
         _remove(tmp)
         os.makedirs(tmp)
         log(f"saving {path}/ ...")
-    _barrier()
+    _barrier(group)
+    return path, tmp
+
+
+def _shards_failed(e, path, tmp, out_dir):
+    if _rank() == 0:
+        _remove(tmp)
+    if isinstance(e, (CheckpointError, KeyboardInterrupt)):
+        raise e
+    raise CheckpointError(f"could not write {path}: {_one_line(e)}; older checkpoints are untouched. "
+                          f"Check free space in {out_dir} and rerun the same command to resume.") from e
+
+
+def _publish_sharded(trainer_state, path, tmp, out_dir, iter_num, keep_last_n, t0, log):
+    """Rank 0, once every rank's shards and DCP's .metadata are in tmp: trainer_state.pt, then the renames."""
+    try:
+        _write_and_sync(trainer_state, os.path.join(tmp, TRAINER_STATE), path)
+    except BaseException as e:
+        _shards_failed(e, path, tmp, out_dir)
+    _fsync_dir(tmp)
+    _fault('kill_after_temp_write')
+    if os.path.exists(path):  # unreadable at resume, or the one a rollback went back to
+        os.replace(path, tmp + '-replaced')  # a folder cannot be renamed over; a kill now keeps the older ones
+        os.replace(tmp, path)
+        _remove(tmp + '-replaced')
+    else:
+        os.replace(tmp, path)
+    _fsync_dir(out_dir)
+    log(f"saved {path}/ ({_gb(_size(path))}) in {time.time() - t0:.1f}s")
+    _rotate(out_dir, iter_num, keep_last_n, log)
+
+
+def save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n, log=print, group=None):
+    """Every rank calls this: write out_dir/ckpt_<iter_num>/ with torch.distributed.checkpoint (each
+    rank its own shards), then rank 0 adds trainer_state.pt, renames the folder into place and
+    rotates. Under its final name the folder is always complete. group: the process group the save's
+    collectives and barriers use (default: the default group). Returns the path."""
+    path, tmp = _begin_sharded(out_dir, iter_num, group, log)
     t0 = time.time()
     model_sd, optimizer_sd = get_state_dict(model, optimizer)
     try:
-        dcp.save({"model": model_sd, "optimizer": optimizer_sd}, checkpoint_id=tmp)  # .metadata goes last
-        if rank == 0:
-            _write_and_sync(trainer_state, os.path.join(tmp, TRAINER_STATE), path)
+        dcp.save({"model": model_sd, "optimizer": optimizer_sd}, checkpoint_id=tmp, process_group=group)
     except BaseException as e:  # dcp's CheckpointException derives from BaseException
-        if rank == 0:
-            _remove(tmp)
-        if isinstance(e, (CheckpointError, KeyboardInterrupt)):
-            raise
-        raise CheckpointError(f"could not write {path}: {_one_line(e)}; older checkpoints are untouched. "
-                              f"Check free space in {out_dir} and rerun the same command to resume.") from e
-    if rank == 0:
-        _fsync_dir(tmp)
-        _fault('kill_after_temp_write')
-        if os.path.exists(path):  # unreadable at resume, or the one a rollback went back to
-            os.replace(path, tmp + '-replaced')  # a folder cannot be renamed over; a kill now keeps the older ones
-            os.replace(tmp, path)
-            _remove(tmp + '-replaced')
-        else:
-            os.replace(tmp, path)
-        _fsync_dir(out_dir)
-        log(f"saved {path}/ ({_gb(_size(path))}) in {time.time() - t0:.1f}s")
-        _rotate(out_dir, iter_num, keep_last_n, log)
-    _barrier()
+        _shards_failed(e, path, tmp, out_dir)
+    if _rank() == 0:
+        _publish_sharded(trainer_state, path, tmp, out_dir, iter_num, keep_last_n, t0, log)
+    _barrier(group)
     return path
+
+
+class Saver:
+    """Saves as train.py makes them: synchronous, or asynchronous (checkpoint_async=True), where the
+    write overlaps training and the same files appear by the same temp-file, fsync and rename steps,
+    so a kill during the write leaves the previous checkpoint the newest loadable one.
+
+    Asynchronous: a .pt is first copied to host memory (pinned when it comes from a GPU, by DCP's
+    stager, which keeps its buffers from one save to the next), then save_checkpoint runs on a
+    thread; a sharded folder is DCP's async_save on `group` (which must be gloo: its collectives run
+    on the CPU beside training's), and rank 0's thread publishes it once DCP's future is done. The
+    training stall is the copy to host memory. At most one save is in flight: wait() (every rank, at
+    the next save, a rollback and the end of the run) finishes the previous one, logs when it had to
+    wait, and raises CheckpointError if it failed, so a failed write is never silently lost."""
+
+    def __init__(self, asynchronous=False, group=None, log=print):
+        self.asynchronous, self.group, self.log = asynchronous, group, log
+        self.stager = None
+        self.thread = self.error = self.name = None
+
+    def save_checkpoint(self, state, out_dir, iter_num, keep_last_n):
+        """Rank 0: out_dir/ckpt_<iter_num>.pt, as save_checkpoint writes it."""
+        if not self.asynchronous:
+            return save_checkpoint(state, out_dir, iter_num, keep_last_n, log=self.log)
+        t0 = time.time()
+        self.stager = self.stager or DefaultStager(StagingOptions(
+            use_pinned_memory=torch.cuda.is_available(), use_shared_memory=False, use_async_staging=False,
+            use_non_blocking_copy=False))
+        host_state = self.stager.stage(state)
+        self.log(f"copied the state for ckpt_{iter_num}.pt to host memory in {time.time() - t0:.2f}s; writing it "
+                 f"in the background")
+        self._in_background(f"ckpt_{iter_num}.pt", save_checkpoint, host_state, out_dir, iter_num, keep_last_n,
+                            log=self.log)
+
+    def save_sharded(self, model, optimizer, trainer_state, out_dir, iter_num, keep_last_n):
+        """Every rank: out_dir/ckpt_<iter_num>/, as save_sharded writes it."""
+        if not self.asynchronous:
+            return save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n, self.log, self.group)
+        path, tmp = _begin_sharded(out_dir, iter_num, self.group, self.log)
+        t0 = time.time()
+        model_sd, optimizer_sd = get_state_dict(model, optimizer)
+        try:  # returns once the shards are copied to host memory; the write goes on in DCP's thread
+            future = dcp.async_save({"model": model_sd, "optimizer": optimizer_sd}, checkpoint_id=tmp,
+                                    process_group=self.group)
+        except BaseException as e:
+            _shards_failed(e, path, tmp, out_dir)
+        self.log(f"copied the shards for ckpt_{iter_num}/ to host memory in {time.time() - t0:.2f}s; writing them "
+                 f"in the background")
+
+        def finish():
+            try:
+                future.result()  # on rank 0, after every rank's shards and then .metadata are written
+            except BaseException as e:
+                _shards_failed(e, path, tmp, out_dir)
+            if _rank() == 0:
+                _publish_sharded(trainer_state, path, tmp, out_dir, iter_num, keep_last_n, t0, self.log)
+        self._in_background(f"ckpt_{iter_num}/", finish)
+
+    def _in_background(self, name, fn, *args, **kwargs):
+        def run():
+            try:
+                fn(*args, **kwargs)
+            except BaseException as e:  # kept for wait(), which raises it in the training thread
+                self.error = e
+        self.name, self.thread = name, threading.Thread(target=run, name=f"save {name}", daemon=True)
+        self.thread.start()
+
+    def wait(self):
+        """Every rank: the save in flight (if any) is complete, on every rank; CheckpointError if it failed.
+        The barrier is on `group`, whose timeout allows for a whole write."""
+        if self.thread is not None:
+            if self.thread.is_alive():
+                t0 = time.time()
+                self.thread.join()
+                self.log(f"waited {time.time() - t0:.1f}s for the background save of {self.name} to finish")
+            self.thread, error, self.error = None, self.error, None
+            if error is not None:
+                if isinstance(error, CheckpointError):
+                    raise error
+                raise CheckpointError(f"the background save of {self.name} failed: {_one_line(error)}") from error
+        _barrier(self.group)
 
 
 def restore(state, model, optimizer=None):

@@ -160,7 +160,7 @@ def block_params(model):
 
 
 def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw",
-             master_weights="float32", offload=False, attention="flash", fp8=""):
+             master_weights="float32", offload=False, attention="flash", fp8="", hsdp_shard_size=0):
     """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
     checkpointing policy or the (activation_checkpointing, recompute_blocks) given instead (model
     may live on the meta device: only shapes are read). The peak is
@@ -170,6 +170,8 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     DDP replicates weights, gradients and moments on every GPU (this assumes
     gradient_as_bucket_view=True, as train.py sets). FSDP2 shards all three N ways and, under bf16,
     gathers bf16 weights (train.py's MixedPrecisionPolicy), so autocast has nothing left to cast.
+    HSDP shards them over hsdp_shard_size GPUs (0: all of them) and replicates the shards, so a
+    GPU holds what FSDP over hsdp_shard_size GPUs would.
     Each GPU runs the same micro-batch either way. optimizer, master_weights and offload: the memory
     mode (optim.py), whose bytes per parameter on the GPU optim.bytes_per_param says (offload's are on
     the host, not counted here); bf16 weights leave autocast nothing to cast. attention: the kernel
@@ -185,7 +187,7 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
         config = dataclasses.replace(config, activation_checkpointing=checkpointing[0],
                                      recompute_blocks=checkpointing[1])
     n_params = model.get_num_params(non_embedding=False)  # every trained weight, wpe included
-    shards = gpus if gpus > 1 and strategy == "fsdp" else 1
+    shards = {"fsdp": gpus, "hsdp": hsdp_shard_size or gpus}.get(strategy, 1) if gpus > 1 else 1
     bf16 = dtype == "bfloat16"
     act_bytes = 2 if bf16 else 4  # matmul inputs and outputs: bf16 under autocast, else fp32
     unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
@@ -318,7 +320,8 @@ def auto_policies(n_layer):
 
 
 def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", optimizer="adamw", master_weights="float32", offload=False, attention="flash", fp8=""):
+                strategy="ddp", optimizer="adamw", master_weights="float32", offload=False, attention="flash", fp8="",
+                hsdp_shard_size=0):
     """The Choice 'auto' makes for a memory budget per GPU (model's own policy does not matter),
     keeping the global batch, or None when nothing fits (by fits()). The config's micro-batch and its
     doublings come first (up to AUTO_MAX_MICRO_TOKENS): for each policy from the cheapest, the largest
@@ -335,7 +338,7 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
         for policy, k in auto_policies(model.config.n_layer):
             for b in candidates:
                 peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer, master_weights, offload,
-                                attention, fp8)["total"]
+                                attention, fp8, hsdp_shard_size)["total"]
                 if fits(peak, budget_bytes):
                     return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
     return None
@@ -351,7 +354,7 @@ class DoesNotFit(Exception):
 
 def settle(model, cfg, budget, gpus=1, attention="flash"):
     """The Choice a run trains with, for cfg (train.py's config: activation_checkpointing,
-    recompute_blocks, batch_size, gradient_accumulation_steps, dtype, strategy, the memory mode,
+    recompute_blocks, batch_size, gradient_accumulation_steps, dtype, strategy, hsdp_shard_size, the memory mode,
     ignore_memory_estimate) on a Budget per device: auto's choice, or the config's own setting when it
     fits. Otherwise DoesNotFit, whose message names the estimate, the budget and what would fit;
     with ignore_memory_estimate=True the setting comes back instead, with fits=False. When auto finds
@@ -361,10 +364,11 @@ def settle(model, cfg, budget, gpus=1, attention="flash"):
     accumulation = cfg.gradient_accumulation_steps
 
     def auto():
-        return choose_auto(model, cfg.batch_size, accumulation, budget.bytes, *run, *mode, attention, cfg.fp8)
+        return choose_auto(model, cfg.batch_size, accumulation, budget.bytes, *run, *mode, attention, cfg.fp8,
+                           cfg.hsdp_shard_size)
 
     def peak(batch_size, policy, k):
-        return estimate(model, batch_size, *run, (policy, k), *mode, attention, cfg.fp8)["total"]
+        return estimate(model, batch_size, *run, (policy, k), *mode, attention, cfg.fp8, cfg.hsdp_shard_size)["total"]
 
     if cfg.activation_checkpointing == "auto":
         if choice := auto():

@@ -2,10 +2,13 @@
 What a training run says, and where: every line to stdout and to <out_dir>/train.log (appended across
 restarts, so `tail -f` needs no tee), from rank 0 only; a failure as one line the user can act on, from
 any rank; and an unexpected crash with its traceback in train.log too, where a dead run is looked at.
+Either also leaves its line in out_dir/FAILURES, which a restarted run reports (elastic.py).
 """
 import os
 import sys
 import traceback
+
+from trainer import elastic
 
 
 class RunLog:
@@ -27,16 +30,20 @@ class RunLog:
     def fail(self, message):
         """Stop the process with one line. Another rank's line goes to train.log too, where `tail -f` shows
         why the job ended (torchrun then stops the other ranks)."""
+        self._error(message)
+        sys.exit(1)
+
+    def _error(self, message):
+        elastic.leave_note(os.path.dirname(self.path), self.rank, message)
         if self.file is not None:
             self(f"error: {message}")
-        else:
-            print(f"rank {self.rank} error: {message}", file=sys.stderr, flush=True)
-            try:
-                with open(self.path, "a") as f:
-                    f.write(f"rank {self.rank} error: {message}\n")
-            except OSError:  # out_dir not shared with this node: stderr has it
-                pass
-        sys.exit(1)
+            return
+        print(f"rank {self.rank} error: {message}", file=sys.stderr, flush=True)
+        try:
+            with open(self.path, "a") as f:
+                f.write(f"rank {self.rank} error: {message}\n")
+        except OSError:  # out_dir not shared with this node: stderr has it
+            pass
 
     def crash(self, kind, value, tb):
         """sys.excepthook: the traceback on stderr as usual, and into train.log with a last line. An error
@@ -45,10 +52,10 @@ class RunLog:
         line = self.explain(value) if self.explain else None
         if line is None:
             sys.__excepthook__(kind, value, tb)
-        if self.file is not None and not issubclass(kind, KeyboardInterrupt):
+        if issubclass(kind, KeyboardInterrupt):
+            return
+        if self.file is not None:
             self.file.write("".join(traceback.format_exception(kind, value, tb)))
-            first = str(value).splitlines()[0] if str(value) else ""
-            self(f"error: {line}" if line else f"error: train.py crashed: {kind.__name__}: {first} (traceback "
-                 "above; under torchrun, look for another rank's error first)")
-        elif line:
-            print(f"rank {self.rank} error: {line}", file=sys.stderr, flush=True)
+        first = str(value).splitlines()[0] if str(value) else ""
+        self._error(line or f"train.py crashed: {kind.__name__}: {first} (traceback above; under torchrun, look "
+                    "for another rank's error first)")

@@ -13,15 +13,31 @@ fp32 under autocast). Giving each LayerNorm an fp32 group of its own would remov
 inside a selectively checkpointed block then break the recompute. The rounding (8 bits of mantissa
 on gains near 1) is the price; tests/test_distributed.py bounds its effect on the loss (4 steps of the
 tiny model track one process's to 3e-5, against the 2% the default policy needed).
+
+HSDP (strategy='hsdp') is the same FSDP2 over a 2-D mesh: each parameter is sharded over the
+`shard` dimension (the GPUs of one node, on its fast link) and replicated over the `replicate`
+dimension (the nodes), so the all-gathers and reduce-scatters stay inside a node and only the
+shards' gradients are all-reduced across nodes. The numerics are FSDP's: the same policy, the
+gradients averaged over every rank.
 """
 import torch
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
-def shard(model, dtype):
-    """Shard parameters, gradients and optimizer state block by block, in place."""
+def mesh(strategy, device_type, world_size, hsdp_shard_size):
+    """The device mesh fully_shard spreads over: None (all ranks, 1-D) for fsdp; for hsdp
+    (nodes, GPUs per node) = (world_size // hsdp_shard_size, hsdp_shard_size)."""
+    if strategy != "hsdp":
+        return None
+    return init_device_mesh(device_type, (world_size // hsdp_shard_size, hsdp_shard_size),
+                            mesh_dim_names=("replicate", "shard"))
+
+
+def shard(model, dtype, device_mesh=None):
+    """Shard parameters, gradients and optimizer state block by block, in place (over device_mesh, if given)."""
     blocks = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False) \
         if dtype == "bfloat16" else MixedPrecisionPolicy()
     for block in model.transformer.h:
-        fully_shard(block, mp_policy=blocks)
-    fully_shard(model, mp_policy=MixedPrecisionPolicy(cast_forward_inputs=False))  # fp32, as on one GPU
+        fully_shard(block, mesh=device_mesh, mp_policy=blocks)
+    fully_shard(model, mesh=device_mesh, mp_policy=MixedPrecisionPolicy(cast_forward_inputs=False))  # fp32, as on one GPU

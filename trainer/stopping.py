@@ -42,11 +42,12 @@ class StopVote:
     """A signal on any rank, agreed without stalling the GPU (as an all-reduce read back with .item()
     on a GPU tensor would): each micro-batch posts its flag in a non-blocking all-reduce on a CPU (gloo)
     group and reads the vote of the micro-batch before, long done, so every rank stops after the same
-    micro-batch. Create it after init_process_group."""
+    micro-batch. Create it after init_process_group; timeout: how long a vote may wait for a rank (as the
+    training collectives' own: a hung rank must not hold the others here longer)."""
 
-    def __init__(self, stop_signal):
+    def __init__(self, stop_signal, timeout=None):
         self.stop_signal = stop_signal
-        self.group = dist.new_group(backend="gloo") if dist.is_initialized() else None
+        self.group = dist.new_group(backend="gloo", timeout=timeout) if dist.is_initialized() else None
         self.pending = None
 
     def read_previous_and_post(self):

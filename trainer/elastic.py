@@ -1,0 +1,114 @@
+"""
+When one process of a torchrun job hangs or dies: the job ends in minutes, says which rank, and
+under `torchrun --max-restarts=N` comes back on its own from the newest complete checkpoint.
+
+- A hung rank. Training's collectives wait at most collective_timeout_minutes (the process group's
+  timeout; the 60-minute one of old followed the checkpoint's write, which now waits apart on a gloo
+  group of its own: checkpoint.Saver). Then the waiting ranks' collective raises (gloo; NCCL under
+  TORCH_NCCL_ASYNC_ERROR_HANDLING=2 as well), and they hold a roll call, a monitored_barrier on that
+  gloo group, whose answer names the ranks that did not come: the hung ones. Where NCCL's watchdog
+  tears the process down instead (modes 1 and 3), its flight recorder (TORCH_NCCL_DUMP_ON_TIMEOUT)
+  writes each rank's last collectives to out_dir/nccl_trace_rank_<R>: the hung rank's lags behind.
+- A dead rank. Every rank that fails leaves its one line in out_dir/FAILURES as it exits
+  (RunLog.fail, RunLog.crash). torchrun then stops the others and starts them again, and the new
+  rank 0 logs "restart K of N" with those lines, or, when there are none, that a rank died without
+  a word (kill -9, the OOM killer, a lost node). A half-written checkpoint is never loaded: its temp
+  name is one discovery skips (checkpoint.py).
+"""
+import datetime
+import os
+import re
+
+import torch.distributed as dist
+
+FAILURES = "FAILURES"  # in out_dir: one line per failed rank since the last start
+
+# Set where the user has not: a hung NCCL collective then ends the process within the process group's
+# timeout instead of holding the GPUs, and leaves a trace of what each rank was doing.
+NCCL_DEFAULTS = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # at the timeout: abort the communicators, then end the process
+    "TORCH_NCCL_ENABLE_MONITORING": "1",  # and end it too if the watchdog itself is stuck (in a CUDA call)...
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "300",  # ...for this long
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",  # the flight recorder's dump at a timeout...
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",  # ...of the last 2000 collectives (0 would turn it off)
+}
+ROLL_CALL_S = 60  # the ranks still alive reach the roll call within this of each other (or the collective timeout)
+
+
+def nccl_settings(out_dir):
+    """Sets NCCL_DEFAULTS (and the trace's path in out_dir) where unset, before init_process_group reads
+    them; RCCL reads the same names. Returns them as one line for the log."""
+    defaults = dict(NCCL_DEFAULTS, TORCH_NCCL_DEBUG_INFO_TEMP_FILE=os.path.join(os.path.abspath(out_dir),
+                                                                                "nccl_trace_rank_"))
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+    return " ".join(f"{key}={os.environ[key]}" for key in defaults)
+
+
+def restart_line(out_dir):
+    """Rank 0 at start-up: which restart this is and what ended the attempt before, or None on a first
+    start with nothing to report. Takes out_dir/FAILURES away, so each line is told once."""
+    path = os.path.join(out_dir, FAILURES)
+    try:
+        with open(path) as f:
+            notes = [line.strip() for line in f if line.strip()]
+        os.remove(path)
+    except FileNotFoundError:
+        notes = []
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if restart == 0 and not notes:
+        return None
+    died = "; ".join(notes) if notes else ("no rank left a message: one was killed (kill -9, the OOM killer) "
+                                           "or its node went away; torchrun's output names its exit code")
+    which = f"restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}" if restart else \
+        "the previous run"
+    return f"elastic: {which}; the attempt before ended with: {died}"
+
+
+def restart_problem():
+    """Why torchrun's restarts would fail, as one line, or None. torchrun shares its rendezvous store with
+    the workers by default, and a restarted worker can then read the addresses of the attempt before and
+    fail to connect to them (pytorch/pytorch#135712; seen here with gloo)."""
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # also under static rendezvous, untested there
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)) > 0 and shared and \
+            os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
+        return ("torchrun --max-restarts needs TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment, or a "
+                "restarted worker can connect to the dead attempt's addresses: export it and launch again")
+    return None
+
+
+def leave_note(out_dir, rank, line):
+    """A failing rank's one line, for restart_line in the next attempt (appended: several ranks may fail)."""
+    try:
+        with open(os.path.join(out_dir, FAILURES), "a") as f:
+            f.write(f"rank {rank}: {line}\n")
+    except OSError:  # out_dir not shared with this node: its stderr still has the line
+        pass
+
+
+def timed_out(error):
+    """True for a collective that ran past the process group's timeout (gloo and NCCL say it in words)."""
+    return isinstance(error, RuntimeError) and re.search(r"[Tt]imed out|[Tt]imeout", str(error)) is not None
+
+
+def roll_call(group, timeout):
+    """Every rank still alive after a timed-out collective calls this: the ranks that are missing, in one
+    line (rank 0 hears who came; the others hear whether rank 0 did), or None if everyone came."""
+    seconds = min(ROLL_CALL_S, timeout.total_seconds())
+    try:
+        dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=seconds), wait_all_ranks=True)
+    except RuntimeError as e:
+        missing = re.search(r"Ranks? ([0-9, ]+) failed to pass", str(e))
+        return f"rank {missing.group(1)} did not answer" if missing else "rank 0 did not answer"
+    return None
+
+
+def explain_timeout(error, group, timeout):
+    """The one line train.log gets for a timed-out collective, naming the hung rank; None for other errors."""
+    if group is None or not timed_out(error):
+        return None
+    missing = roll_call(group, timeout)
+    who = f"{missing} in {min(ROLL_CALL_S, timeout.total_seconds()):.0f}s: it hung or died" if missing else \
+        "every rank answered the roll call afterwards, so it was slow, not hung"
+    return (f"a collective waited past collective_timeout_minutes ({timeout}); {who}. "
+            f"Under torchrun --max-restarts the job restarts from the newest checkpoint")
