@@ -261,7 +261,8 @@ def test_a_compilation_failure_is_one_line_naming_compile_false(tmp_path, data_d
     """Inductor's CPU kernels need a C++ compiler: with none, the first compiled forward fails, and the
     user reads one line with the way out (the traceback stays in train.log for a bug report)."""
     result = run("train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path}",
-                 "--compile=True", "--max_iters=1", "--eval_interval=0", env={"CXX": "/nonexistent/c++"})
+                 "--compile=True", "--max_iters=1", "--eval_interval=0",
+                 env={"CXX": "/nonexistent/c++", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "no_cached_kernels")})
     assert result.returncode != 0
     assert "--compile=False" in last_line(result.stdout) and "Traceback" not in result.stderr
     assert "Traceback" in (tmp_path / "train.log").read_text()

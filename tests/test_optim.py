@@ -10,6 +10,7 @@ import torchao.optim  # noqa: F401  (allow-lists its optimizer-state tensor subc
 
 import configurator
 from trainer import checkpoint, memory, optim
+import warm_python
 from conftest import REPO
 from model import GPT, GPTConfig
 from test_train import assert_same_weights, train
@@ -145,17 +146,13 @@ def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, dat
         tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=6").stdout
     for source, dest in ((tmp_path / "run" / "ckpt_6.pt", tmp_path / "sharded"),
                          (tmp_path / "sharded" / "ckpt_6", tmp_path / "back")):  # converted in its own mode
-        subprocess.run([sys.executable, "scripts/convert_checkpoint.py", str(source), str(dest)], cwd=REPO,
-                       check=True, capture_output=True, timeout=120)
+        assert warm_python.run(["scripts/convert_checkpoint.py", source, dest], cwd=REPO, timeout=120).returncode == 0
     before, after = (torch.load(p, weights_only=True) for p in (tmp_path / "run" / "ckpt_6.pt", tmp_path / "back" / "ckpt_6.pt"))
     assert all(torch.equal(before["model"][k], after["model"][k]) and after["model"][k].dtype == torch.bfloat16
                for k in before["model"])
-    one_process = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train.py",
-         "config/train_tiny.py", "--device=cpu", f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'fsdp'}",
-         "--vocab_size=64", "--block_size=16", "--strategy=fsdp", *flags("adamw", "bfloat16")],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert one_process.returncode != 0 and "master_weights='bfloat16' runs without FSDP" in one_process.stdout
+    under_torchrun = configurator.check(configurator.load_config(
+        ["config/train_tiny.py", "--strategy=fsdp", *flags("adamw", "bfloat16")]), 1, distributed=True)
+    assert "master_weights='bfloat16' runs without FSDP" in under_torchrun  # train.py fails with check()'s line
     check = configurator.check(configurator.load_config(["config/train_tiny.py", "--optimizer=adamw8bit",
                                                          "--optimizer_offload=True"]), 1)
     assert check.startswith("optimizer_offload=True runs PyTorch's AdamW on the host, not 'adamw8bit'")
@@ -202,8 +199,8 @@ def test_memory_and_plan_price_each_mode():
     assert optim.STATE_BYTES["adamw8bit"] < 2.1 and optim.STATE_BYTES["adamw4bit"] < 1.1
     lean = memory.estimate(model, 4, optimizer="adamw4bit", master_weights="bfloat16")
     assert lean["weights"] == 2 * n and lean["grads"] == 4 * n and lean["autocast_bf16_weights"] == 0
-    result = subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100",
-                             "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = warm_python.run(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json"], cwd=REPO,
+                             timeout=120)
     plan = json.loads(result.stdout)
     assert (plan["optimizer"], plan["master_weights"]) == ("adamw4bit", "bfloat16") and plan["fits"]
     assert plan["memory_gb"]["total"] <= 0.95 * 85.5  # the 80 GB config leaves 5% of the card free
@@ -252,8 +249,8 @@ def test_the_estimate_of_each_mode_matches_the_simulation(mode, policy):
 
 
 def test_plan_names_the_fastest_mode_that_fits_the_card():
-    result = subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = warm_python.run(["scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"], cwd=REPO,
+                             timeout=120)
     plan = json.loads(result.stdout)
     modes = {(m["optimizer"], m["master_weights"], m["optimizer_offload"]): m for m in plan["modes"]}
     assert set(modes) == set(optim.RECIPES) and not modes[("adamw", "float32", False)]["fits"]
@@ -266,9 +263,8 @@ def test_plan_names_the_fastest_mode_that_fits_the_card():
     # the most precise of the modes that need no full recompute at the config's micro-batch
     assert any("a leaner memory mode: --optimizer=adamw8bit --master_weights=bfloat16 --optimizer_offload=False"
                in s for s in plan["suggestions"])
-    host = json.loads(subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100",
-                                      "--json", "--optimizer=adamw", "--optimizer_offload=True"],
-                                     cwd=REPO, capture_output=True, text=True, timeout=120).stdout)
+    host = json.loads(warm_python.run(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json",
+                                       "--optimizer=adamw", "--optimizer_offload=True"], cwd=REPO, timeout=120).stdout)
     # 12 B/param, and the pinned allocator's rounding of each tensor to a power of two (c_attn's 201 MB: 268)
     assert 12 < host["host_memory_gb"] * 1e9 / host["params"] < 14 and host["memory_gb"]["optimizer"] == 0
     assert host["checkpoint_gb"] == pytest.approx(14 * host["params"] / 1e9)  # bf16 weights, fp32 master and moments
