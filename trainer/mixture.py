@@ -16,7 +16,8 @@ without replacement, in a per-epoch permutation seeded by the run's seed.
 
 Why not Megatron's BlendedDataset or litgpt's CombinedStreamingDataset: both index their own dataset
 classes, Megatron by a per-sample index built up front, litgpt by a random generator per dataloader
-worker, so neither resumes these uint16 windows exactly at any process count; the rule here is a loop.
+worker. Neither reads these uint16 bins or their exact-resume WindowSampler, and fitting either to them
+would be more code than the rule here, which is a loop.
 
 A resume with other weights or sources restarts the schedule at the resume point with the new weights.
 Each source keeps its sampler position by name (the folder's name), so one that stays never repeats
