@@ -35,7 +35,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
-from trainer import checkpoint, evaluation, harness, hf, tokenizer  # noqa: E402
+from trainer import bins, checkpoint, evaluation, harness, hf, tokenizer  # noqa: E402
 
 WATCH_LOG = "eval.jsonl"
 GPT2_TOKENS = 50257
@@ -119,32 +119,11 @@ def table(results, params):
     return "\n".join(lines)
 
 
-def write_json(path, record):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(record, f, indent=1)
-    os.replace(tmp, path)
-
-
-def scored_steps(path):
-    """{step: its line} of a watch log; a torn last line (a crash mid-write) is left out, to be scored again."""
-    done = {}
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                    done[record["iter"]] = record
-                except (ValueError, KeyError, TypeError):
-                    continue
-    return done
-
-
 def watch(args):
     """Score each checkpoint of args.watch not yet in its eval.jsonl, oldest first, until the run's last step."""
     log_path = os.path.join(args.watch, WATCH_LOG)
     while True:
-        done = scored_steps(log_path)
+        done = evaluation.read_watch_log(log_path)
         if any(record["iter"] >= record["max_iters"] for record in done.values()):
             print(f"watch: the run's last step is scored; {log_path} has {len(done)} checkpoint(s)")
             return
@@ -187,7 +166,7 @@ def main(argv=None):
             print(f"note: {note}", file=sys.stderr)
         print(f"{args.source}: step {info['iter']}, {info['params']:,} parameters")
         print(table(results, info["params"]))
-        write_json(info["out"], {"source": args.source, "iter": info["iter"], "params": info["params"],
+        bins.write_json_atomic(info["out"], {"source": args.source, "iter": info["iter"], "params": info["params"],
                                  "limit": args.limit, "results": results})
         print(f"wrote {info['out']}")
     if world_size > 1:

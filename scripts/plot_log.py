@@ -15,7 +15,6 @@ after the first 5% of steps, so the first iterations' ~11 nats do not squash the
 (default: loss.png beside the log) without needing a display.
 """
 import argparse
-import json
 import math
 import os
 import re
@@ -24,7 +23,7 @@ import sys
 import matplotlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer.evaluation import GPT3_ZERO_SHOT, gpt3_reference  # noqa: E402
+from trainer.evaluation import GPT3_ZERO_SHOT, gpt3_reference, read_watch_log  # noqa: E402
 
 matplotlib.use("Agg")  # render to a file: no display on a GPU server
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
@@ -72,19 +71,11 @@ def parse_evals(path):
     """({(task, metric): {iter: score in %}} for the metrics the paper's table has, the model's parameter
     count or None) from scripts/eval.py --watch's eval.jsonl; {} and None where there is none."""
     curves, params = {}, None
-    if not os.path.isfile(path):
-        return curves, params
-    with open(path) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-                results, step = record["results"], record["iter"]
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn last line: the watcher scores that checkpoint again
-            params = record.get("params", params)
-            for (task, metric) in GPT3_ZERO_SHOT:
-                if metric.startswith("acc") and metric in results.get(task, {}):
-                    curves.setdefault((task, metric), {})[step] = 100 * results[task][metric]
+    for step, record in read_watch_log(path).items():
+        results, params = record.get("results", {}), record.get("params", params)
+        for (task, metric) in GPT3_ZERO_SHOT:
+            if metric.startswith("acc") and metric in results.get(task, {}):
+                curves.setdefault((task, metric), {})[step] = 100 * results[task][metric]
     return curves, params
 
 

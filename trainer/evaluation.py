@@ -1,7 +1,9 @@
 """Evaluation inside a training run and out of it: the validation loss shared among the ranks, the
 log-probability of continuations (HellaSwag's in-loop scorer and the lm-evaluation-harness adapter both
 score with it), and the GPT-3 paper's zero-shot figures that every evaluation is put beside."""
+import json
 import math
+import os
 
 import torch
 import torch.distributed as dist
@@ -22,6 +24,21 @@ GPT3_ZERO_SHOT = {
     ("arc_challenge", "acc_norm"): (26.6, 29.5, 31.8, 35.5, 38.0, 41.4, 43.7, 51.4),
     ("winogrande", "acc"): (52.0, 52.1, 57.4, 58.7, 62.3, 64.5, 67.9, 70.2),
 }
+
+
+def read_watch_log(path):
+    """{step: record} of scripts/eval.py --watch's eval.jsonl ({} where there is none). A line that is not
+    a whole record (a crash mid-write tore it) is left out: the watcher scores that checkpoint again."""
+    records = {}
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                    records[record["iter"]] = record
+                except (ValueError, KeyError, TypeError):
+                    continue
+    return records
 
 
 def gpt3_reference(n_params, task="hellaswag", metric="acc_norm"):
