@@ -4,7 +4,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 import numpy as np
 import pytest
@@ -239,19 +239,20 @@ def test_sigkill_during_save_leaves_every_checkpoint_loadable(tmp_path, fault, m
 
 
 def test_an_async_save_writes_the_state_it_was_given_and_the_next_save_waits_for_it(tmp_path, monkeypatch):
-    slow_save = checkpoint.save_checkpoint
+    write = checkpoint.save_checkpoint
+    disk_free = threading.Event()
 
-    def save_slowly(*args, **kwargs):
-        time.sleep(0.5)
-        return slow_save(*args, **kwargs)
-    monkeypatch.setattr(checkpoint, 'save_checkpoint', save_slowly)
+    def save_when_the_disk_is_free(*args, **kwargs):
+        disk_free.wait(60)
+        return write(*args, **kwargs)
+    monkeypatch.setattr(checkpoint, 'save_checkpoint', save_when_the_disk_is_free)
     logs = []
     saver = checkpoint.Saver(asynchronous=True, log=logs.append)
     state = make_state(1)
-    t0 = time.time()
-    saver.save_checkpoint(state, str(tmp_path), 1, 0)
-    assert time.time() - t0 < 0.4 and steps(tmp_path) == []  # training goes on while it writes
+    saver.save_checkpoint(state, str(tmp_path), 1, 0)  # returns while its write cannot have begun
+    assert steps(tmp_path) == []  # training goes on while it writes
     state['model']['w'].fill_(-1.0)  # the next steps change the weights under the write
+    threading.Timer(0.5, disk_free.set).start()
     saver.wait()  # as train.py's next save does first: one in flight at most
     assert any(line.startswith('waited ') and 'ckpt_1.pt' in line for line in logs)
     assert_holds_step(checkpoint_path(str(tmp_path), 1), 1)

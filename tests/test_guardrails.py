@@ -187,22 +187,7 @@ def test_messages_name_the_real_cause(tmp_path, data_dir):
     assert "best val loss inf" not in resumed
 
 
-def test_a_second_ctrl_c_is_heard(tmp_path, data_dir):
-    out = tmp_path / "out"
-    slow = ["--n_layer=4", "--n_embd=256", "--block_size=256", "--batch_size=16"]  # micro-batches of ~0.5 s
-    proc = subprocess.Popen([sys.executable, "train.py", "config/train_tiny.py", *TINY, *slow, f"--data_dir={data_dir}",
-                             f"--out_dir={out}", "--max_iters=1000000", "--checkpoint_interval=1000000"],
-                            cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(out / "train.log", "iter 1:")
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.1)  # two signals at once would arrive as one
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0 and "SIGINT: already stopping after this micro-batch and saving" in stderr
-    assert "stopped by SIGINT" in stdout
-
-
-# 8. crashes reach train.log
+# 7. crashes reach train.log
 
 def test_an_unexpected_crash_is_written_to_train_log(tmp_path, data_dir):
     crash = ("import runpy, sys, model; model.GPT.forward = lambda *a, **k: 1 / 0; "
@@ -229,7 +214,7 @@ def test_launch_reports_a_run_that_dies_at_start(tmp_path, data_dir):
     assert dies.returncode == 1 and "exited at start-up" in dies.stderr and "no_data" in dies.stderr
 
 
-# 9. habits
+# 8. habits
 
 def test_help_closed_pipes_and_budget_notes():
     help_text = run("train.py", "--help")
@@ -242,7 +227,7 @@ def test_help_closed_pipes_and_budget_notes():
     assert "the overrides change the run from 300.0B to 600.0B tokens" in doubled.stderr
 
 
-# 10. a failing rank ends the job
+# 9. a failing rank ends the job
 
 def test_a_failing_rank_ends_the_whole_job_within_seconds(tmp_path, data_dir):
     out = tmp_path / "out"

@@ -99,12 +99,15 @@ def test_estimate_agrees_with_the_simulation(shape, policy, recompute_blocks, dt
     assert estimated(config, 4, dtype) == pytest.approx(simulated, rel=0.05)
 
 
-def test_estimate_agrees_with_the_simulation_at_6b():
-    """The H200's setting, GPT-3 6.7B with selective checkpointing at micro-batch 4: ~20 s of fake tensors."""
-    config = GPTConfig(block_size=2048, vocab_size=50304, n_layer=32, n_head=32, n_embd=4096, bias=False,
-                       activation_checkpointing="selective")
+def test_estimate_agrees_with_the_simulation_at_6b_shapes():
+    """The H200's setting, GPT-3 6.7B's width, context and vocabulary with selective checkpointing at
+    micro-batch 4, in 2 of its 32 blocks: each block keeps the same, and the SMALL shapes check how the
+    blocks add up (all 32 took 40-70 s of fake tensors on 2 busy cores; plan.py --simulate does them)."""
+    shape = dict(GPT3_6B, n_layer=2)
+    config = GPTConfig(**shape, activation_checkpointing="selective")
     simulated = memory.simulate(config, 4)
-    assert simulated["weights"] + simulated["grads"] + simulated["optimizer"] == pytest.approx(106.5 * GB, rel=1e-3)
+    n = sum(p.numel() for p in meta_model(**shape).parameters())
+    assert simulated["weights"] + simulated["grads"] + simulated["optimizer"] == pytest.approx(16 * n, rel=1e-3)
     assert estimated(config, 4, "bfloat16") == pytest.approx(simulated["total"], rel=0.05)
 
 

@@ -1,6 +1,7 @@
 """Memory-lean optimizers (optim.py, offload.py): each mode trains, resumes bit-exactly from checkpoints
 that load with weights_only, refuses a mode change on resume, and is priced right by memory.py and plan.py."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -39,7 +40,8 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, mas
     whole = train(tmp_path / "whole", data_dir, *MODEL, *mode).stdout
     seen = losses(whole)
     assert len(seen) == 8 and seen[-1] < seen[0]
-    train(tmp_path / "split", data_dir, *MODEL, *mode, "--max_iters=4")
+    (tmp_path / "split").mkdir()  # the whole run's checkpoint of step 4 (TINY saves every 4), resumed
+    shutil.copy(tmp_path / "whole" / "ckpt_4.pt", tmp_path / "split")
     assert "resuming after 4" in train(tmp_path / "split", data_dir, *MODEL, *mode).stdout
     assert_same_weights(tmp_path / "whole" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
     weight = torch.load(tmp_path / "whole" / "ckpt_8.pt", weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"]
