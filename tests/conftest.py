@@ -14,8 +14,10 @@ sys.path.insert(0, str(REPO))
 FAST_EXIT = str(REPO / "tests" / "fast_exit")
 if FAST_EXIT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [FAST_EXIT, os.environ.get("PYTHONPATH")]))
-# Tiny models gain nothing from threads, and two test workers on 2 cores would fight over them.
+# Tiny models gain nothing from threads, and two test workers on 2 cores would fight over them: here
+# and in every process the tests start.
 torch.set_num_threads(1)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
 
+import warm_python
 from conftest import REPO
 from test_train import TINY, ckpts
 
@@ -22,11 +22,13 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
 def run(out_dir, data_dir, *overrides, nproc=1, check=True, env=ENV, restarts=0):
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                f"--max-restarts={restarts}"]
-    command = (launcher if nproc > 1 else [sys.executable]) + [
-        "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    """train.py in one process, or under torchrun with nproc workers (warm forks: warm_python.py)."""
+    script = ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
+    if nproc > 1:
+        launcher = ["--standalone", f"--nproc_per_node={nproc}", f"--max-restarts={restarts}"]
+        result = warm_python.torchrun(launcher, script, cwd=REPO, env=env)
+    else:
+        result = warm_python.run(script, cwd=REPO, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}")
     return result
@@ -150,11 +152,11 @@ def test_incomplete_sharded_checkpoint_is_skipped(tmp_path, data_dir, fsdp):
 
 def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
     out = tmp_path / "sigterm"
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    proc = subprocess.Popen(
-        launcher + ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out}",
-                    "--strategy=fsdp", "--max_iters=100000", "--checkpoint_interval=100000"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    command = warm_python.torchrun_command(["--standalone", "--nproc_per_node=2"], [
+        "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out}", "--strategy=fsdp",
+        "--max_iters=100000", "--checkpoint_interval=100000"])
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=warm_python.worker_env(ENV, REPO))
     deadline = time.time() + 120
     while "iter 2:" not in ((out / "train.log").read_text() if (out / "train.log").exists() else ""):
         assert time.time() < deadline and proc.poll() is None, proc.communicate()
@@ -169,8 +171,8 @@ def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
 
 def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
     def convert(source, dest):
-        subprocess.run([sys.executable, "scripts/convert_checkpoint.py", str(source), str(dest)],
-                       cwd=REPO, check=True, capture_output=True, env=ENV)
+        result = warm_python.run(["scripts/convert_checkpoint.py", source, dest], cwd=REPO, env=ENV)
+        assert result.returncode == 0, result.stderr
 
     convert(fsdp / "ckpt_8", tmp_path / "single")
     assert ckpts(tmp_path / "single") == [8]

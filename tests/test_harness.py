@@ -7,13 +7,12 @@ own `hf` model. Tiny random models and made-up task files (data/eval/prepare.py 
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from torch.nn import functional as F
 
+import warm_python
 from conftest import REPO
 from model import GPT, GPTConfig, mask_padding
 from trainer import checkpoint, harness, hf
@@ -118,10 +117,10 @@ def test_eval_prints_the_papers_table_writes_json_and_agrees_under_torchrun(run,
     written = json.loads((run / "run" / "ckpt_20.eval.json").read_text())
     assert written["iter"] == 20 and set(written["results"]) == set(harness.PAPER_TASKS)
     assert all(r["n"] == 8 for r in written["results"].values())
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "scripts/eval.py", str(run / "run" / "ckpt_20.pt"), "--data_dir", str(run / "tasks"),
-                          "--device", "cpu", "--include_path", str(custom), "--tasks", "hellaswag,lambada_openai,my_piqa"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    two = warm_python.torchrun(["--standalone", "--nproc_per_node=2"], [
+        "scripts/eval.py", run / "run" / "ckpt_20.pt", "--data_dir", run / "tasks", "--device", "cpu",
+        "--include_path", custom, "--tasks", "hellaswag,lambada_openai,my_piqa"],
+        cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert two.returncode == 0, two.stderr
     assert two.stdout.count("hellaswag ") == 2  # rank 0 alone prints the table
     split = json.loads((run / "run" / "ckpt_20.eval.json").read_text())["results"]

@@ -5,8 +5,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
@@ -14,6 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from trainer import checkpoint, hellaswag
+import warm_python
 from conftest import REPO
 from model import GPT, GPTConfig, mask_padding
 from trainer.tokenizer import get_encoding
@@ -35,10 +34,10 @@ def write_examples(path, n=24):
 
 
 def run(*args, env=None, torchrun=0):
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}"] \
-        if torchrun else [sys.executable]
-    return subprocess.run([*launcher, *args], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    if torchrun:
+        return warm_python.torchrun(["--standalone", f"--nproc_per_node={torchrun}"], args, cwd=REPO, env=env)
+    return warm_python.run(args, cwd=REPO, env=env)
 
 
 @pytest.fixture(scope="module")

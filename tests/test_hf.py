@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 from trainer import checkpoint, hf

@@ -14,6 +14,7 @@ import pytest
 import torch.distributed as dist
 
 import configurator
+import warm_python
 from conftest import REPO
 from test_distributed import ARGS, ENV, assert_close, final_weights, losses, run
 from test_memory import meta_model
@@ -29,11 +30,11 @@ def free_port():
 def two_nodes(out_dir, data_dir, *overrides):
     """4 processes as 2 nodes x 2, each node its own torchrun, as the docs' multi-node line runs them."""
     endpoint = f"127.0.0.1:{free_port()}"
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=2",
-                "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=test"]
-    command = ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
-    nodes = [subprocess.Popen(launcher + command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=ENV) for _ in range(2)]
+    command = warm_python.torchrun_command(
+        ["--nnodes=2", "--nproc_per_node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=test"],
+        ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides])
+    nodes = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=warm_python.worker_env(ENV, REPO)) for _ in range(2)]
     outputs = [node.communicate(timeout=300)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
 

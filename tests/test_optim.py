@@ -1,9 +1,8 @@
 """Memory-lean optimizers (optim.py, offload.py): each mode trains, resumes bit-exactly from checkpoints
 that load with weights_only, refuses a mode change on resume, and is priced right by memory.py and plan.py."""
 import json
+import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -46,13 +45,16 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, mas
     assert_same_weights(tmp_path / "whole" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
     weight = torch.load(tmp_path / "whole" / "ckpt_8.pt", weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"]
     assert weight.dtype == getattr(torch, master_weights)
-    # a fresh process, torchao not imported: the checkpoint still loads with weights_only=True
-    probe = subprocess.run([sys.executable, "-c", f"from trainer import checkpoint; s = checkpoint.load_checkpoint("
-                            f"{str(tmp_path / 'whole' / 'ckpt_8.pt')!r}, log=print); "
-                            "state = s['optimizer']['state']['transformer.h.0.mlp.c_fc.weight']; "
-                            "print(sorted(state), type(state['exp_avg']).__name__)"],
-                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    # a process of its own, torchao not imported: the checkpoint still loads with weights_only=True
+    (tmp_path / "probe.py").write_text(
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); before = 'torchao' in sys.modules\n"
+        "from trainer import checkpoint\n"
+        f"s = checkpoint.load_checkpoint({str(tmp_path / 'whole' / 'ckpt_8.pt')!r}, log=print)\n"
+        "state = s['optimizer']['state']['transformer.h.0.mlp.c_fc.weight']\n"
+        "print(before, sorted(state), type(state['exp_avg']).__name__)\n")
+    probe = warm_python.run([tmp_path / "probe.py"], cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert probe.returncode == 0 and probe.stdout.strip().endswith(STATE_TYPE[optimizer]), probe.stderr
+    assert probe.stdout.splitlines()[-1].startswith("False ")  # the process started without torchao
     # offload's fp32 master is saved where it is not the weight itself
     assert ("'master'" in probe.stdout) == (offload and master_weights == "bfloat16")
 

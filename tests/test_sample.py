@@ -1,8 +1,6 @@
 """sample.py: the KV cache gives the logits a full forward gives, the newest loadable checkpoint is
 used (falling back past a truncated one), and ids outside the encoding decode as placeholders."""
 import os
-import subprocess
-import sys
 
 import pytest
 import torch

@@ -93,11 +93,12 @@ def test_stop_and_resume_is_bit_exact(tmp_path, data_dir, reference):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_saves_and_resume_is_exact(tmp_path, data_dir, sig):
     out = tmp_path / "sig"
-    proc = subprocess.Popen(
-        [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out}",
-         "--max_iters=100000", "--checkpoint_interval=100000", "--gradient_accumulation_steps=8"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )
+    proc = subprocess.Popen(  # a warm fork; the signal reaches it as it would reach `python train.py`
+        warm_python.popen_command(["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+                                   f"--out_dir={out}", "--max_iters=100000", "--checkpoint_interval=100000",
+                                   "--gradient_accumulation_steps=8"]),
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=warm_python.worker_env(dict(os.environ, OMP_NUM_THREADS="1"), REPO))
     deadline = time.time() + 120
     while "iter 2:" not in ((out / "train.log").read_text() if (out / "train.log").exists() else ""):
         assert time.time() < deadline and proc.poll() is None, proc.communicate()

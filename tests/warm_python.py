@@ -1,16 +1,22 @@
-"""Run a script as `python SCRIPT ARGS...` would, without paying for `import torch` each time.
+"""Run a script as `python SCRIPT ARGS...` (or torchrun's workers) would, without paying for `import torch` each time.
 
 Most of the suite runs train.py as a user does, in a process of its own, and each of those processes
 spent ~3 s of its ~4 importing torch: minutes of the suite's 2-core budget. Here one "warm" Python per
 test worker imports torch once, runs nothing (so no OpenMP thread pool exists to be broken by a fork),
 and forks a child per run. The child gets the request's working directory, environment, argv and
-stdio, then runs the script as __main__; SystemExit, uncaught exceptions, sys.excepthook, atexit
-and thread joins behave as in a fresh interpreter, because the child leaves through the ordinary
-interpreter exit. Its exit code and output come back as a subprocess.CompletedProcess.
+stdio, then runs the script (or `-m` module) as __main__; SystemExit, uncaught exceptions,
+sys.excepthook, atexit and thread joins behave as in a fresh interpreter, because the child leaves
+through the ordinary interpreter exit. Its exit code and output come back as a
+subprocess.CompletedProcess.
 
-What a fork cannot change falls back to a real subprocess: variables read when torch or the
-interpreter load (TORCH*, PYTORCH*, OMP_*, MKL*, LD_*, PYTHON*, ...) set to anything other than
-what the warm process started with; and interpreter options such as `-c CODE`.
+torchrun's workers come from the same warm Python: torchrun() starts torchrun (itself a warm child)
+with warm_worker.py as each worker's script, which asks the warm Python over a Unix socket to fork the
+real script with the worker's environment and stdio, relays torchrun's signals to that fork, and exits
+as it exits. A worker whose client is killed outright (torchrun's last resort, SIGKILL) is killed too.
+
+What a fork cannot change falls back to a real process: variables read when torch or the interpreter
+load (TORCH*, PYTHONPATH, OMP_*, MKL*, LD_*, ...) set to anything other than what the warm process
+started with, and interpreter options other than `-m`.
 """
 import json
 import os
@@ -20,55 +26,144 @@ import subprocess
 import sys
 import tempfile
 import threading
+from pathlib import Path
 
 # Read once, when the interpreter, torch or its OpenMP runtime load: a forked child cannot change them.
 READ_AT_LOAD = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "GOMP", "LD_", "PYTHON", "CUDA", "HIP", "ROCM", "HSA")
-WARM_ENV = {"OMP_NUM_THREADS": "1"}  # what the tests' runs ask for: tiny models gain nothing from threads
+# ... except these, which torch reads when they are used: torchrun sets them for its workers
+READ_WHEN_USED = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+SOCKET_VARIABLE = "WARM_PYTHON_SOCKET"  # where warm_worker.py finds the warm Python
+WORKER = str(Path(__file__).resolve().parent / "warm_worker.py")
 
 SERVER = r"""
-import json, os, runpy, sys
+import gc, json, os, runpy, select, signal, socket, sys
+START_ENV = dict(os.environ)  # as started: importing torch sets some (CUDA_MODULE_LOADING)
 import numpy, torch, torch._dynamo, torch.distributed.fsdp, torch.distributed.checkpoint  # the slow imports, once
-replies = os.fdopen(os.dup(1), "w")
+sys.path.insert(0, sys.argv[2])
+from warm_python import forkable
+del sys.path[0]
+gc.freeze()  # what torch made on import is never garbage: a fork's collections skip it (and its pages stay shared)
+replies_fd = os.dup(1)
+replies = os.fdopen(replies_fd, "w", closefd=False)  # a fork closes replies_fd itself
 devnull = os.open(os.devnull, os.O_RDWR)
 os.dup2(devnull, 1)
-for line in sys.stdin:
-    request = json.loads(line)
-    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    sys.stdout.flush(); sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the run: from here on this process is `python SCRIPT ARGS` and never returns to the loop
-        os.dup2(devnull, 0); os.dup2(out, 1); os.dup2(err, 2)
-        for fd in (out, err, devnull, replies.fileno()):
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+listener.bind(sys.argv[1])
+listener.listen(64)
+
+
+def become(request, stdio, new_group, sockets):
+    # from here on this process is `python SCRIPT ARGS` (or `python -m MODULE ARGS`) and never returns to the loop
+    for target, fd in enumerate(stdio):
+        os.dup2(fd, target)
+    for fd in {*stdio, devnull, replies_fd, *(s.detach() for s in sockets)}:
+        if fd > 2:
             os.close(fd)
+    if new_group:
         os.setpgid(0, 0)  # its own process group, as the tests' kills expect of a subprocess
-        os.chdir(request["cwd"])
-        os.environ.clear(); os.environ.update(request["env"])
-        sys.argv = request["argv"]
-        sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
-        runpy.run_path(sys.argv[0], run_name="__main__")
-        sys.exit(0)
-    os.close(out); os.close(err)
-    replies.write(f"{pid}\n"); replies.flush()
-    replies.write(f"{os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}\n"); replies.flush()
+    else:  # a torchrun worker: torchrun starts them as `python -u`
+        sys.stdout.reconfigure(line_buffering=True); sys.stderr.reconfigure(line_buffering=True)
+    os.chdir(request["cwd"])
+    os.environ.clear(); os.environ.update(request["env"])
+    argv = request["argv"]
+    if argv[0] == "-m":
+        sys.argv, sys.path[0] = argv[1:], os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv, sys.path[0] = argv, os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+    sys.exit(0)
+
+
+def read_request():  # a line on stdin from warm_python.run(), or None at its end
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            return None
+        line += chunk
+    return json.loads(line)
+
+
+run_pid, workers = None, {}  # the pid of run()'s request; {pid: connection} of the workers'
+while True:
+    ready = select.select([0, listener, *workers.values()], [], [], 0.05)[0]
+    if 0 in ready:
+        request = read_request()
+        if request is None:  # the test worker is gone: so are its runs
+            for pid in [run_pid, *workers]:
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+            sys.exit(0)
+        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        sys.stdout.flush(); sys.stderr.flush()
+        run_pid = os.fork()
+        if run_pid == 0:
+            become(request, [devnull, out, err], True, [listener, *workers.values()])
+        os.close(out); os.close(err)
+        replies.write(f"{run_pid}\n"); replies.flush()
+    if listener in ready:
+        connection = listener.accept()[0]
+        message, stdio, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        request = json.loads(message)
+        if not forkable(request["env"], START_ENV):
+            connection.send(b"refused")
+            connection.close()
+        else:
+            pid = os.fork()
+            if pid == 0:
+                become(request, stdio, False, [listener, connection, *workers.values()])
+            workers[pid] = connection
+            connection.send(str(pid).encode())
+        for fd in stdio:
+            os.close(fd)
+    for pid, connection in list(workers.items()):
+        if connection in ready and not connection.recv(16):  # its client was killed: so is it
+            os.kill(pid, signal.SIGKILL)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        code = os.waitstatus_to_exitcode(status)
+        if pid == run_pid:
+            run_pid = None
+            replies.write(f"{code}\n"); replies.flush()
+        elif pid in workers:
+            connection = workers.pop(pid)
+            try:
+                connection.send(str(code).encode())
+            except OSError:
+                pass
+            connection.close()
 """
 
 _server = None
 _lock = threading.Lock()
 
 
+def forkable(env, server_env):
+    """Whether a fork of a Python started with server_env can run with env."""
+    return all(env.get(k) == server_env.get(k) for k in set(env) | set(server_env)
+               if k.startswith(READ_AT_LOAD) and not k.startswith(READ_WHEN_USED))
+
+
 def _start_server(cwd):
     global _server
-    env = dict(os.environ, **WARM_ENV)
-    _server = subprocess.Popen([sys.executable, "-c", SERVER], cwd=cwd, env=env, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
-    _server.env = env
+    env = dict(os.environ)
+    folder = tempfile.mkdtemp(prefix="warm_python_")
+    _server = subprocess.Popen([sys.executable, "-c", SERVER, os.path.join(folder, "socket"), os.path.dirname(WORKER)],
+                               cwd=cwd, env=env,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    _server.env, _server.socket = env, os.path.join(folder, "socket")
     return _server
 
 
-def _forkable(env):
-    server_env = _server.env if _server else dict(os.environ, **WARM_ENV)
-    return all(env.get(k) == server_env.get(k) for k in set(env) | set(server_env) if k.startswith(READ_AT_LOAD))
+def _running_server(cwd):
+    return _server if _server and _server.poll() is None else _start_server(cwd)
 
 
 def _read_line(timeout):
@@ -79,11 +174,12 @@ def _read_line(timeout):
 def run(argv, cwd, env=None, timeout=300):
     """subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)."""
     env = dict(os.environ if env is None else env)
-    if str(argv[0]).startswith("-") or not _forkable(env):  # `python -c CODE` and the like: a real one
+    server_env = _server.env if _server else dict(os.environ)
+    if (str(argv[0]).startswith("-") and argv[0] != "-m") or not forkable(env, server_env):  # a real one
         return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=timeout)
     with _lock, tempfile.TemporaryDirectory() as tmp:
-        server = _server if _server and _server.poll() is None else _start_server(cwd)
+        server = _running_server(cwd)
         out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         server.stdin.write(json.dumps({"argv": [str(a) for a in argv], "cwd": str(cwd), "env": env,
                                        "stdout": out, "stderr": err}) + "\n")
@@ -96,3 +192,26 @@ def run(argv, cwd, env=None, timeout=300):
             raise subprocess.TimeoutExpired([sys.executable, *argv], timeout)
         with open(out, errors="replace") as f, open(err, errors="replace") as g:
             return subprocess.CompletedProcess([sys.executable, *argv], int(code), f.read(), g.read())
+
+
+def popen_command(script_argv):
+    """`python SCRIPT ARGS` as a warm fork, for subprocess.Popen with worker_env()'s environment: signals
+    sent to the Popen reach the script, and its exit code is the Popen's."""
+    return [sys.executable, WORKER, *map(str, script_argv)]
+
+
+def torchrun_command(launcher_args, script_argv):
+    """`python -m torch.distributed.run LAUNCHER_ARGS SCRIPT ARGS` whose workers are warm forks: run it
+    with worker_env()'s environment."""
+    return [sys.executable, "-m", "torch.distributed.run", *launcher_args, *popen_command(script_argv)[1:]]
+
+
+def worker_env(env, cwd):
+    """env, telling warm_worker.py where this test worker's warm Python listens (started here if need be)."""
+    with _lock:
+        return dict(env, **{SOCKET_VARIABLE: _running_server(cwd).socket})
+
+
+def torchrun(launcher_args, script_argv, cwd, env, timeout=300):
+    """torchrun with warm workers, itself a warm child: as subprocess.run(torchrun_command(...))."""
+    return run(torchrun_command(launcher_args, script_argv)[1:], cwd, worker_env(env, cwd), timeout)
