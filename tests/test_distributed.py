@@ -152,9 +152,9 @@ def test_incomplete_sharded_checkpoint_is_skipped(tmp_path, data_dir, fsdp):
 
 def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
     out = tmp_path / "sigterm"
-    command = warm_python.torchrun_command(["--standalone", "--nproc_per_node=2"], [
+    command = warm_python.popen_command(warm_python.torchrun_argv(["--standalone", "--nproc_per_node=2"], [
         "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out}", "--strategy=fsdp",
-        "--max_iters=100000", "--checkpoint_interval=100000"])
+        "--max_iters=100000", "--checkpoint_interval=100000"]))
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=warm_python.worker_env(ENV, REPO))
     deadline = time.time() + 120

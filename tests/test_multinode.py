@@ -30,9 +30,9 @@ def free_port():
 def two_nodes(out_dir, data_dir, *overrides):
     """4 processes as 2 nodes x 2, each node its own torchrun, as the docs' multi-node line runs them."""
     endpoint = f"127.0.0.1:{free_port()}"
-    command = warm_python.torchrun_command(
+    command = warm_python.popen_command(warm_python.torchrun_argv(
         ["--nnodes=2", "--nproc_per_node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=test"],
-        ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides])
+        ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]))
     nodes = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=warm_python.worker_env(ENV, REPO)) for _ in range(2)]
     outputs = [node.communicate(timeout=300)[0] for node in nodes]

@@ -1,4 +1,4 @@
-"""Run a script as `python SCRIPT ARGS...` (or torchrun's workers) would, without paying for `import torch` each time.
+"""Run a script as `python SCRIPT ARGS...` would, without paying for `import torch` each time.
 
 Most of the suite runs train.py as a user does, in a process of its own, and each of those processes
 spent ~3 s of its ~4 importing torch: minutes of the suite's 2-core budget. Here one "warm" Python per
@@ -9,10 +9,12 @@ sys.excepthook, atexit and thread joins behave as in a fresh interpreter, becaus
 through the ordinary interpreter exit. Its exit code and output come back as a
 subprocess.CompletedProcess.
 
-torchrun's workers come from the same warm Python: torchrun() starts torchrun (itself a warm child)
-with warm_worker.py as each worker's script, which asks the warm Python over a Unix socket to fork the
-real script with the worker's environment and stdio, relays torchrun's signals to that fork, and exits
-as it exits. A worker whose client is killed outright (torchrun's last resort, SIGKILL) is killed too.
+Processes the tests start and signal (subprocess.Popen) and torchrun with its workers come from the
+same warm Python: warm_worker.py, a Python that imports nothing heavy, stands for `python -u SCRIPT
+ARGS`. It asks the warm Python over a Unix socket to fork the script with its own environment, working
+directory and stdio, relays every signal it gets to that fork, and exits as it exits; popen_command()
+is its command line, and torchrun_argv() names it as torchrun's worker script. A fork whose
+warm_worker.py is killed outright (torchrun's last resort, SIGKILL) is killed too.
 
 What a fork cannot change falls back to a real process: variables read when torch or the interpreter
 load (TORCH*, PYTHONPATH, OMP_*, MKL*, LD_*, ...) set to anything other than what the warm process
@@ -29,9 +31,13 @@ import threading
 from pathlib import Path
 
 # Read once, when the interpreter, torch or its OpenMP runtime load: a forked child cannot change them.
-READ_AT_LOAD = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "GOMP", "LD_", "PYTHON", "CUDA", "HIP", "ROCM", "HSA")
-# ... except these, which torch reads when they are used: torchrun sets them for its workers
-READ_WHEN_USED = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+# (CXX and CC: inductor's config, imported with torch._dynamo, takes its C++ compiler from them)
+READ_AT_LOAD = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "GOMP", "LD_", "PYTHON", "CUDA", "HIP", "ROCM", "HSA",
+                "CXX", "CC")
+# ... except these, read when they are used: torchrun sets the first three for its workers, and inductor
+# sets the last two in the test worker's own environment the first time it compiles there
+READ_WHEN_USED = ("TORCHELASTIC_", "TORCH_NCCL_", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "TORCHINDUCTOR_CACHE_DIR",
+                  "KMP_DUPLICATE_LIB_OK")
 SOCKET_VARIABLE = "WARM_PYTHON_SOCKET"  # where warm_worker.py finds the warm Python
 WORKER = str(Path(__file__).resolve().parent / "warm_worker.py")
 
@@ -61,7 +67,7 @@ def become(request, stdio, new_group, sockets):
             os.close(fd)
     if new_group:
         os.setpgid(0, 0)  # its own process group, as the tests' kills expect of a subprocess
-    else:  # a torchrun worker: torchrun starts them as `python -u`
+    else:  # for warm_worker.py, which stands for `python -u`
         sys.stdout.reconfigure(line_buffering=True); sys.stderr.reconfigure(line_buffering=True)
     os.chdir(request["cwd"])
     os.environ.clear(); os.environ.update(request["env"])
@@ -195,15 +201,14 @@ def run(argv, cwd, env=None, timeout=300):
 
 
 def popen_command(script_argv):
-    """`python SCRIPT ARGS` as a warm fork, for subprocess.Popen with worker_env()'s environment: signals
-    sent to the Popen reach the script, and its exit code is the Popen's."""
+    """`python SCRIPT ARGS` (or `python -m MODULE ARGS`) as a warm fork, for subprocess.Popen with
+    worker_env()'s environment: signals sent to the Popen reach the script, its exit code is the Popen's."""
     return [sys.executable, WORKER, *map(str, script_argv)]
 
 
-def torchrun_command(launcher_args, script_argv):
-    """`python -m torch.distributed.run LAUNCHER_ARGS SCRIPT ARGS` whose workers are warm forks: run it
-    with worker_env()'s environment."""
-    return [sys.executable, "-m", "torch.distributed.run", *launcher_args, *popen_command(script_argv)[1:]]
+def torchrun_argv(launcher_args, script_argv):
+    """`-m torch.distributed.run LAUNCHER_ARGS SCRIPT ARGS`, each worker a warm fork."""
+    return ["-m", "torch.distributed.run", *launcher_args, WORKER, *map(str, script_argv)]
 
 
 def worker_env(env, cwd):
@@ -213,5 +218,6 @@ def worker_env(env, cwd):
 
 
 def torchrun(launcher_args, script_argv, cwd, env, timeout=300):
-    """torchrun with warm workers, itself a warm child: as subprocess.run(torchrun_command(...))."""
-    return run(torchrun_command(launcher_args, script_argv)[1:], cwd, worker_env(env, cwd), timeout)
+    """As subprocess.run([sys.executable, *torchrun_argv(...)], capture_output=True, ...): torchrun and its
+    workers all warm forks."""
+    return run(torchrun_argv(launcher_args, script_argv), cwd, worker_env(env, cwd), timeout)

@@ -1,5 +1,5 @@
 """A process that stands for `python -u SCRIPT ARGS` run as a warm fork (warm_python.py): torchrun's
-worker script in the tests (warm_python.torchrun_command), and the Popen-able form of a warm run
+worker script in the tests (warm_python.torchrun_argv), and the Popen-able form of a warm run
 (warm_python.popen_command). It asks the test worker's warm Python to fork SCRIPT ARGS with this
 process's environment, working directory and stdio, passes on every signal it is sent, and exits as the
 fork exits. It imports nothing heavy, so it starts in milliseconds instead of seconds. With no warm
