@@ -96,10 +96,12 @@ while True:
     ready = select.select([0, listener, *workers.values()], [], [], 0.05)[0]
     if 0 in ready:
         request = read_request()
-        if request is None:  # the test worker is gone: so are its runs
+        if request is None:  # the test worker is gone: so are its runs and the socket
             for pid in [run_pid, *workers]:
                 if pid:
                     os.kill(pid, signal.SIGKILL)
+            os.unlink(sys.argv[1])
+            os.rmdir(os.path.dirname(sys.argv[1]))
             sys.exit(0)
         out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
