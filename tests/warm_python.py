@@ -42,7 +42,7 @@ SOCKET_VARIABLE = "WARM_PYTHON_SOCKET"  # where warm_worker.py finds the warm Py
 WORKER = str(Path(__file__).resolve().parent / "warm_worker.py")
 
 SERVER = r"""
-import gc, json, os, runpy, select, signal, socket, sys
+import gc, json, os, runpy, select, shutil, signal, socket, sys
 START_ENV = dict(os.environ)  # as started: importing torch sets some (CUDA_MODULE_LOADING)
 import numpy, torch, torch._dynamo, torch.distributed.fsdp, torch.distributed.checkpoint  # the slow imports, once
 sys.path.insert(0, sys.argv[2])
@@ -56,6 +56,7 @@ os.dup2(devnull, 1)
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 listener.bind(sys.argv[1])
 listener.listen(64)
+replies.write("ready\n"); replies.flush()  # torch imported, the socket bound
 
 
 def become(request, stdio, new_group, sockets):
@@ -81,6 +82,20 @@ def become(request, stdio, new_group, sockets):
     sys.exit(0)
 
 
+def send(connection, message):  # to a client that may be gone
+    try:
+        connection.send(message)
+    except OSError:
+        pass
+
+
+def gone(connection):  # readable: a client sends nothing after its request, so it has closed its end
+    try:
+        return not connection.recv(16)
+    except OSError:
+        return True
+
+
 def read_request():  # a line on stdin from warm_python.run(), or None at its end
     line = b""
     while not line.endswith(b"\n"):
@@ -100,8 +115,7 @@ while True:
             for pid in [run_pid, *workers]:
                 if pid:
                     os.kill(pid, signal.SIGKILL)
-            os.unlink(sys.argv[1])
-            os.rmdir(os.path.dirname(sys.argv[1]))
+            shutil.rmtree(os.path.dirname(sys.argv[1]), ignore_errors=True)
             sys.exit(0)
         out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -114,20 +128,21 @@ while True:
     if listener in ready:
         connection = listener.accept()[0]
         message, stdio, _, _ = socket.recv_fds(connection, 1 << 20, 3)
-        request = json.loads(message)
-        if not forkable(request["env"], START_ENV):
-            connection.send(b"refused")
+        if not message or len(stdio) != 3:  # a client that died before it asked
+            connection.close()
+        elif not forkable(json.loads(message)["env"], START_ENV):
+            send(connection, b"refused")
             connection.close()
         else:
             pid = os.fork()
             if pid == 0:
-                become(request, stdio, False, [listener, connection, *workers.values()])
+                become(json.loads(message), stdio, False, [listener, connection, *workers.values()])
             workers[pid] = connection
-            connection.send(str(pid).encode())
+            send(connection, str(pid).encode())  # if its client is gone, the next pass kills the fork
         for fd in stdio:
             os.close(fd)
     for pid, connection in list(workers.items()):
-        if connection in ready and not connection.recv(16):  # its client was killed: so is it
+        if connection in ready and gone(connection):  # its client was killed: so is it
             os.kill(pid, signal.SIGKILL)
     while True:
         try:
@@ -142,10 +157,7 @@ while True:
             replies.write(f"{code}\n"); replies.flush()
         elif pid in workers:
             connection = workers.pop(pid)
-            try:
-                connection.send(str(code).encode())
-            except OSError:
-                pass
+            send(connection, str(code).encode())
             connection.close()
 """
 
@@ -167,6 +179,8 @@ def _start_server(cwd):
                                cwd=cwd, env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     _server.env, _server.socket = env, os.path.join(folder, "socket")
+    if _read_line(300) != "ready\n":
+        raise RuntimeError("the warm Python did not start: see the test's stderr")
     return _server
 
 
