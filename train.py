@@ -264,9 +264,9 @@ if weights is not None:  # before compile and sharding, identically on every ran
     del weights
 if cfg.master_weights == "bfloat16":  # 2 bytes a weight, gradients still fp32 (optim.py)
     optim.use_bf16_weights(model)
+fsdp = distributed and cfg.strategy in ("fsdp", "hsdp")  # hsdp: FSDP2 over a (nodes, GPUs per node) mesh
 if cfg.fp8:  # the blocks' matmuls in fp8; the weights stay ordinary Parameters (precision.py)
-    fp8_fsdp = distributed and cfg.strategy in ("fsdp", "hsdp")
-    log(precision.describe(cfg.fp8, *precision.convert(model, cfg.fp8, fsdp=fp8_fsdp), fsdp=fp8_fsdp))
+    log(precision.describe(cfg.fp8, *precision.convert(model, cfg.fp8, fsdp=fsdp), fsdp=fsdp))
 torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 raw_model = model  # the plain module, whose state_dict has no wrapper prefixes
 ddp = distributed and cfg.strategy == "ddp" and cfg.master_weights == "float32"
@@ -280,7 +280,6 @@ if cfg.compile:  # per block, in place: state_dict keys stay the same, and each 
     torch._dynamo.config.optimize_ddp = not ddp
     for block in model.transformer.h:
         block.compile()
-fsdp = distributed and cfg.strategy in ("fsdp", "hsdp")  # hsdp: FSDP2 over a (nodes, GPUs per node) mesh
 if fsdp:  # shard parameters, gradients and optimizer state block by block, keeping one GPU's numerics
     sharding.shard(model, cfg.dtype, sharding.mesh(cfg.strategy, device_type, world_size, cfg.hsdp_shard_size))
     if cfg.strategy == "hsdp":

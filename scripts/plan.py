@@ -440,10 +440,12 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
     grads = 4 * params
     micro = max(1, plan["gradient_accumulation_steps"] // n)  # each GPU's micro-batches per step
     between, within = interconnect_gbps * 1e9 * BUS_EFFICIENCY, intranode_gbps * 1e9 * BUS_EFFICIENCY
-    link = between if nodes > 1 else within  # a ring over every GPU crosses the slowest link
+
+    def over_every_gpu(nbytes):  # a ring over every GPU crosses the slowest link: between nodes, if there are several
+        return (0, nbytes) if nodes > 1 else (nbytes, 0)
     wire = {  # strategy: (bytes per GPU inside a node, between nodes)
-        "ddp": (0, 2 * ring(n, grads)) if nodes > 1 else (2 * ring(n, grads), 0),
-        "fsdp": (0, micro * ring(n, 2 * gathered + grads)) if nodes > 1 else (micro * ring(n, 2 * gathered + grads), 0),
+        "ddp": over_every_gpu(2 * ring(n, grads)),
+        "fsdp": over_every_gpu(micro * ring(n, 2 * gathered + grads)),
         # the shards' gathers and reductions inside the node; the shard's gradient all-reduced across nodes
         "hsdp": (micro * ring(g, 2 * gathered + grads), micro * 2 * ring(nodes, grads / g)),
     }
@@ -451,7 +453,7 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
     budget = card_budget(cfg, hardware.GPUS[plan["gpu"]])
     rows = []
     for strategy, (inside, across) in wire.items():
-        seconds = inside / within + across / (between if nodes > 1 else link)
+        seconds = inside / within + across / between  # on one node nothing goes between nodes
         step = max(compute, seconds)
         days = cfg.max_iters * step / 86400
         total = memory.estimate(model, plan["batch_size"], cfg.dtype, n, strategy, None, *optim.mode_of(vars(cfg)),
