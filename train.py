@@ -32,8 +32,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, casting, checkpoint, elastic, evaluation, hardware, hellaswag, hf, memory, mixture, optim, precision, resume,
-    runlock, runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
+    bins, casting, checkpoint, elastic, evaluation, hardware, hellaswag, hf, memory, metrics, mixture, optim, precision,
+    resume, runlock, runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
@@ -54,6 +54,7 @@ if master:
         sys.exit(f"error: {e}")
 run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 log, fail = run_log, run_log.fail
+record = metrics.Metrics(cfg.out_dir, enabled=master)  # what tools read: out_dir/metrics.jsonl (metrics.py)
 sys.excepthook = run_log.crash
 run_log.explain = lambda error: environment.compile_failure(error) if cfg.compile else None  # one line, not a traceback
 
@@ -327,6 +328,9 @@ if ddp:
 if master:
     with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
         json.dump(dict(vars(cfg), **model_args), f, indent=2)
+record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params,
+       world_size=world_size, batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+       activation_checkpointing=policy, recompute_blocks=recompute_blocks)
 
 # MFU against the peak of the GPU we really have; unknown hardware says so instead of guessing.
 gpu_description, gpu_key = hardware.local_gpu(local_rank) if device_type == "cuda" else (None, None)
@@ -370,6 +374,8 @@ def evaluate():
     losses = {s.name: evaluation.val_loss(model, lambda k, s=s: get_batch(s.val.windows, val_windows[s.name][k]),
                                           len(val_windows[s.name]), autocast, device, rank, world_size)
               for s in sampler.sources}
+    record("eval", iter_num, tokens=iter_num * tokens_per_iter, val_loss=sampler.headline(losses),
+           **({"sources": losses} if cfg.data_mixture else {}))
     if cfg.data_mixture:
         for name, loss in losses.items():
             seen, epochs = sampler.accounting(name)
@@ -384,6 +390,7 @@ def evaluate_hellaswag():
                                 cfg.hellaswag_limit, rank, world_size, tokenizer.get_encoding(encoding or "gpt2").n_vocab)
     log(f"hellaswag iter {iter_num}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
         f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
+    record("hellaswag", iter_num, acc_norm=result["acc_norm"], acc=result["acc"], n=result["n"])
     wandb_logging.log(wandb_run, iter_num, {"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]})
 
 
@@ -426,6 +433,7 @@ def save(step_start):
             saver.wait()  # the other ranks wait for rank 0's .pt here, on the save group's long timeout
     except checkpoint.CheckpointError as e:
         fail(str(e))
+    record("save", iter_num, asynchronous=cfg.checkpoint_async, sharded=fsdp)
 
 
 def fault_injected(kind, it):
@@ -539,9 +547,11 @@ while iter_num < cfg.max_iters and not stop_now:
 
     if spike:
         log(f"iter {iter_num}: loss spike, step skipped: {spike} ({guard.skipped} skipped in all)")
+        record("spike", iter_num, loss=loss_value, grad_norm=norm_value, reason=spike, skipped=guard.skipped)
     burst = guard.burst(iter_num)
     restored = roll_back(*burst) if burst else None
     if restored is not None:
+        record("rollback", restored, from_iter=iter_num, first_spike=burst[0])
         iter_num, nonfinite_in_a_row = restored, 0
         step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
         if saving:  # over the checkpoint rolled back to: a kill now must not forget the data skip
@@ -551,6 +561,7 @@ while iter_num < cfg.max_iters and not stop_now:
     if nonfinite_in_a_row:
         log(f"iter {iter_num}: non-finite loss {loss_value} or grad norm {norm_value}: step skipped "
             f"({nonfinite_in_a_row} in a row, {nonfinite_total} in all)")
+        record("nonfinite", iter_num, loss=loss_value, grad_norm=norm_value, in_a_row=nonfinite_in_a_row)
         if nonfinite_in_a_row >= cfg.max_nonfinite_steps:
             fail(f"{nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back with "
                  f"--init_from=<an earlier ckpt_N.pt> and a lower learning_rate")
@@ -559,15 +570,15 @@ while iter_num < cfg.max_iters and not stop_now:
     else:
         step_time_avg = dt if step_time_avg is None else 0.9 * step_time_avg + 0.1 * dt
     if iter_num % cfg.log_interval == 0 and not nonfinite_in_a_row and not spike:
-        tokens_per_sec = tokens_per_iter / dt
+        tokens_per_sec, peak = tokens_per_iter / dt, hardware.peak_memory(device_type)
         mfu = hardware.utilisation(model_flops, tokens_per_sec / world_size, peak_tflops)  # per GPU
         line = (f"iter {iter_num}: loss {loss_value:.4f}, time {dt * 1000:.0f}ms, mfu {hardware.percent(mfu)}, "
                 f"tok/s {tokens_per_sec:,.0f}")
         if distributed:
             line += f" ({tokens_per_sec / world_size:,.0f} per GPU)"
-        line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {hardware.peak_memory_text(device_type, cfg.optimizer_offload)}"
+        line += f", lr {lr:.3e}, grad norm {norm_value:.3f}, mem {hardware.peak_memory_text(peak, cfg.optimizer_offload)}"
+        hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
         if hardware_flops > model_flops:
-            hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
             line += f", hfu {hardware.percent(hfu)}"
         if step_time_avg is not None:
             eta = (cfg.max_iters - iter_num) * step_time_avg
@@ -575,6 +586,10 @@ while iter_num < cfg.max_iters and not stop_now:
         log(line)
         wandb_logging.log(wandb_run, iter_num, {"train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
                                                 "tokens_per_sec": tokens_per_sec, **({"mfu": mfu} if mfu is not None else {})})
+        record("step", iter_num, loss=loss_value, lr=lr, grad_norm=norm_value, step_time=dt,
+               tokens=iter_num * tokens_per_iter, tokens_per_sec=tokens_per_sec, mfu=mfu,
+               hfu=hfu,
+               peak_memory=peak)
 
     if cfg.eval_interval > 0 and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
         t_eval = time.time()
@@ -600,7 +615,9 @@ except checkpoint.CheckpointError as e:
     fail(str(e))
 if stop_now:
     log(f"stopped by {stop_signal.name()} after {iter_num} completed steps; run the same command to continue")
+    record("stop", iter_num, signal=stop_signal.name())
 elif iter_num >= cfg.max_iters:
+    record("done", iter_num, best_val_loss=best_val_loss)
     log(f"done: {iter_num} steps (max_iters)" + (f"; best val loss {best_val_loss:.4f}" if best_val_loss < math.inf else ""))
 if wandb_run:
     wandb_run.finish()

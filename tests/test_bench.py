@@ -143,14 +143,14 @@ def test_offload_host_memory_goes_from_the_log_line_into_the_summary(monkeypatch
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 70.1e9)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 72.0e9)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
-    mem = hardware.peak_memory_text("cuda", host=True)
+    mem = hardware.peak_memory_text(hardware.peak_memory("cuda"), host=True)
     assert mem.startswith("70.1GB, reserved 72.0GB, host ") and mem.endswith("GB RSS")
     log = "\n".join(f"optimizer step 10.0ms\niter {i}: loss 3.0, time 100ms, mfu 40.0%, tok/s 1,000, lr 1.000e-04, "
                     f"grad norm 1.000, mem {mem}" for i in (1, 2))
     summary = bench.summarize(bench.parse_steps(log, warmup=1), tokens_per_step=100, config_tokens_per_step=100)
     assert summary["peak_memory_gb"] == 70.1 and summary["peak_reserved_gb"] == 72.0
     assert summary["peak_host_gb"] == float(mem.split("host ")[1].split("GB")[0]) > 0
-    assert "host" not in hardware.peak_memory_text("cuda")
+    assert "host" not in hardware.peak_memory_text(hardware.peak_memory("cuda"))
 
 
 @pytest.mark.parametrize("stdout, stderr, expected", [

@@ -189,17 +189,26 @@ def attention_backend(device, dtype, n_head, head_dim, seq_len):
     return "math"
 
 
-def peak_memory_text(device_type, host=False):
-    """Peak memory for the step log: on a GPU since the last call, allocated by tensors and reserved by
-    the caching allocator (what really runs out; fragmentation is the difference), and with host=True
-    (optimizer_offload) the host's too; on the CPU the host's. The host's is the process's peak resident
-    memory since it started (pinned memory included): the OS keeps no peak that can be reset."""
+def peak_memory(device_type):
+    """Peak memory for the step record, in bytes: on a GPU since the last call, allocated by tensors and
+    reserved by the caching allocator (what really runs out; fragmentation is the difference), and always
+    the host's: the process's peak resident memory since it started (pinned memory included), as the OS
+    keeps no peak that can be reset."""
     import resource
 
     unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    rss = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit / 1e9:.1f}GB RSS"
-    if device_type != "cuda":
+    peak = {"host_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit}
+    if device_type == "cuda":
+        peak.update(allocated=torch.cuda.max_memory_allocated(), reserved=torch.cuda.max_memory_reserved())
+        torch.cuda.reset_peak_memory_stats()
+    return peak
+
+
+def peak_memory_text(peak, host=False):
+    """peak_memory()'s figures for the step line: the GPU's, and the host's too where it matters
+    (host=True: optimizer_offload) or where there is no GPU."""
+    rss = f"{peak['host_rss'] / 1e9:.1f}GB RSS"
+    if "allocated" not in peak:
         return rss
-    text = f"{torch.cuda.max_memory_allocated() / 1e9:.1f}GB, reserved {torch.cuda.max_memory_reserved() / 1e9:.1f}GB"
-    torch.cuda.reset_peak_memory_stats()
+    text = f"{peak['allocated'] / 1e9:.1f}GB, reserved {peak['reserved'] / 1e9:.1f}GB"
     return text + (f", host {rss}" if host else "")
