@@ -65,6 +65,25 @@ class GPTConfig:
         return self.activation_checkpointing if i < self.num_recomputed_blocks() else "none"
 
 
+# What a model's weights fix: a checkpoint or imported weights set these, and a run continuing them keeps them.
+ARCHITECTURE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "activation")
+
+
+def model_config(cfg=None, saved_args=None, **fields):
+    """The one way a run's settings become a GPTConfig (train.py, plan.py, bench.py, hf.py, sample.py).
+    The architecture (and n_tokens) comes from saved_args, a checkpoint's or imported weights' model_args,
+    where given, else from cfg; dropout and checkpointing from cfg ('auto' builds as 'none' until
+    memory.settle picks a policy); fields override the rest. cfg=None: GPTConfig's defaults."""
+    args = {k: getattr(cfg, k) for k in ARCHITECTURE_KEYS} if cfg is not None else {}
+    if saved_args is not None:
+        args = {k: saved_args.get(k, getattr(GPTConfig, k)) for k in (*ARCHITECTURE_KEYS, "n_tokens")}
+    if cfg is not None:
+        policy = cfg.activation_checkpointing
+        args.update(dropout=cfg.dropout, activation_checkpointing="none" if policy == "auto" else policy,
+                    recompute_blocks=cfg.recompute_blocks)
+    return GPTConfig(**{**args, **fields})
+
+
 class LayerNorm(nn.Module):
     """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1, and we keep one code path)."""
 

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 
 import torch
 
-from model import GPT, GPTConfig
+from model import GPT, model_config
 from trainer import bins, checkpoint, hardware, tokenizer
 
 REQUIRED_KEYS = ("model", "model_args")
@@ -105,7 +105,7 @@ def load_model(args, local_rank=0):
     except ValueError as e:
         fail(str(e))
     with torch.device(device):
-        model = GPT(GPTConfig(**state["model_args"]))
+        model = GPT(model_config(saved_args=state["model_args"]))
     try:
         checkpoint.restore(state, model)  # a ckpt_<N>.pt file or an FSDP run's ckpt_<N>/ folder
     except checkpoint.CheckpointError as e:

@@ -13,7 +13,6 @@ import datetime
 import json
 import math
 import os
-import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -32,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, casting, checkpoint, elastic, evaluation, hardware, hellaswag, hf, memory, metrics, mixture, optim, precision,
+    bins, casting, checkpoint, elastic, faults, evaluation, hardware, hellaswag, hf, memory, metrics, mixture, optim, precision,
     resume, runlock, runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
@@ -436,20 +435,6 @@ def save(step_start):
     record("save", iter_num, asynchronous=cfg.checkpoint_async, sharded=fsdp)
 
 
-def fault_injected(kind, it):
-    """Fault injection for the tests: TRAIN_FAULT_NAN_AT_ITERS=3,4 poisons those steps' loss;
-    TRAIN_FAULT_RANK_ERROR_AT_ITERS=3 stops the last rank there with an error;
-    TRAIN_FAULT_CRASH_AT_ITERS=6 crashes it there in a torchrun job's first attempt (not after a restart);
-    TRAIN_FAULT_HANG_AT_ITERS=3 hangs it there (until torchrun's SIGTERM, which a rank stuck in C++ would
-    ignore, getting SIGKILL 30 s later);
-    TRAIN_FAULT_SPIKE_AT_ITERS=5,6 multiplies it (and so the gradients) by 1000, except in steps
-    replayed after an automatic rollback (a spike belongs to its data, which the rollback skipped)."""
-    replayed = kind == "SPIKE" and any(r["first_spike"] <= it + 1 <= r["at"] for r in guard.rollbacks)
-    restarted = kind == "CRASH" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0"
-    return str(it + 1) in os.environ.get(f"TRAIN_FAULT_{kind}_AT_ITERS", "").split(",") and not replayed \
-        and not restarted
-
-
 def roll_back(first_spike, spike_data):
     """Back to a checkpoint before a burst of spikes, past the spike's data (resume.py); its iteration or None."""
     try:
@@ -491,13 +476,12 @@ while iter_num < cfg.max_iters and not stop_now:
     my_windows = sampler.next_windows(cfg.batch_size * cfg.gradient_accumulation_steps).reshape(
         cfg.gradient_accumulation_steps, cfg.batch_size, 2)[rank::world_size]
     x, y = get_batch(sampler.read, my_windows[0])
-    fault_scale = 1000.0 if fault_injected("SPIKE", iter_num) else 1.0
     with step_casts:  # where casting.py applies, the weights' bf16 copies live until the step's last backward
         for micro_step in range(micro_steps):
             last = micro_step == micro_steps - 1
             sync_gradients(last)
             with train_autocast:
-                loss = model(x, y)[1] * fault_scale
+                loss = model(x, y)[1]
             if not last:  # fetch the next batch while the GPU works
                 x, y = get_batch(sampler.read, my_windows[micro_step + 1])
             (loss / micro_steps).backward()
@@ -508,18 +492,11 @@ while iter_num < cfg.max_iters and not stop_now:
     if stop_now:
         optimizer.zero_grad(set_to_none=True)  # the unfinished step is dropped; resume redraws its batches
         break
-    if fault_injected("RANK_ERROR", iter_num) and rank == world_size - 1:
-        fail("injected error on the last rank")
-    if fault_injected("CRASH", iter_num) and rank == world_size - 1:
-        raise RuntimeError("injected crash on the last rank")
-    if fault_injected("HANG", iter_num) and rank == world_size - 1:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        time.sleep(3600)
     if averaged_by_hand:
         optim.average_gradients(raw_model.parameters(), world_size)
     loss_mean = mean_over_ranks(loss_sum / micro_steps)  # over the whole global batch
-    if fault_injected("NAN", iter_num):
-        loss_mean = loss_mean * float("nan")
+    loss_mean = faults.active.step(iter_num + 1, loss_mean, raw_model.parameters(), rank == world_size - 1,
+                                   guard.replayed, fail)  # the tests' injected faults (faults.py); else nothing
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
     if isinstance(grad_norm, DTensor):  # FSDP2 returns the norm as a DTensor
         grad_norm = grad_norm.full_tensor()

@@ -54,7 +54,7 @@ from trainer import hardware  # noqa: E402
 from trainer import memory  # noqa: E402
 from trainer import optim  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
-from model import GPT, GPTConfig  # noqa: E402
+from model import GPT, GPTConfig, model_config  # noqa: E402
 
 TRAIN = os.path.join(REPO, "train.py")
 # Every run starts fresh, logs each step, and neither evaluates, saves nor reports to wandb.
@@ -345,7 +345,7 @@ class Bench:
                       steps=len(steps))
         result["auto"] = next((line for line in stdout.splitlines() if line.startswith("auto: ")), None)
         if self.args.simulate and policy[0] != "auto":
-            config = plan.model_config(self.cfg, *policy)
+            config = model_config(self.cfg, activation_checkpointing=policy[0], recompute_blocks=policy[1])
             with torch.device("meta"):
                 estimate = memory.estimate(GPT(config), batch_size, self.cfg.dtype, 1, "ddp", None, *self.mode,
                                            fp8=self.cfg.fp8)
@@ -422,8 +422,8 @@ def reference_run(cfg, data_dir, batch_size, micro_steps, warmup, steps):
     device, device_type = hardware.resolve_device(cfg.device)
     autocast = torch.autocast(device_type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
     torch.manual_seed(cfg.seed)
-    with torch.device(device):  # the GPTConfig train.py builds for cfg, as plan.py derives it
-        model = GPT(plan.model_config(cfg, "none"))
+    with torch.device(device):  # the GPTConfig train.py builds for cfg
+        model = GPT(model_config(cfg, activation_checkpointing="none"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2),
                                   weight_decay=cfg.weight_decay)
     tokens = bins.TokenBin(bins.bin_path(data_dir, "train"), cfg.vocab_size)

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from trainer import checkpoint  # noqa: E402
 from trainer import optim  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+from model import GPT, model_config  # noqa: E402
 
 
 def main():
@@ -31,7 +31,7 @@ def main():
         state = checkpoint.load_checkpoint(args.source)
     except checkpoint.CheckpointError as e:
         sys.exit(f"error: {e}")
-    model = GPT(GPTConfig(**state["model_args"]))
+    model = GPT(model_config(saved_args=state["model_args"]))
     config = state["config"]
     mode = optim.mode_of(config)  # the checkpoint's own memory mode: nothing converted on the way
     if mode[1] == "bfloat16":

@@ -38,26 +38,20 @@ from trainer import memory  # noqa: E402
 from trainer import mixture  # noqa: E402
 from trainer import offload  # noqa: E402
 from trainer import optim  # noqa: E402
-from model import CHECKPOINTING_POLICIES, GPT, GPTConfig  # noqa: E402
+from model import CHECKPOINTING_POLICIES, GPT, model_config  # noqa: E402
 
 DEFAULT_GPU = "mi300x"
 LONG_RUN_DAYS = 365
 GPUS_PER_NODE = 8
 
 
-def model_config(cfg, activation_checkpointing=None, recompute_blocks=None):
-    """The GPTConfig train.py builds for cfg, with a concrete checkpointing policy in place of 'auto'."""
-    policy = activation_checkpointing or cfg.activation_checkpointing
-    return GPTConfig(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=cfg.block_size,
-                     vocab_size=cfg.vocab_size, bias=cfg.bias, dropout=cfg.dropout,
-                     activation_checkpointing="none" if policy == "auto" else policy,
-                     recompute_blocks=cfg.recompute_blocks if recompute_blocks is None else recompute_blocks)
-
-
 def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
-    """The model train.py builds for cfg, on the meta device: every shape, no memory, no init time."""
+    """The model train.py builds for cfg (model.model_config), on the meta device: every shape, no memory,
+    no init time; a policy and block count given replace cfg's."""
+    fields = {k: v for k, v in (("activation_checkpointing", activation_checkpointing),
+                                ("recompute_blocks", recompute_blocks)) if v is not None}
     with torch.device("meta"):
-        return GPT(model_config(cfg, activation_checkpointing, recompute_blocks))
+        return GPT(model_config(cfg, **fields))
 
 
 # fp8 is unmeasured here, so its speed is an assumption, stated wherever plan.py uses it: torchao's

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer import checkpoint
+from trainer import checkpoint, faults
 from trainer.checkpoint import CheckpointError, checkpoint_path, list_checkpoints, load_checkpoint, load_newest, \
     remove_stale_temp_files, roll_back_to, save_checkpoint
 
@@ -188,7 +188,7 @@ def test_numpy_rng_state_is_refused(tmp_path):
 def test_disk_full_raises_and_keeps_older_checkpoints(tmp_path, monkeypatch):
     save(tmp_path, 1)
     save(tmp_path, 2)
-    monkeypatch.setenv('CKPT_FAULT', 'disk_full')
+    monkeypatch.setattr(faults, 'active', faults.Faults('disk_full'))
     with pytest.raises(CheckpointError, match='No space left on device') as info:
         save(tmp_path, 3, keep_last_n=1)
     message = str(info.value)
@@ -201,7 +201,7 @@ def test_disk_full_raises_and_keeps_older_checkpoints(tmp_path, monkeypatch):
 
 SAVE_IN_CHILD = """
 import sys, torch
-from trainer import checkpoint
+from trainer import checkpoint, faults
 n = int(sys.argv[2])
 saver = checkpoint.Saver(asynchronous=sys.argv[3] == 'async', log=lambda line: None)
 state = {'model': {'w': torch.full((64, 64), float(n))}, 'iter_num': n}
@@ -218,7 +218,7 @@ def test_sigkill_during_save_leaves_every_checkpoint_loadable(tmp_path, fault, m
     for n in [1, 2, 3]:
         save(tmp_path, n, keep_last_n=2)
     child = subprocess.run([sys.executable, '-c', SAVE_IN_CHILD, str(tmp_path), '4', mode], cwd=REPO,
-                           env=dict(os.environ, CKPT_FAULT=fault, PYTHONPATH=REPO), capture_output=True)
+                           env=dict(os.environ, TRAINER_FAULTS=fault, PYTHONPATH=REPO), capture_output=True)
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()
     for path in glob.glob(str(tmp_path / 'ckpt_*.pt')):
         load_checkpoint(path, log=quiet)
@@ -261,7 +261,7 @@ def test_an_async_save_writes_the_state_it_was_given_and_the_next_save_waits_for
 def test_a_failed_async_save_fails_the_next_wait_and_keeps_older_checkpoints(tmp_path, monkeypatch):
     save(tmp_path, 1)
     saver = checkpoint.Saver(asynchronous=True, log=quiet)
-    monkeypatch.setenv('CKPT_FAULT', 'disk_full')
+    monkeypatch.setattr(faults, 'active', faults.Faults('disk_full'))
     saver.save_checkpoint(make_state(2), str(tmp_path), 2, 1)  # returns: the failure is in the background
     with pytest.raises(CheckpointError, match='could not write .*ckpt_2.pt'):
         saver.wait()

@@ -222,7 +222,7 @@ def test_a_crashed_rank_restarts_the_job_which_ends_as_an_uninterrupted_resume(t
     from the same checkpoint without a crash."""
     out = tmp_path / "restarted"
     result = run(out, data_dir, "--max_iters=8", "--strategy=fsdp", "--checkpoint_async=True", nproc=2, restarts=1,
-                 env=dict(ENV, TRAIN_FAULT_CRASH_AT_ITERS="6", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
+                 env=dict(ENV, TRAINER_FAULTS="crash@6", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
     assert "elastic: restart 1 of 1; the attempt before ended with: rank 1: train.py crashed: RuntimeError: " \
            "injected crash on the last rank" in result.stdout
     assert "resuming after 4 completed steps" in result.stdout and "writing them in the background" in result.stdout

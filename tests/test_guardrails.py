@@ -234,7 +234,7 @@ def test_a_failing_rank_ends_the_whole_job_within_seconds(tmp_path, data_dir):
     started = time.time()
     result = warm_python.torchrun(["--standalone", "--nproc_per_node=2"], [
         "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=50",
-        "--gradient_accumulation_steps=4"], cwd=REPO, env=dict(ENV, TRAIN_FAULT_RANK_ERROR_AT_ITERS="3"))
+        "--gradient_accumulation_steps=4"], cwd=REPO, env=dict(ENV, TRAINER_FAULTS="rank_error@3"))
     assert result.returncode != 0 and time.time() - started < 90
     assert "rank 1 error: injected error on the last rank" in result.stderr
     assert "rank 1 error: injected error on the last rank" in (out / "train.log").read_text()

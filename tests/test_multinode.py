@@ -58,7 +58,7 @@ def test_a_hung_rank_stops_the_job_within_the_collective_timeout_and_is_named(tm
     out = tmp_path / "hang"
     t0 = time.time()
     result = run(out, data_dir, "--max_iters=8", "--collective_timeout_minutes=0.05", nproc=2, check=False,
-                 env=dict(ENV, TRAIN_FAULT_HANG_AT_ITERS="3"))
+                 env=dict(ENV, TRAINER_FAULTS="hang@3"))
     log = (out / "train.log").read_text()
     hung_at = log.index("iter 2:")
     assert result.returncode != 0 and time.time() - t0 < 90

@@ -145,7 +145,7 @@ def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path,
 
 def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, data_dir):
     skipped = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=4",
-                    env={"TRAIN_FAULT_NAN_AT_ITERS": "1,2,3,4"})  # no step taken when ckpt_4 is saved
+                    env={"TRAINER_FAULTS": "nan@1,2,3,4"})  # no step taken when ckpt_4 is saved
     assert "saved" in skipped.stdout and "resuming after 4" in train(
         tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=6").stdout
     for source, dest in ((tmp_path / "run" / "ckpt_6.pt", tmp_path / "sharded"),

@@ -160,7 +160,7 @@ def test_max_tokens_stops_at_the_first_document_boundary_at_or_past_the_cap(tmp_
 def test_sigkill_then_rerun_is_byte_identical(tmp_path, corpus, stage):
     docs, source, reference = corpus
     out = tmp_path / "out"
-    kill = {"PREPARE_KILL_AFTER_CHUNKS": "2", "PREPARE_KILL_AT": stage}
+    kill = {"TRAINER_FAULTS": f"kill_{stage}@2"}
     killed = prepare(source, out, *FLAGS, "--commit_seconds", "0", env=kill)
     assert killed.returncode == -9
     assert bins.read_meta(out)["complete"] is False
@@ -187,7 +187,7 @@ def test_rerun_of_a_complete_job_is_a_no_op(tmp_path, corpus):
 def test_changed_arguments_are_refused(tmp_path, corpus):
     docs, source, _ = corpus
     out = tmp_path / "out"
-    prepare(source, out, *FLAGS, "--commit_seconds", "0", env={"PREPARE_KILL_AFTER_CHUNKS": "1"})
+    prepare(source, out, *FLAGS, "--commit_seconds", "0", env={"TRAINER_FAULTS": "kill_committed@1"})
     refused = prepare(source, out, *FLAGS, "--val_fraction", "0.3")
     assert refused.returncode == 1
     assert refused.stderr.strip().count("\n") == 0  # one line

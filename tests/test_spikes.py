@@ -19,7 +19,7 @@ def position(state):
 
 
 def spiky(out_dir, data_dir, *overrides, at="9,10,11", check=True):
-    return train(out_dir, data_dir, *SPIKY, *overrides, env={"TRAIN_FAULT_SPIKE_AT_ITERS": at}, check=check)
+    return train(out_dir, data_dir, *SPIKY, *overrides, env={"TRAINER_FAULTS": f"spike@{at}" if at else ""}, check=check)
 
 
 def test_the_guard_judges_against_accepted_history_only():

@@ -120,7 +120,7 @@ def test_signal_saves_and_resume_is_exact(tmp_path, data_dir, sig):
 def test_kill_during_save_loses_nothing(tmp_path, data_dir, reference):
     out = tmp_path / "kill"
     train(out, data_dir, "--max_iters=4")
-    result = train(out, data_dir, "--max_iters=12", env={"CKPT_FAULT": "kill_after_temp_write"}, check=False)
+    result = train(out, data_dir, "--max_iters=12", env={"TRAINER_FAULTS": "kill_after_temp_write"}, check=False)
     assert result.returncode == -signal.SIGKILL
     assert ckpts(out) == [4] and any(p.name.startswith(".ckpt_8") for p in out.iterdir())
     result = train(out, data_dir, "--max_iters=12")
@@ -142,7 +142,7 @@ def test_disk_full_during_save_loses_nothing(tmp_path, data_dir):
     out = tmp_path / "full"
     train(out, data_dir, "--max_iters=4")
     before = (out / "ckpt_4.pt").read_bytes()
-    result = train(out, data_dir, "--max_iters=8", env={"CKPT_FAULT": "disk_full"}, check=False)
+    result = train(out, data_dir, "--max_iters=8", env={"TRAINER_FAULTS": "disk_full"}, check=False)
     assert result.returncode == 1 and "error:" in result.stdout and "Traceback" not in result.stderr
     assert ckpts(out) == [4] and (out / "ckpt_4.pt").read_bytes() == before
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [".lock"]  # no temp file left
@@ -150,13 +150,13 @@ def test_disk_full_during_save_loses_nothing(tmp_path, data_dir):
 
 def test_nonfinite_step_is_skipped_and_never_saved(tmp_path, data_dir):
     out = tmp_path / "nan"
-    result = train(out, data_dir, "--max_iters=8", env={"TRAIN_FAULT_NAN_AT_ITERS": "3"})
+    result = train(out, data_dir, "--max_iters=8", env={"TRAINER_FAULTS": "nan@3"})
     assert "iter 3: non-finite loss nan" in result.stdout and "step skipped" in result.stdout
     for k in ckpts(out):
         assert all(torch.isfinite(t).all() for t in weights(out / f"ckpt_{k}.pt").values())
     out = tmp_path / "nan_forever"
     result = train(out, data_dir, "--max_iters=12", "--max_nonfinite_steps=3",
-                   env={"TRAIN_FAULT_NAN_AT_ITERS": "5,6,7,8,9,10,11,12"}, check=False)
+                   env={"TRAINER_FAULTS": "nan@5,6,7,8,9,10,11,12"}, check=False)
     assert result.returncode == 1 and "3 non-finite steps in a row" in result.stdout
     assert ckpts(out) == [4]  # nothing saved after the poison began
 

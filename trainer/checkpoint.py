@@ -32,7 +32,6 @@ import pickle
 import random
 import re
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -45,6 +44,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict, set_state_dict)
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.utils.serialization import config as serialization_config
+
+from trainer import faults
 
 # no sign and no zero padding, so each step has exactly one name (ckpt_010.pt is not step 10)
 _CKPT_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)\.pt')
@@ -116,14 +117,13 @@ def _remove(path):
         os.remove(path)
 
 
-# --- fault injection for tests: CKPT_FAULT=kill_after_temp_write|kill_before_rotate|disk_full ---
+# --- fault injection for tests (faults.py): kill_after_temp_write, kill_before_rotate, disk_full ---
 def _fault(point):
-    if os.environ.get('CKPT_FAULT') == point:
-        os.kill(os.getpid(), signal.SIGKILL)
+    faults.active.kill(point)
 
 
 class _DiskFullAfterFirstWrite:
-    """CKPT_FAULT=disk_full: a file whose disk fills up once some bytes are on it."""
+    """The disk_full fault: a file whose disk fills up once some bytes are on it."""
 
     def __init__(self, f):
         self.f = f
@@ -164,7 +164,7 @@ def _write_and_sync(state, tmp, path):
         # runs at a fraction of the link's speed (no effect on tensors already on the CPU)
         options = {'save.compute_crc32': False, 'save.use_pinned_memory_for_d2h': True}
         with open(tmp, 'wb') as f, serialization_config.patch(options):
-            disk_full = os.environ.get('CKPT_FAULT') == 'disk_full'  # fault injection, see above
+            disk_full = faults.active.fires('disk_full')  # fault injection, see above
             torch.save(state, _DiskFullAfterFirstWrite(f) if disk_full else f)
             f.flush()
             os.fsync(f.fileno())  # the bytes must be on disk before a ckpt_<N>.pt name points at them

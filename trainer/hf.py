@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, model_config
 from trainer import checkpoint
 
 GPT2_MODELS = {name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")}
@@ -58,7 +58,7 @@ def from_pretrained(name_or_path, **overrides):
     """OpenAI's GPT-2 ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl'), a Hugging Face GPT-2 folder or
     one of this project's checkpoints, as a GPT; overrides set non-architecture fields (dropout=0.1)."""
     args, weights, _ = load_weights(name_or_path, log=lambda message: None)
-    model = GPT(GPTConfig(**args, **overrides))
+    model = GPT(model_config(saved_args=args, **overrides))
     model.load_state_dict(weights)
     return model
 
@@ -199,7 +199,7 @@ def checkpoint_weights(state):
     if "sharded_path" not in state:
         return state["model"]
     with torch.device("meta"):
-        model = GPT(GPTConfig(**state["model_args"]))
+        model = GPT(model_config(saved_args=state["model_args"]))
     model.to_empty(device="cpu")
     try:
         checkpoint.restore(state, model)
@@ -221,7 +221,7 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print):
         raise WeightsError(f"{out_dir} exists and is not an empty folder: choose a new folder for the export")
     state = _newest(source, log)
     dtype_name = str(dtype).removeprefix("torch.")
-    args = GPTConfig(**state["model_args"])
+    args = model_config(saved_args=state["model_args"])
     encoding = _encoding(state.get("encoding"), log)
     rows = _exported_rows(args, encoding, source)
     eot = encoding.eot_token if encoding else None

@@ -36,7 +36,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from trainer import runlock
+from trainer import faults, runlock
 from trainer.bins import SPLITS, BinError, BinWriter, bin_path, check_vocab, write_json_atomic, write_meta
 from trainer.tokenizer import describe as describe_encoding
 from trainer.tokenizer import get_encoding
@@ -375,21 +375,12 @@ def _meta(state):
             "complete": state["complete"], "command": state["command"]}
 
 
-def _maybe_kill(chunk, stage):
-    """Fault injection for tests: PREPARE_KILL_AFTER_CHUNKS=k SIGKILLs the job at its k-th chunk, at
-    PREPARE_KILL_AT: 'appended' (bins written, nothing committed), 'synced' (bins fsynced, manifest
-    not yet written) or 'committed' (the default; manifest written). Only commits reach the last two."""
-    at = int(os.environ.get("PREPARE_KILL_AFTER_CHUNKS", -1)), os.environ.get("PREPARE_KILL_AT", "committed")
-    if (chunk, stage) == at:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _commit(data_dir, state, writer, chunk):
     state["bin_bytes"] = writer.sync()  # the data is on disk before the manifest says it is
-    _maybe_kill(chunk, "synced")
+    faults.active.kill("kill_synced", chunk)  # fault injection for tests (faults.py)
     write_json_atomic(os.path.join(data_dir, MANIFEST), state)
     write_meta(data_dir, _meta(state))
-    _maybe_kill(chunk, "committed")
+    faults.active.kill("kill_committed", chunk)
 
 
 def _append(state, writer, result, max_tokens):
@@ -488,7 +479,7 @@ def _encode_all(args, source, state, writer, encoding):
             before = _total(state)
             capped = _append(state, writer, result, args.max_tokens)
             state["position"] = position
-            _maybe_kill(chunk, "appended")
+            faults.active.kill("kill_appended", chunk)
             bar.update(_total(state) - before)
             bar.set_postfix_str(f"{sum(state['documents'].values()):,} docs, "
                                 f"{tqdm.format_sizeof(2 * _total(state), 'B')} written", refresh=False)

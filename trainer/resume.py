@@ -1,11 +1,18 @@
-"""A run's state beyond its weights and optimizer: what a checkpoint keeps of it, and how it goes back in.
+"""Where a run starts, and its state beyond weights and optimizer: what a checkpoint keeps, how it goes back in.
 
-train.py saves `run_state(...)` beside the weights and optimizer, and `restore(...)` puts a loaded
-checkpoint back into the live run: weights, optimizer, data position, RNGs and spike statistics.
-Both sides live here, so a field added to one cannot be forgotten by the other (tests/test_train.py
-resumes runs bit-exactly). Problems are raised as ResumeError, one line each, for train.py to print.
+`start_point(cfg, ...)` decides what a run starts from (its checkpoint, one to roll back to, imported
+weights, or scratch) and the architecture that implies. train.py saves `run_state(...)` beside the weights
+and optimizer, and `restore(...)` puts a loaded checkpoint back into the live run: weights, optimizer, data
+position, RNGs and spike statistics. Both sides live here, so a field added to one cannot be forgotten by
+the other. Problems are raised as ResumeError, one line each, for train.py to print.
 """
-from trainer import checkpoint, mixture, optim, spikes
+import os
+import types
+
+import torch.distributed as dist
+
+from model import ARCHITECTURE_KEYS, GPTConfig
+from trainer import checkpoint, hf, mixture, optim, spikes
 
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
 SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters")
@@ -13,6 +20,80 @@ SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "d
 
 class ResumeError(Exception):
     """A checkpoint that cannot continue this run, with what to do about it."""
+
+
+def start_point(cfg, defaults, master, log):
+    """What this run starts from, as a namespace: state (a checkpoint to continue, else None), weights and
+    encoding (imported weights for a new run, else None), saved_args (the model_args the weights fix, or
+    None) and origin (whose they are, for messages). init_from 'auto' continues out_dir's newest loadable
+    checkpoint, else starts from scratch (or init_weights / a GPT-2 name); a path continues that checkpoint,
+    setting newer ones of out_dir aside (a roll back). The architecture keys of cfg become the weights' own
+    (their provenance 'from <origin>'); one the config sets to another value than its default
+    (configurator.DEFAULTS) and the weights' is a ResumeError."""
+    pretrained = cfg.init_weights or (cfg.init_from if cfg.init_from in hf.GPT2_MODELS else "")
+    from_path = cfg.init_from not in ("auto", "resume", "scratch", *hf.GPT2_MODELS)
+    if cfg.init_weights and cfg.init_from not in ("auto", "scratch"):
+        raise ResumeError(f"init_weights starts a new run, init_from={cfg.init_from!r} continues one: drop one of them")
+    if from_path and not os.path.exists(cfg.init_from):
+        raise ResumeError(f"init_from: no such checkpoint {cfg.init_from}")
+    if master:
+        checkpoint.remove_stale_temp_files(cfg.out_dir, log=log)
+    if dist.is_initialized():
+        dist.barrier()  # the others look at out_dir only once rank 0 has tidied it
+    start = types.SimpleNamespace(state=None, weights=None, encoding=None, saved_args=None, origin=None,
+                                  pretrained=pretrained)
+    try:
+        start.state = _checkpoint_to_continue(cfg, from_path, master, log)
+    except checkpoint.CheckpointError as e:
+        raise ResumeError(str(e)) from None
+    if start.state is not None:
+        start.saved_args, start.origin = start.state["model_args"], "the checkpoint"
+    elif pretrained:
+        try:
+            start.saved_args, start.weights, start.encoding = hf.load_weights(pretrained, log=log)
+        except hf.WeightsError as e:
+            raise ResumeError(f"{'init_weights' if cfg.init_weights else 'init_from'}: {e}") from None
+        start.origin = pretrained
+    if start.saved_args is not None:
+        take_architecture(cfg, defaults, start.saved_args, start.origin)
+    return start
+
+
+def _checkpoint_to_continue(cfg, from_path, master, log):
+    """The checkpoint state init_from names, or None for a new run."""
+    if cfg.init_from == "scratch":
+        if existing := checkpoint.list_checkpoints(cfg.out_dir):
+            raise ResumeError(f"init_from='scratch' but {cfg.out_dir} holds {len(existing)} checkpoint(s) (newest "
+                              f"{os.path.basename(existing[0][1])}); use another out_dir, or init_from='auto' to continue")
+        return None
+    if not from_path:
+        state = checkpoint.load_newest_on_every_rank(cfg.out_dir, log=log)
+        if state is None and cfg.init_from == "resume":
+            raise ResumeError(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to "
+                              "start from scratch")
+        return state
+    state = checkpoint.load_checkpoint(cfg.init_from, log=log)
+    # an earlier checkpoint of this out_dir: set the newer ones aside, only now that it has loaded
+    init_path = os.path.abspath(cfg.init_from)  # also for 'ckpt_N/' with a trailing slash
+    if master and os.path.samefile(os.path.dirname(init_path), cfg.out_dir) and checkpoint.roll_back_to(init_path, log=log):
+        log("rolled back: once this run is going, drop --init_from to continue it later "
+            "(running this same command again would roll back again)")
+    return state
+
+
+def take_architecture(cfg, defaults, saved_args, origin):
+    """Set cfg's architecture keys to saved_args' (a checkpoint's or imported weights' model_args). A key the
+    config set to a value other than both its default and the saved one is a mistake, named with where it
+    was set (cfg.sources, configurator.py's record)."""
+    sources = getattr(cfg, "sources", {})
+    for key in ARCHITECTURE_KEYS:
+        saved, wanted = saved_args.get(key, getattr(GPTConfig, key)), getattr(cfg, key)
+        if wanted != saved and wanted != defaults[key]:
+            raise ResumeError(f"{key}={wanted!r} (set {sources.get(key, 'in the config')}) conflicts with {origin}'s {key}={saved!r}: the "
+                              f"architecture comes from {origin}, so leave {key} out, or train a new model in a new out_dir")
+        setattr(cfg, key, saved)
+        if wanted != saved:
+            sources[key] = f"from {origin}"
 
 
 def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard):

@@ -40,6 +40,10 @@ class SpikeGuard:
         self.history.append((loss, grad_norm))
         return None
 
+    def replayed(self, iteration):
+        """Whether step `iteration` runs again after an automatic rollback, on data past the spike's."""
+        return any(r["first_spike"] <= iteration <= r["at"] for r in self.rollbacks)
+
     def note_skipped(self, iteration, data_position):
         """A skipped step of any kind (spike or non-finite), toward a burst."""
         self.skipped_at.append((iteration, data_position))

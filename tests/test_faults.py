@@ -1,0 +1,38 @@
+"""faults.py: the one fault-injection scheme, parsed once, firing where and when it is asked to."""
+import pytest
+import torch
+
+from trainer import faults
+
+
+def test_spec_is_parsed_into_points_and_bad_ones_are_refused():
+    f = faults.Faults("nan@3,4 kill_before_rotate kill_synced@2")
+    assert f.fires("nan", 3) and f.fires("nan", 4) and not f.fires("nan", 5)
+    assert f.fires("kill_before_rotate") and not f.fires("disk_full")
+    assert f.fires("kill_synced", 2) and not f.fires("kill_synced", 1) and f.training
+    assert not faults.Faults("disk_full").training and not faults.Faults("").points
+    for bad in ("nan", "disk_full@3", "typo@1"):
+        with pytest.raises(ValueError, match="TRAINER_FAULTS: unknown fault"):
+            faults.Faults(bad)
+
+
+def fail(message):
+    raise SystemExit(message)
+
+
+def test_step_faults_poison_the_loss_scale_gradients_and_stop_the_last_rank():
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    loss = torch.tensor(2.0)
+    never = lambda step: False  # noqa: E731
+    assert faults.Faults("").step(1, loss, [p], True, never, fail) is loss  # nothing set: nothing done
+    spiky = faults.Faults("spike@5 nan@6")
+    assert spiky.step(5, loss, [p], False, never, fail).item() == 2000.0 and p.grad.tolist() == [1000.0, 1000.0]
+    assert spiky.step(5, loss, [p], False, lambda step: True, fail).item() == 2.0  # a replayed step: no spike
+    assert torch.isnan(spiky.step(6, loss, [p], False, never, fail))
+    with pytest.raises(SystemExit, match="injected error on the last rank"):
+        faults.Faults("rank_error@3").step(3, loss, [p], True, never, fail)
+    assert faults.Faults("rank_error@3").step(3, loss, [p], False, never, fail) is loss  # not the last rank
+    with pytest.raises(RuntimeError, match="injected crash"):
+        faults.Faults("crash@2").step(2, loss, [p], True, never, fail)
+    assert faults.Faults("crash@2", restarted=True).step(2, loss, [p], True, never, fail) is loss
