@@ -8,7 +8,23 @@ import os
 import sys
 import traceback
 
-from trainer import elastic
+from trainer import elastic, hardware
+
+
+def step_line(iteration, loss, step_time, tokens_per_sec, lr, grad_norm, memory, mfu=None, hfu=None, world_size=1,
+              eta=None):
+    """The line train.log shows for a step (tools read metrics.jsonl's step record instead). memory: the
+    peak's text (hardware.peak_memory_text); hfu only where recompute makes it differ from mfu; eta in seconds."""
+    line = (f"iter {iteration}: loss {loss:.4f}, time {step_time * 1000:.0f}ms, mfu {hardware.percent(mfu)}, "
+            f"tok/s {tokens_per_sec:,.0f}")
+    if world_size > 1:
+        line += f" ({tokens_per_sec / world_size:,.0f} per GPU)"
+    line += f", lr {lr:.3e}, grad norm {grad_norm:.3f}, mem {memory}"
+    if hfu is not None:
+        line += f", hfu {hardware.percent(hfu)}"
+    if eta is not None:
+        line += f", eta {eta / 3600:.1f}h" if eta >= 3600 else f", eta {eta / 60:.1f}min"
+    return line
 
 
 class RunLog:

@@ -1,4 +1,11 @@
-"""Sharding a GPT over the processes of a run with FSDP2 (torch.distributed.fsdp.fully_shard).
+"""How a run's processes share the work: the process groups, and the model wrapped for them.
+
+`init_processes` starts torch.distributed with a timeout for training's collectives and `save_group`
+makes the gloo group saves wait on, with a timeout a whole write fits in. `mode` names how gradients
+meet ('ddp', 'by_hand', 'fsdp' or 'single') and `wrap` applies it, with torch.compile; `agree` and
+`mean` are the two collectives the loop needs.
+
+Sharding with FSDP2 (torch.distributed.fsdp.fully_shard):
 
 The policy keeps one GPU's numerics where it can. On one GPU, bf16 autocast multiplies in bf16 over
 fp32 weights, runs LayerNorm in fp32 and keeps the residual stream in fp32. FSDP2's default casts a
@@ -20,9 +27,96 @@ dimension (the nodes), so the all-gathers and reduce-scatters stay inside a node
 shards' gradients are all-reduced across nodes. The numerics are FSDP's: the same policy, the
 gradients averaged over every rank.
 """
+import datetime
+
 import torch
+import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from trainer import checkpoint, elastic, optim
+
+
+def init_processes(cfg, device_type, log):
+    """torch.distributed's default group for torchrun's processes; returns its collectives' timeout."""
+    timeout = datetime.timedelta(minutes=cfg.collective_timeout_minutes)
+    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device_type == "cuda" else "gloo")
+    if backend == "nccl":  # a hung collective ends the process and leaves a trace (elastic.py)
+        log(f"NCCL/RCCL: {elastic.nccl_settings(cfg.out_dir)}")
+    dist.init_process_group(backend=backend, timeout=timeout)
+    return timeout
+
+
+def save_group(cfg, n_params, timeout, log):
+    """Training's collectives fail a hung job within collective_timeout_minutes. A save can take far longer
+    (the checkpoint's size over this disk's speed, measured now), so its waits are on a gloo group of their own."""
+    checkpoint_bytes = optim.checkpoint_bytes(n_params, optim.mode_of(vars(cfg)))
+    write_speed = checkpoint.write_speed(cfg.out_dir) if cfg.checkpoint_interval > 0 else float("inf")
+    save_timeout = checkpoint.process_group_timeout(checkpoint_bytes, write_speed)
+    log(f"collectives wait up to {timeout}, saves up to {save_timeout} ({cfg.out_dir} writes "
+        f"{write_speed / 1e9:.2f} GB/s, a checkpoint is {checkpoint_bytes / 1e9:.1f} GB)")
+    return dist.new_group(backend="gloo", timeout=save_timeout)
+
+
+def mode(cfg, distributed):
+    """How gradients meet: 'fsdp' (strategy fsdp or hsdp), 'ddp', 'by_hand' (DDP cannot reduce fp32
+    gradients of bf16 weights: optim.average_gradients), or 'single' (one process)."""
+    if not distributed:
+        return "single"
+    if cfg.strategy in ("fsdp", "hsdp"):
+        return "fsdp"
+    return "ddp" if cfg.master_weights == "float32" else "by_hand"
+
+
+def wrap(model, cfg, how, world_size, device_type, local_rank, log):
+    """The model as the loop runs it, for mode() `how`: compiled per block (in place, so state_dict keys
+    stay), then sharded (FSDP2/HSDP, in place) or wrapped in DDP. Call it before the optimizer is built."""
+    if how == "by_hand":  # the replicas start from rank 0's weights, as DDP would make them
+        optim.broadcast_weights(model.parameters())
+    if cfg.compile:  # per block: each block's checkpoint is traced too
+        # Dynamo's DDP optimizer would split each block's graph at bucket boundaries so that all-reduces
+        # overlap backward; DDP here all-reduces only on a step's last micro-batch, so the splits only cost speed.
+        torch._dynamo.config.optimize_ddp = how != "ddp"
+        for block in model.transformer.h:
+            block.compile()
+    if how == "fsdp":  # parameters, gradients and optimizer state block by block, keeping one GPU's numerics
+        shard(model, cfg.dtype, mesh(cfg.strategy, device_type, world_size, cfg.hsdp_shard_size))
+        if cfg.strategy == "hsdp":
+            log(f"hsdp: each parameter sharded over {cfg.hsdp_shard_size} processes, replicated "
+                f"{world_size // cfg.hsdp_shard_size} times")
+    if how != "ddp":
+        return model
+    # Gradients made before the wrap become views of DDP's buckets (gradient_as_bucket_view): without them the
+    # first step's unsynced micro-batches would make fresh .grad tensors beside the buckets (26.6 GB at 6.7B).
+    # They stay views as long as they are zeroed in place, never set to None.
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    return DDP(model, device_ids=[local_rank] if device_type == "cuda" else None, gradient_as_bucket_view=True)
+
+
+def sync_gradients(model, on):
+    """DDP all-reduces gradients only on a step's last micro-batch; the others accumulate locally.
+    FSDP reduce-scatters after every micro-batch: skipping it would keep every block's unsharded
+    gradient until the step ends (26.6 GB per GPU at 6.7B), and memory is why one uses FSDP."""
+    if isinstance(model, DDP):
+        model.require_backward_grad_sync = on
+
+
+def agree(flag, device):
+    """True on every rank if it is true on any: a stop or a save that only some ranks enter deadlocks."""
+    if not dist.is_initialized():
+        return flag
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item() > 0
+
+
+def mean(t):
+    """t averaged over the ranks, in place (t itself in one process)."""
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    return t
 
 
 def mesh(strategy, device_type, world_size, hsdp_shard_size):
