@@ -110,24 +110,14 @@ DEFAULTS = dict(
 )
 
 
-# Keys of earlier versions, still read from old configs and command lines: name -> translation
-LEGACY_KEYS = {
-    "gradient_checkpointing": ("activation_checkpointing", lambda on: "full" if on else "none", bool),
-}
+class Config(types.SimpleNamespace):
+    """The settings as attributes; `sources` (outside vars(), so never saved as a setting) says where each
+    value came from: 'by default', 'in <config file>', 'on the command line', or 'from <checkpoint or weights>'."""
+    __slots__ = ("sources",)
 
 
 class ConfigError(Exception):
     """A config problem, described in one line the user can act on."""
-
-
-def _translate_legacy(key, value, source):
-    """(new key, value) for a key of an earlier version, else (key, value) unchanged."""
-    if key not in LEGACY_KEYS:
-        return key, value
-    new_key, translate, expected = LEGACY_KEYS[key]
-    if type(value) is not expected:
-        raise ConfigError(f"{source}: {key} must be {expected.__name__}, got {type(value).__name__} {value!r}")
-    return new_key, translate(value)
 
 
 def _check_type(key, value, source, current):
@@ -151,10 +141,7 @@ def _unknown_key(key, source):
 
 def _parse_value(key, raw):
     """'3' → 3, 'False' → False, '1e-4' → 0.0001; for a str key, unquoted text is the string itself."""
-    return _parse_value_as(type(DEFAULTS[key]), raw)
-
-
-def _parse_value_as(expected, raw):
+    expected = type(DEFAULTS[key])
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError):
@@ -171,14 +158,16 @@ def _read_config_file(path, config):
         raise ConfigError(f"config file not found: {path}")
     scope = dict(config, __file__=path)  # so that a config can read another beside it
     try:
-        exec(compile(Path(path).read_text(), path, "exec"), scope)
+        tree = ast.parse(Path(path).read_text(), path)
+        exec(compile(tree, path, "exec"), scope)
     except Exception as e:  # a user's file: report where it broke, in one line
         raise ConfigError(f"{path}: {type(e).__name__}: {e}") from None
+    assigned = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
     values = {}
     for key, value in scope.items():
-        if key.startswith("_") or isinstance(value, types.ModuleType):
+        if key.startswith("_") or isinstance(value, types.ModuleType) or (
+                key in config and key not in assigned and value is config[key]):  # not this file's setting
             continue
-        key, value = _translate_legacy(key, value, path)
         if key not in DEFAULTS:
             raise _unknown_key(key, path)
         values[key] = _check_type(key, value, path, config[key])
@@ -186,25 +175,27 @@ def _read_config_file(path, config):
 
 
 def load_config(argv):
-    """Resolve argv (config files and --key=value overrides, in order) over DEFAULTS into a namespace."""
-    config = dict(DEFAULTS)
+    """Resolve argv (config files and --key=value overrides, in order) over DEFAULTS into a Config, with
+    where each value came from in its .sources."""
+    config, sources = dict(DEFAULTS), dict.fromkeys(DEFAULTS, "by default")
     for arg in argv:
         if arg.startswith("--"):
             key, sep, raw = arg[2:].partition("=")
             if not sep:
                 raise ConfigError(f"override '{arg}' needs a value: write --{key}=VALUE")
-            if key in LEGACY_KEYS:
-                key, value = _translate_legacy(key, _parse_value_as(LEGACY_KEYS[key][2], raw), "command line")
-            elif key not in DEFAULTS:
+            if key not in DEFAULTS:
                 raise _unknown_key(key, "command line")
-            else:
-                value = _parse_value(key, raw)
-            config[key] = _check_type(key, value, "command line", config[key])
+            config[key] = _check_type(key, _parse_value(key, raw), "command line", config[key])
+            sources[key] = "on the command line"
         else:
-            config.update(_read_config_file(arg, config))
+            values = _read_config_file(arg, config)
+            config.update(values)
+            sources.update(dict.fromkeys(values, f"in {arg}"))
     if not config["data_dir"]:
         config["data_dir"] = str(Path("data") / config["dataset"])
-    return types.SimpleNamespace(**config)
+    cfg = Config(**config)
+    cfg.sources = sources
+    return cfg
 
 
 def usage():
