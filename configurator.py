@@ -12,6 +12,7 @@ config file are that file's private helpers (e.g. `_tokens = 300e9`) and are ign
 """
 import ast
 import difflib
+import json
 import os
 import re
 import sys
@@ -223,6 +224,12 @@ def load_config_or_exit(argv):
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def save_json(cfg, path, **extra):
+    """The settings a run resolved (and extra, e.g. its model_args) as JSON, for people and tools to read."""
+    with open(path, "w") as f:
+        json.dump(dict(vars(cfg), **extra), f, indent=2)
 
 
 def check(cfg, world_size, distributed=None):

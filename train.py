@@ -1,21 +1,17 @@
-"""
-Train a GPT on one GPU (or the CPU), or on many with torchrun:
+"""Train a GPT on one GPU (or the CPU), or on many with torchrun:
 
     python train.py config/train_gpt3_6b.py [--key=value ...]
     torchrun --nproc_per_node=8 train.py config/train_gpt3_6b.py [--strategy=fsdp]
 
-Reads top to bottom: config, processes, device, start point, data, model, optimizer, then the loop.
-Each decision is a function of the package (trainer/), tested there. Re-running the same command
-continues from the newest loadable checkpoint in out_dir; Ctrl+C, SIGTERM and SIGHUP stop after the
-current micro-batch with the state of the last completed step saved. Every printed line also goes to
-<out_dir>/train.log, and every figure to <out_dir>/metrics.jsonl.
+Top to bottom: config, processes, device, start point, data, model, optimizer, the loop; each decision is a
+function in trainer/. The same command again continues from out_dir's newest loadable checkpoint; Ctrl+C,
+SIGTERM and SIGHUP stop after the current micro-batch, saving the last completed step. People read
+<out_dir>/train.log, tools <out_dir>/metrics.jsonl.
 """
-import json
 import math
 import os
 import sys
 import time
-from contextlib import nullcontext
 
 import torch
 
@@ -25,7 +21,6 @@ if problem := environment.torch_problem():
     sys.exit(f"error: {problem}")
 
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
@@ -38,18 +33,11 @@ from trainer import (
 cfg = configurator.load_config_or_exit(sys.argv[1:])
 
 # -----------------------------------------------------------------------------
-# processes: one, or one per GPU under torchrun (which sets RANK, LOCAL_RANK and WORLD_SIZE)
-distributed = "RANK" in os.environ
-rank = int(os.environ.get("RANK", 0))
-local_rank = int(os.environ.get("LOCAL_RANK", 0))
-world_size = int(os.environ.get("WORLD_SIZE", 1))
+# processes: one, or one per GPU under torchrun
+distributed, rank, local_rank, world_size = elastic.ranks()
 master = rank == 0  # only rank 0 writes train.log, config.json, wandb and .pt checkpoints
-
-if master:
-    try:  # one run per out_dir: a second one would interleave train.log and overwrite checkpoints
-        out_dir_lock = runlock.hold(cfg.out_dir, "training run")
-    except runlock.Unavailable as e:
-        sys.exit(f"error: {e}")
+# one run per out_dir: a second one would interleave train.log and overwrite checkpoints
+out_dir_lock = runlock.hold_or_exit(cfg.out_dir, "training run") if master else None
 run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 log, fail = run_log, run_log.fail
 record = metrics.Metrics(cfg.out_dir, enabled=master)  # what tools read: out_dir/metrics.jsonl (metrics.py)
@@ -69,21 +57,10 @@ stop_signal = stopping.StopSignal()  # from here on a signal stops the run clean
 # -----------------------------------------------------------------------------
 # device, precision and process group
 allocator = memory.use_expandable_segments()  # before the device initialises, which is when it is read
-device, device_type = hardware.resolve_device(cfg.device, local_rank)
-if problem := hardware.device_problem(device):
-    fail(problem)
-if device_type == "cuda":
-    torch.cuda.set_device(device)  # first: under torchrun nothing may touch GPU 0 from another rank
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-if problem := (cfg.fp8 and precision.device_problem(device)) or (
+device, device_type, problem = hardware.use_device(cfg.device, local_rank)
+if problem := problem or (cfg.fp8 and precision.device_problem(device)) or (
         device_type == "cuda" and environment.compiler_problem(cfg.compile)):
     fail(problem)
-# bf16 autocast computes in bf16 over fp32 master weights; no loss scaling needed. Its cast cache
-# is off: each weight is used once per forward anyway, and with checkpointing the cache would keep
-# every block's bf16 copy alive to the end of the forward (13.3 GB at 6.7B) for nothing. (Training
-# without recompute casts once per step instead, below: casting.py.)
-autocast = (torch.autocast(device_type=device_type, dtype=torch.bfloat16, cache_enabled=False)
-            if cfg.dtype == "bfloat16" else nullcontext())
 timeout = sharding.init_processes(cfg, device_type, log) if distributed else None
 
 # -----------------------------------------------------------------------------
@@ -92,12 +69,6 @@ try:
     start = resume.start_point(cfg, configurator.DEFAULTS, master, log)
 except resume.ResumeError as e:
     fail(str(e))
-# Attention first: if only the math kernel runs, its T x T matrices are priced before anything is chosen.
-attention = hardware.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
-                                       cfg.n_head, cfg.n_embd // cfg.n_head, cfg.block_size)
-if attention == "math":
-    log("warning: attention runs the math kernel, which keeps the T x T attention matrices (priced in the memory "
-        "estimate below; slower too); see python scripts/check_env.py")
 with torch.device("meta"):
     shapes = GPT(model_config(cfg, start.saved_args))  # every shape and no storage: what memory.py's estimates read
 save_group = sharding.save_group(cfg, shapes.get_num_params(non_embedding=False), timeout, log) if distributed else None
@@ -106,15 +77,11 @@ if distributed:  # names the hung rank
         error, save_group, timeout)
 saver = checkpoint.Saver(cfg.checkpoint_async, save_group, log)
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
-budget = memory.device_budget(device, cfg.memory_budget_gb)  # after init_process_group: NCCL's buffers are a fixed cost
 try:  # refuse now rather than after minutes of allocating; auto picks the cheapest setting that fits
-    choice = memory.settle(shapes, cfg, budget, world_size, attention)
+    choice = memory.settle_run(shapes, cfg, device, world_size, log)
 except memory.DoesNotFit as e:
     fail(f"{e}; see python scripts/plan.py {' '.join(sys.argv[1:])}")
 cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
-if cfg.activation_checkpointing == "auto":
-    log(f"auto: {choice.describe(cfg.n_layer)}")
-log(memory.start_up_line(choice, budget))
 gptconf = model_config(cfg, start.saved_args, activation_checkpointing=choice.activation_checkpointing,
                        recompute_blocks=choice.recompute_blocks)
 model_args = {k: getattr(gptconf, k) for k in (*ARCHITECTURE_KEYS, "n_tokens")}  # what checkpoints keep
@@ -127,31 +94,19 @@ if cfg.data_mixture and cfg.data_dir != os.path.join("data", cfg.dataset):
 try:
     tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
     sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, start.origin)
+    encoding = sampler.encoding(fallback=start.encoding)  # saved in checkpoints, so sample.py can decode
 except (bins.BinError, mixture.MixtureError) as e:
     fail(str(e))
-described = next((s for s in sampler.sources if s.meta), sampler.sources[0])  # open_mixture checked they agree
-meta, meta_dir = described.meta, described.path
-try:  # saved in checkpoints, so sample.py can decode; a rank file found by path, else by its hash
-    encoding = tokenizer.find(meta["encoding"], meta.get("encoding_sha256"), [meta_dir]) if meta else start.encoding
-except ValueError as e:
-    fail(f"{meta_dir}/meta.json: {e}")
 # Every rank draws the same global batch and takes its share, so the sequence of global
 # batches does not depend on the number of processes.
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
 # Evaluation always uses the same validation windows, so val losses compare across time.
 val_windows = sampler.val_windows(cfg.eval_iters, eval_batch_size)
 tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
-hellaswag_examples = None
-if cfg.hellaswag_interval > 0:
-    try:  # a bad file turns the evaluation off rather than stopping a long run; another encoding is refused
-        hellaswag_examples = hellaswag.load(cfg.hellaswag_file or os.path.join(cfg.data_dir, hellaswag.FILE),
-                                            tokenizer.get_encoding(encoding or "gpt2"))
-    except hellaswag.EncodingMismatch as e:
-        fail(f"hellaswag_file: {e}")
-    except (hellaswag.HellaSwagError, ValueError) as e:
-        log(f"warning: {e}; HellaSwag evaluation is off for this run")
-    if hellaswag_examples and (note := hellaswag.truncation_note(hellaswag_examples, gptconf.block_size)):
-        log(note)
+try:
+    hellaswag_examples = hellaswag.for_run(cfg, encoding or "gpt2", gptconf.block_size, log)
+except hellaswag.EncodingMismatch as e:
+    fail(f"hellaswag_file: {e}")
 for line in sampler.describe(tokens_per_iter, cfg.max_iters):
     log(line)
 
@@ -162,10 +117,7 @@ def get_batch(read, indices):
         windows = torch.from_numpy(read(indices, gptconf.block_size))
     except bins.BinError as e:
         fail(str(e))
-    if device_type == "cuda":  # from pinned memory the copy is asynchronous: the CPU goes on queueing work
-        windows = windows.pin_memory().to(device, non_blocking=True)
-    else:
-        windows = windows.to(device)
+    windows = hardware.to_device(windows, device)
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -195,10 +147,7 @@ optimizer = optim.build(raw_model, cfg.optimizer, cfg.weight_decay, cfg.learning
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 
 
-def update_fp8_scales():
-    """Under FSDP's fp8 all-gather every weight's scale comes from one all-reduce, after each change of the weights."""
-    if cfg.fp8 and fsdp:
-        precision.update_weight_scales(raw_model)
+fp8_all_gather = cfg.fp8 and fsdp  # each weight's scale then comes from one all-reduce after each change of the weights
 
 
 def load_training_state(state, after_rollback=False):
@@ -209,7 +158,8 @@ def load_training_state(state, after_rollback=False):
                                                                 world_size, device_type, log, after_rollback)
     except resume.ResumeError as e:
         fail(str(e))
-    update_fp8_scales()
+    if fp8_all_gather:
+        precision.update_weight_scales(raw_model)
     return iteration
 
 
@@ -220,35 +170,27 @@ if start.state is not None:
     start.state = None  # the mmap'd tensors have been copied into the model and optimizer
 
 if master:
-    with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
-        json.dump(dict(vars(cfg), **model_args), f, indent=2)
+    configurator.save_json(cfg, os.path.join(cfg.out_dir, "config.json"), **model_args)
 record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params,
        world_size=world_size, batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
        activation_checkpointing=gptconf.activation_checkpointing, recompute_blocks=gptconf.recompute_blocks)
 
-# MFU against the peak of the GPU we really have; unknown hardware says so instead of guessing.
-gpu_description, gpu_key = hardware.local_gpu(local_rank) if device_type == "cuda" else (None, None)
-peak_tflops = cfg.peak_tflops or (hardware.GPUS[gpu_key].peak_tflops if gpu_key else 0.0)
-if device_type == "cuda":
-    log(f"GPU: {gpu_description}; peak bf16 {peak_tflops or 'unknown (set peak_tflops for MFU)'} TFLOPS; "
-        f"allocator {allocator}")
-    if cfg.fp8 and peak_tflops:
-        log(precision.mfu_note(peak_tflops, hardware.GPUS[gpu_key].fp8_tflops if gpu_key else None))
-model_flops = hardware.flops_per_token(n_params, gptconf.n_layer, gptconf.n_embd, gptconf.block_size)
-hardware_flops = model_flops + hardware.recompute_flops_per_token(
-    memory.block_params(raw_model), gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size,
-    gptconf.activation_checkpointing)
+# MFU against the peak of the GPU we really have
+peak_tflops, fp8_tflops, gpu_line = hardware.peaks(cfg.peak_tflops, device_type, local_rank)
+if gpu_line:
+    log(f"{gpu_line}; allocator {allocator}")
+if gpu_line and cfg.fp8 and peak_tflops:
+    log(precision.mfu_note(peak_tflops, fp8_tflops))
+utilisation = hardware.Utilisation(n_params, memory.block_params(raw_model), gptconf, peak_tflops, world_size)
 
-# each fp32 weight cast to bf16 once per optimizer step, not once per micro-batch, where that costs nothing
-step_casts, train_autocast = casting.once_per_step(device_type) if casting.applies(
-    gptconf.activation_checkpointing, cfg.dtype, cfg.master_weights, fsdp, cfg.compile, cfg.fp8) \
-    else (nullcontext(), autocast)
+# bf16 autocast; each fp32 weight cast to bf16 once per optimizer step, not per micro-batch, where that costs nothing
+autocast, step_casts, train_autocast = casting.contexts(cfg.dtype, device_type, casting.applies(
+    gptconf.activation_checkpointing, cfg.dtype, cfg.master_weights, fsdp, cfg.compile, cfg.fp8))
 
 # -----------------------------------------------------------------------------
 # wandb: optional, and never allowed to hang or prompt inside tmux (wandb_logging.py)
-wandb_run = None
-if cfg.wandb_log and master:
-    wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), wandb_run_id, log)
+wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), wandb_run_id, log) \
+    if cfg.wandb_log and master else (None, wandb_run_id)
 
 
 # -----------------------------------------------------------------------------
@@ -266,10 +208,11 @@ def get_lr(it):
 
 
 def evaluate():
-    """The val loss, the sources' weighted mean; with a data_mixture also one line per source and val/<name>."""
-    losses = {s.name: evaluation.val_loss(model, lambda k, s=s: get_batch(s.val.windows, val_windows[s.name][k]),
-                                          len(val_windows[s.name]), autocast, device, rank, world_size)
-              for s in sampler.sources}
+    """The val loss (the sources' weighted mean) logged and recorded, and the best so far; with a data_mixture
+    also one line per source and val/<name>."""
+    global best_val_loss
+    t_eval = time.time()
+    losses = evaluation.val_losses(model, sampler, val_windows, get_batch, autocast, device, rank, world_size)
     record("eval", iter_num, tokens=iter_num * tokens_per_iter, val_loss=sampler.headline(losses),
            **({"sources": losses} if cfg.data_mixture else {}))
     if cfg.data_mixture:
@@ -277,7 +220,11 @@ def evaluate():
             seen, epochs = sampler.accounting(name)
             log(f"source {name}: {seen:,} tokens seen ({epochs:.2f} epochs), val loss {loss:.4f}")
         wandb_logging.log(wandb_run, iter_num, {f"val/{name}": loss for name, loss in losses.items()})
-    return sampler.headline(losses)
+    val_loss = sampler.headline(losses)
+    best_val_loss = min(best_val_loss, val_loss)
+    log(f"eval iter {iter_num}: val loss {val_loss:.4f}" + (f", best {best_val_loss:.4f}" if clock.steps else "")
+        + f" ({time.time() - t_eval:.1f}s)")
+    wandb_logging.log(wandb_run, iter_num, {"val/loss": val_loss})
 
 
 def evaluate_hellaswag():
@@ -290,30 +237,13 @@ def evaluate_hellaswag():
     wandb_logging.log(wandb_run, iter_num, {"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]})
 
 
-def weights_are_finite():
-    local = [p.to_local() if isinstance(p, DTensor) else p for p in raw_model.parameters()]
-    return not sharding.agree(not bool(torch.stack([torch.isfinite(p).all() for p in local]).all()), device)
-
-
 def save(step_start):
     """Save the state after iter_num completed steps; step_start holds the sampler and RNG
     states from the start of the step after it, which is where a resumed run begins."""
-    if not weights_are_finite():
-        fail(f"weights are not finite after step {iter_num}; not saving. Roll back with "
-             f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
-    trainer_state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id,
-                                     encoding, guard)
+    state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard)
     try:
-        saver.wait()  # the previous save is complete (one at a time), and had it failed, the run stops here
-        if fsdp:
-            saver.save_sharded(raw_model, optimizer, trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n)
-        elif master:
-            model_sd, optimizer_sd = checkpoint.full_state(raw_model, optimizer)
-            trainer_state.update(model=model_sd, optimizer=optimizer_sd)
-            saver.save_checkpoint(trainer_state, cfg.out_dir, iter_num, cfg.keep_last_n)
-        if not cfg.checkpoint_async:
-            saver.wait()  # the other ranks wait for rank 0's .pt here, on the save group's long timeout
-    except checkpoint.CheckpointError as e:
+        resume.save(saver, state, raw_model, optimizer, cfg, iter_num, fsdp, master, device)
+    except (resume.ResumeError, checkpoint.CheckpointError) as e:
         fail(str(e))
     record("save", iter_num, asynchronous=cfg.checkpoint_async, sharded=fsdp)
 
@@ -330,11 +260,9 @@ def roll_back(first_spike, spike_data):
 
 # -----------------------------------------------------------------------------
 # the loop: iter_num counts completed optimizer steps, so `iter N` and ckpt_N.pt agree
+clock = runlog.StepClock(cfg.compile)  # the first step's time, then the average behind the eta
 if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
-    t0 = time.time()
-    val_loss = evaluate()
-    best_val_loss = min(best_val_loss, val_loss)
-    log(f"eval iter {iter_num}: val loss {val_loss:.4f} ({time.time() - t0:.1f}s)")
+    evaluate()
     if hellaswag_examples and (start.pretrained or iter_num > 0 or cfg.eval_only):
         evaluate_hellaswag()
     elif hellaswag_examples:  # random weights score 25% by construction: minutes spent learning nothing
@@ -346,9 +274,7 @@ if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
 
 saving = cfg.checkpoint_interval > 0  # 0 turns checkpoints off, for benchmarks
 last_saved_iter, last_save_time = iter_num, time.time()  # a checkpoint's state, or scratch: nothing to save
-nonfinite_in_a_row = nonfinite_total = steps_run = 0
-step_time_avg = None
-step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+step_start = resume.step_start(sampler, device_type)
 stop_vote = stopping.StopVote(stop_signal, timeout)
 stop_now = sharding.agree(stop_signal.received, device)
 while iter_num < cfg.max_iters and not stop_now:
@@ -381,73 +307,53 @@ while iter_num < cfg.max_iters and not stop_now:
     loss_mean = faults.active.step(iter_num + 1, loss_mean, raw_model.parameters(), rank == world_size - 1,
                                    guard.replayed, fail)  # the tests' injected faults (faults.py); else nothing
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
-    if isinstance(grad_norm, DTensor):  # FSDP2 returns the norm as a DTensor
-        grad_norm = grad_norm.full_tensor()
-    loss_and_norm = torch.stack([loss_mean, grad_norm.float()])
-    if distributed:  # equal on every rank already; made certain, as every rank must step or skip alike
-        dist.broadcast(loss_and_norm, 0)
-    loss_value, norm_value = loss_and_norm.tolist()
-    finite = math.isfinite(loss_value) and math.isfinite(norm_value)
-    spike = guard.judge(iter_num + 1, loss_value, norm_value, step_start["sampler"]) \
-        if finite and iter_num >= cfg.warmup_iters else None
-    if finite:
-        nonfinite_in_a_row = 0
-        if not spike:
-            optim.step(optimizer, cfg.seed * 1_000_003 + iter_num, device_type)  # the same rounding on every rank
-            update_fp8_scales()
-    else:  # skip the update; the step still counts, and its batches are not seen again
-        nonfinite_in_a_row += 1
-        nonfinite_total += 1
-        guard.note_skipped(iter_num + 1, step_start["sampler"])
+    loss_value, norm_value = sharding.same_on_every_rank(loss_mean, grad_norm)  # one host sync per step
+    # a non-finite or spiking step skips its update; it still counts, and its batches are not seen again
+    skipped = guard.verdict(iter_num + 1, loss_value, norm_value, step_start["sampler"], iter_num >= cfg.warmup_iters)
+    if not skipped:
+        optim.step(optimizer, cfg.seed * 1_000_003 + iter_num, device_type)  # the same rounding on every rank
+        if fp8_all_gather:
+            precision.update_weight_scales(raw_model)
     optimizer.zero_grad(set_to_none=how != "ddp")  # DDP's gradients stay views of its buckets
     dt = time.time() - t0
     iter_num += 1
-    steps_run += 1
-    step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+    step_start = resume.step_start(sampler, device_type)
 
-    if spike:
-        log(f"iter {iter_num}: loss spike, step skipped: {spike} ({guard.skipped} skipped in all)")
-        record("spike", iter_num, loss=loss_value, grad_norm=norm_value, reason=spike, skipped=guard.skipped)
+    if skipped and skipped != spikes.NONFINITE:
+        log(f"iter {iter_num}: loss spike, step skipped: {skipped} ({guard.skipped} skipped in all)")
+        record("spike", iter_num, loss=loss_value, grad_norm=norm_value, reason=skipped, skipped=guard.skipped)
     burst = guard.burst(iter_num)
     restored = roll_back(*burst) if burst else None
     if restored is not None:
         record("rollback", restored, from_iter=iter_num, first_spike=burst[0])
-        iter_num, nonfinite_in_a_row = restored, 0
-        step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+        iter_num = restored
+        step_start = resume.step_start(sampler, device_type)
         if saving:  # over the checkpoint rolled back to: a kill now must not forget the data skip
             save(step_start)
         last_saved_iter, last_save_time = iter_num, time.time()
         continue
-    if nonfinite_in_a_row:
+    if skipped == spikes.NONFINITE:
         log(f"iter {iter_num}: non-finite loss {loss_value} or grad norm {norm_value}: step skipped "
-            f"({nonfinite_in_a_row} in a row, {nonfinite_total} in all)")
-        record("nonfinite", iter_num, loss=loss_value, grad_norm=norm_value, in_a_row=nonfinite_in_a_row)
-        if nonfinite_in_a_row >= cfg.max_nonfinite_steps:
-            fail(f"{nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back with "
+            f"({guard.nonfinite_in_a_row} in a row, {guard.nonfinite_total} in all)")
+        record("nonfinite", iter_num, loss=loss_value, grad_norm=norm_value, in_a_row=guard.nonfinite_in_a_row)
+        if guard.nonfinite_in_a_row >= cfg.max_nonfinite_steps:
+            fail(f"{guard.nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back with "
                  f"--init_from=<an earlier ckpt_N.pt> and a lower learning_rate")
-    if steps_run == 1:
-        log(f"first step took {dt:.1f}s (includes warm-up{' and compilation' if cfg.compile else ''})")
-    else:
-        step_time_avg = dt if step_time_avg is None else 0.9 * step_time_avg + 0.1 * dt
-    if iter_num % cfg.log_interval == 0 and not nonfinite_in_a_row and not spike:
+    if first_step_line := clock.lap(dt):
+        log(first_step_line)
+    if iter_num % cfg.log_interval == 0 and not skipped:
         tokens_per_sec, peak = tokens_per_iter / dt, hardware.peak_memory(device_type)
-        mfu = hardware.utilisation(model_flops, tokens_per_sec / world_size, peak_tflops)  # per GPU
-        hfu = hardware.utilisation(hardware_flops, tokens_per_sec / world_size, peak_tflops)
-        eta = (cfg.max_iters - iter_num) * step_time_avg if step_time_avg is not None else None
+        mfu, hfu = utilisation(tokens_per_sec)  # per GPU
         log(runlog.step_line(iter_num, loss_value, dt, tokens_per_sec, lr, norm_value,
                              hardware.peak_memory_text(peak, cfg.optimizer_offload), mfu,
-                             hfu if hardware_flops > model_flops else None, world_size, eta))
+                             hfu if utilisation.recomputes else None, world_size, clock.eta(cfg.max_iters - iter_num)))
         wandb_logging.log(wandb_run, iter_num, {"train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
                                                 "tokens_per_sec": tokens_per_sec, **({"mfu": mfu} if mfu is not None else {})})
         record("step", iter_num, loss=loss_value, lr=lr, grad_norm=norm_value, step_time=dt,
                tokens=iter_num * tokens_per_iter, tokens_per_sec=tokens_per_sec, mfu=mfu, hfu=hfu, peak_memory=peak)
 
     if cfg.eval_interval > 0 and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
-        t_eval = time.time()
-        val_loss = evaluate()
-        best_val_loss = min(best_val_loss, val_loss)
-        log(f"eval iter {iter_num}: val loss {val_loss:.4f}, best {best_val_loss:.4f} ({time.time() - t_eval:.1f}s)")
-        wandb_logging.log(wandb_run, iter_num, {"val/loss": val_loss})
+        evaluate()
     if hellaswag_examples and (iter_num % cfg.hellaswag_interval == 0 or iter_num == cfg.max_iters):
         evaluate_hellaswag()
 

@@ -35,6 +35,13 @@ NCCL_DEFAULTS = {
 ROLL_CALL_S = 60  # the ranks still alive reach the roll call within this of each other (or the collective timeout)
 
 
+def ranks(environ=os.environ):
+    """(distributed, rank, local_rank, world_size): one process, or one per GPU under torchrun (which sets
+    RANK, LOCAL_RANK and WORLD_SIZE)."""
+    return ("RANK" in environ, int(environ.get("RANK", 0)), int(environ.get("LOCAL_RANK", 0)),
+            int(environ.get("WORLD_SIZE", 1)))
+
+
 def nccl_settings(out_dir):
     """Sets NCCL_DEFAULTS (and the trace's path in out_dir) where unset, before init_process_group reads
     them; RCCL reads the same names. Returns them as one line for the log."""

@@ -52,6 +52,13 @@ def gpt3_reference(n_params, task="hellaswag", metric="acc_norm"):
 
 
 @torch.no_grad()
+def val_losses(model, sampler, val_windows, get_batch, autocast, device, rank=0, world_size=1):
+    """{source name: val loss} of a mixture's sources on their fixed validation windows; get_batch(read,
+    indices) -> (x, y)."""
+    return {s.name: val_loss(model, lambda k, s=s: get_batch(s.val.windows, val_windows[s.name][k]),
+                             len(val_windows[s.name]), autocast, device, rank, world_size) for s in sampler.sources}
+
+
 def val_loss(model, batch, eval_iters, autocast, device, rank=0, world_size=1):
     """Mean loss over eval_iters validation batches (batch(k) gives the k-th), each rank running its
     share. Every rank runs the same number of forwards, as FSDP needs: a rank short of a batch runs the

@@ -109,6 +109,18 @@ def resolve_device(name, index=0):
     return name, "cuda" if name.startswith("cuda") else name
 
 
+def use_device(name, index=0):
+    """(device, device_type, problem or None) for a --device value (resolve_device), made the current one:
+    under torchrun nothing may touch GPU 0 from another rank. TF32 matmuls on where there are GPUs."""
+    device, device_type = resolve_device(name, index)
+    if problem := device_problem(device):
+        return device, device_type, problem
+    if device_type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    return device, device_type, None
+
+
 def device_problem(device):
     """Why a resolved device (resolve_device's first value) cannot run here, as one line, or None."""
     if device == "cpu":
@@ -151,6 +163,25 @@ def local_gpu(device_index=0):
     return description, key
 
 
+def peaks(peak_tflops, device_type, device_index=0):
+    """(bf16 TFLOPS for MFU: the config's peak_tflops, else the visible GPU's, else 0; its fp8 TFLOPS or None;
+    a line naming the GPU and its peak, or None without one). Unknown hardware says so instead of guessing."""
+    if device_type != "cuda":
+        return peak_tflops, None, None
+    description, key = local_gpu(device_index)
+    peak = peak_tflops or (GPUS[key].peak_tflops if key else 0.0)
+    line = f"GPU: {description}; peak bf16 {peak or 'unknown (set peak_tflops for MFU)'} TFLOPS"
+    return peak, GPUS[key].fp8_tflops if key else None, line
+
+
+def to_device(tensor, device):
+    """A host tensor on device; on a GPU through pinned memory, so the copy is asynchronous and the CPU
+    goes on queueing work."""
+    if str(device).startswith("cuda"):
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def flops_per_token(n_params, n_layer, n_embd, block_size):
     """Model FLOPs to train on one token: 6N for the weights' forward and backward, plus
     12 * L * C * T for attention scores and their use (N without position embeddings)."""
@@ -173,6 +204,25 @@ def utilisation(flops_per_tok, tokens_per_second, peak_tflops):
     if not peak_tflops:
         return None
     return flops_per_tok * tokens_per_second / (peak_tflops * 1e12)
+
+
+class Utilisation:
+    """A run's MFU and HFU per GPU from its tokens per second: model FLOPs (flops_per_token) and hardware
+    FLOPs (those plus recompute) against the bf16 peak. config: the run's GPTConfig."""
+
+    def __init__(self, n_params, block_params, config, peak_tflops, world_size):
+        self.model = flops_per_token(n_params, config.n_layer, config.n_embd, config.block_size)
+        self.hardware = self.model + recompute_flops_per_token(block_params, config.num_recomputed_blocks(),
+                                                               config.n_embd, config.block_size,
+                                                               config.activation_checkpointing)
+        self.peak_tflops, self.world_size = peak_tflops, world_size
+        self.recomputes = self.hardware > self.model  # else hfu is mfu, and the step line leaves it out
+
+    def __call__(self, tokens_per_second):
+        """(mfu, hfu), None each where the peak is unknown."""
+        per_gpu = tokens_per_second / self.world_size
+        return (utilisation(self.model, per_gpu, self.peak_tflops),
+                utilisation(self.hardware, per_gpu, self.peak_tflops))
 
 
 def attention_backend(device, dtype, n_head, head_dim, seq_len):

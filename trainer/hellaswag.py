@@ -100,6 +100,24 @@ def load(path, encoding):
     return tokenize(read_jsonl(path), encoding)["examples"]
 
 
+def for_run(cfg, encoding_name, block_size, log):
+    """The examples a run evaluates every hellaswag_interval steps, or None (interval 0). A missing or bad file
+    turns the evaluation off with a warning rather than stop a long run; another encoding's file is refused
+    (EncodingMismatch)."""
+    if cfg.hellaswag_interval <= 0:
+        return None
+    try:
+        examples = load(cfg.hellaswag_file or os.path.join(cfg.data_dir, FILE), tokenizer.get_encoding(encoding_name))
+    except EncodingMismatch:
+        raise
+    except (HellaSwagError, ValueError) as e:
+        log(f"warning: {e}; HellaSwag evaluation is off for this run")
+        return None
+    if examples and (note := truncation_note(examples, block_size)):
+        log(note)
+    return examples
+
+
 def _check_prepared(ex, i, n_vocab):
     """ValueError unless ex is a query and four non-empty endings of token ids below n_vocab, their
     lengths in characters, and a label 0-3."""

@@ -394,6 +394,23 @@ def settle(model, cfg, budget, gpus=1, attention="flash"):
     raise DoesNotFit(f"{message}. To try anyway: ignore_memory_estimate=True", refused)
 
 
+def settle_run(shapes, cfg, device, world_size, log):
+    """train.py's settle at start-up: the attention kernel this device runs (the math one's T x T matrices are
+    priced, and warned of), the device's budget (after init_process_group: NCCL's buffers are a fixed cost),
+    then settle(); logs the choice. Raises DoesNotFit."""
+    attention = hardware.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
+                                           cfg.n_head, cfg.n_embd // cfg.n_head, cfg.block_size)
+    if attention == "math":
+        log("warning: attention runs the math kernel, which keeps the T x T attention matrices (priced in the "
+            "memory estimate below; slower too); see python scripts/check_env.py")
+    budget = device_budget(device, cfg.memory_budget_gb)
+    choice = settle(shapes, cfg, budget, world_size, attention)
+    if cfg.activation_checkpointing == "auto":
+        log(f"auto: {choice.describe(cfg.n_layer)}")
+    log(start_up_line(choice, budget))
+    return choice
+
+
 def start_up_line(choice, budget):
     """What train.py logs once it has settled: the estimate against the budget, whatever the policy."""
     line = f"memory: estimated peak {size_text(choice.peak_gb * 1e9)} of {budget.text()}"

@@ -30,6 +30,7 @@ import os
 import numpy as np
 
 from trainer import bins
+from trainer.tokenizer import find as find_encoding
 from trainer.tokenizer import identity as encoding_identity
 
 MAX_REPEATS = 4  # epochs of one source past which plan.py and train.py warn (repeated data stops helping)
@@ -121,6 +122,17 @@ class Mixture:
         self.sources, self.seed, self.block_size = sources, seed, block_size
         self.drawn = [0] * len(sources)  # windows per source since the schedule (re)started
         self.dormant = {}  # sampler states of sources a checkpoint had and this run dropped
+
+    def encoding(self, fallback=None):
+        """The name to load the bins' encoding by (tokenizer.find: a rank file by path, else by its hash), saved
+        in checkpoints so sample.py can decode; fallback for bins without meta.json. MixtureError if it is lost."""
+        described = next((s for s in self.sources if s.meta), None)  # open_mixture checked they agree
+        if described is None:
+            return fallback
+        try:
+            return find_encoding(described.meta["encoding"], described.meta.get("encoding_sha256"), [described.path])
+        except ValueError as e:
+            raise MixtureError(f"{described.path}/meta.json: {e}") from None
 
     def next_windows(self, n):
         """The next n windows as an int64 array (n, 2) of (source index, window index in its train.bin)."""

@@ -12,7 +12,7 @@ import types
 import torch.distributed as dist
 
 from model import ARCHITECTURE_KEYS, GPTConfig
-from trainer import checkpoint, hf, mixture, optim, spikes
+from trainer import checkpoint, hf, mixture, optim, sharding, spikes
 
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
 SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters")
@@ -110,6 +110,30 @@ def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id
         "encoding": encoding,
         "spikes": guard.state_dict(),
     }
+
+
+def step_start(sampler, device_type):
+    """The data position and RNG states at the start of a step: where a run resumed there begins."""
+    return {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+
+
+def save(saver, state, model, optimizer, cfg, iter_num, sharded, master, device):
+    """Save run_state() `state` with the weights and optimizer after iter_num steps: every rank its shards
+    (sharded), else rank 0 a .pt. Weights that are not finite are never saved (ResumeError). The previous save
+    is complete first (one at a time; had it failed, this raises its CheckpointError); with checkpoint_async
+    the write goes on in the background."""
+    if not sharding.all_finite(model.parameters(), device):
+        raise ResumeError(f"weights are not finite after step {iter_num}; not saving. Roll back with "
+                          f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
+    saver.wait()
+    if sharded:
+        saver.save_sharded(model, optimizer, state, cfg.out_dir, iter_num, cfg.keep_last_n)
+    elif master:
+        model_sd, optimizer_sd = checkpoint.full_state(model, optimizer)
+        saver.save_checkpoint(dict(state, model=model_sd, optimizer=optimizer_sd), cfg.out_dir, iter_num,
+                              cfg.keep_last_n)
+    if not cfg.checkpoint_async:
+        saver.wait()  # the other ranks wait for rank 0's .pt here, on the save group's long timeout
 
 
 def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, device_type, log, after_rollback=False):

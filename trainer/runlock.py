@@ -50,3 +50,11 @@ def hold(folder, what="run"):
                         "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}))
     f.flush()
     return f
+
+
+def hold_or_exit(folder, what="run"):
+    """hold(), or exit with its one line when another process holds the folder."""
+    try:
+        return hold(folder, what)
+    except Unavailable as e:
+        sys.exit(f"error: {e}")

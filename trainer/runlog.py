@@ -11,6 +11,26 @@ import traceback
 from trainer import elastic, hardware
 
 
+class StepClock:
+    """Step times for the log: the first step's (warm-up, compilation) said once, then an average of the
+    later ones for the step line's eta."""
+
+    def __init__(self, compiling=False):
+        self.compiling, self.average, self.steps = compiling, None, 0
+
+    def lap(self, seconds):
+        """Count a step that took `seconds`; the line to log for the first one, else None."""
+        self.steps += 1
+        if self.steps == 1:
+            return f"first step took {seconds:.1f}s (includes warm-up{' and compilation' if self.compiling else ''})"
+        self.average = seconds if self.average is None else 0.9 * self.average + 0.1 * seconds
+        return None
+
+    def eta(self, steps_left):
+        """Seconds for steps_left more steps, or None before there is an average."""
+        return None if self.average is None else steps_left * self.average
+
+
 def step_line(iteration, loss, step_time, tokens_per_sec, lr, grad_norm, memory, mfu=None, hfu=None, world_size=1,
               eta=None):
     """The line train.log shows for a step (tools read metrics.jsonl's step record instead). memory: the

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from trainer import checkpoint, elastic, optim
@@ -110,6 +111,21 @@ def agree(flag, device):
     t = torch.tensor([float(flag)], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item() > 0
+
+
+def same_on_every_rank(*scalars):
+    """Rank 0's values of these 0-d tensors (DTensors, as FSDP2's norm, included) as floats on every rank:
+    equal already, made certain, as every rank must step or skip alike."""
+    values = torch.stack([(t.full_tensor() if isinstance(t, DTensor) else t).float() for t in scalars])
+    if dist.is_initialized():
+        dist.broadcast(values, 0)
+    return values.tolist()
+
+
+def all_finite(parameters, device):
+    """Whether every weight on every rank is finite (each rank checks its own shards)."""
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in parameters]
+    return not agree(not bool(torch.stack([torch.isfinite(p).all() for p in local]).all()), device)
 
 
 def mean(t):

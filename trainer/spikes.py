@@ -13,6 +13,9 @@ import math
 from collections import deque
 
 
+NONFINITE = "non-finite"  # verdict() on a step whose loss or gradient norm is not finite
+
+
 class SpikeGuard:
     def __init__(self, window, loss_z, grad_z, rollback_after):
         self.window, self.loss_z, self.grad_z, self.rollback_after = window, loss_z, grad_z, rollback_after
@@ -20,10 +23,22 @@ class SpikeGuard:
         self.skipped_at = deque()  # (iteration, data position at its start) of recent skipped steps
         self.skipped = 0  # spikes skipped in the whole run
         self.rollbacks = []  # one {'at', 'to', 'first_spike'} per automatic rollback
+        self.nonfinite_in_a_row = self.nonfinite_total = 0  # this process's, not saved
 
     @property
     def on(self):
         return self.loss_z > 0 or self.grad_z > 0
+
+    def verdict(self, iteration, loss, grad_norm, data_position, judged=True):
+        """Why this step's update is skipped (NONFINITE, or judge()'s spike reason), or None: apply it. A non-finite
+        step is counted and noted toward a burst; spikes are judged only where `judged` (after warmup)."""
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            self.nonfinite_in_a_row += 1
+            self.nonfinite_total += 1
+            self.note_skipped(iteration, data_position)
+            return NONFINITE
+        self.nonfinite_in_a_row = 0
+        return self.judge(iteration, loss, grad_norm, data_position) if judged else None
 
     def judge(self, iteration, loss, grad_norm, data_position):
         """Why this step is a spike ('loss 9.1 is 12.3 sd above its mean 3.2'), or None, then it is
@@ -65,7 +80,7 @@ class SpikeGuard:
         keeps its own counts of skipped steps and rollbacks (and the limit on them), not the older checkpoint's."""
         self.history = deque((tuple(h) for h in state["history"]), maxlen=self.window)
         if after_rollback:
-            self.skipped_at = deque()
+            self.skipped_at, self.nonfinite_in_a_row = deque(), 0
         else:
             self.skipped_at = deque(tuple(s) for s in state["skipped_at"])
             self.skipped, self.rollbacks = state["skipped"], list(state["rollbacks"])
