@@ -14,101 +14,181 @@ import ast
 import difflib
 import json
 import os
-import re
 import sys
 import types
 from pathlib import Path
 
 # The defaults are GPT-3 125M on The Pile (GPT-3 paper, Table 2.1: context 2048, AdamW betas
-# 0.9/0.95, weight decay 0.1, clip 1.0); config/ files state what differs.
+# 0.9/0.95, weight decay 0.1, clip 1.0); config/ files state what differs. HELP says what each key does.
 DEFAULTS = dict(
     # I/O
     out_dir="out",
-    eval_interval=1000,  # iterations between evaluations on the validation batches
+    eval_interval=1000,
     log_interval=10,
-    eval_iters=100,  # validation batches per evaluation (the same batches every time)
-    eval_only=False,  # evaluate once and exit
-    hellaswag_interval=1000,  # iterations between HellaSwag evaluations (and at the end); 0: off
-    hellaswag_file="",  # data/hellaswag/prepare.py's hellaswag.json or the official jsonl; '': beside the bins
-    hellaswag_limit=0,  # score only the first N examples (0: all 10,042)
-    # 'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', a ckpt path to roll back to,
-    # or OpenAI's 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' (a new run from their weights; then as 'auto')
+    eval_iters=100,
+    eval_only=False,
+    hellaswag_interval=1000,
+    hellaswag_file="",
+    hellaswag_limit=0,
     init_from="auto",
-    # a new run from these weights (a Hugging Face GPT-2 folder or any ckpt_N.pt / ckpt_N/, e.g. to
-    # fine-tune on other data): iteration 0, fresh optimizer and data order; resumed once it has checkpoints
     init_weights="",
-    checkpoint_interval=1000,  # iterations between checkpoints, independent of eval; 0: never save (benchmarks)
-    checkpoint_minutes=60.0,  # also save when this much wall-clock time passed since the last save (0: off)
-    keep_last_n=3,  # checkpoints kept, newest by iteration number (<= 0: keep all)
+    checkpoint_interval=1000,
+    checkpoint_minutes=60.0,
+    keep_last_n=3,
     # wandb
     wandb_log=False,
     wandb_project="gpt3",
     wandb_run_name="run",
     # data
     dataset="pile",
-    data_dir="",  # folder with train.bin / val.bin; '' means data/<dataset>
-    data_mixture={},  # {folder: weight} drawn from instead of data_dir, e.g. {"data/pile": 0.7, "data/dclm": 0.3}
-    gradient_accumulation_steps=8,  # micro-batches per optimizer step
-    batch_size=32,  # sequences per micro-batch: 32 x 8 x 2048 = 524,288 tokens per step
+    data_dir="",
+    data_mixture={},
+    gradient_accumulation_steps=8,
+    batch_size=32,
     block_size=2048,
     seed=1337,
     # model
     n_layer=12,
     n_head=12,
     n_embd=768,
-    vocab_size=50304,  # GPT-2's 50257 padded to a multiple of 64
+    vocab_size=50304,
     dropout=0.0,
     bias=False,
-    activation="gelu",  # the MLP's: exact 'gelu', or GPT-2's 'gelu_tanh'
-    # activation checkpointing: 'none' keeps every activation for backward; 'selective' keeps the
-    # matmul and attention outputs and recomputes the element-wise ops (~3% more time); 'full' keeps
-    # only each block's input and recomputes its forward (~32% more); 'auto' picks the cheapest
-    # policy and micro-batch (same global batch) that fit memory_budget_gb, at start-up
+    activation="gelu",
     activation_checkpointing="auto",
-    recompute_blocks=-1,  # the policy applies to blocks 0..k-1 only, the rest keep everything; -1 = all
-    memory_budget_gb=0.0,  # what 'auto' may fill, in 1e9 bytes; 0 = the GPU's memory (host RAM on the CPU)
-    ignore_memory_estimate=False,  # True: start even when memory.py's estimate says the setting cannot fit
-    # AdamW
-    optimizer="adamw",  # 'adamw' (fp32 moments, 8 B/param), or torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B)
-    master_weights="float32",  # or 'bfloat16': 2 B/param weights, stochastically rounded steps, fp32 gradients
-    optimizer_offload=False,  # True: AdamW's fp32 state and step on the host (12 B/param of host memory), not the GPU
+    recompute_blocks=-1,
+    memory_budget_gb=0.0,
+    ignore_memory_estimate=False,
+    # optimizer
+    optimizer="adamw",
+    master_weights="float32",
+    optimizer_offload=False,
     learning_rate=6e-4,
-    max_iters=572205,  # optimizer steps in the whole run: 300B tokens at 524,288 per step
+    max_iters=572205,
     weight_decay=1e-1,
     beta1=0.9,
     beta2=0.95,
-    grad_clip=1.0,  # clip the global gradient norm to this (0: off)
-    max_nonfinite_steps=10,  # consecutive steps with a non-finite loss or gradient that stop the run
-    # loss spikes (spikes.py), judged after warmup: an update whose loss or grad norm is more than z sd above
-    # the mean of the last spike_window accepted steps is skipped (z = 0: off); spike_rollback_after skipped
-    # steps within spike_window roll back to the newest checkpoint spike_rollback_margin steps before the
-    # first, and the data goes on spike_skip_batches global batches past it (PaLM's recipe), max_rollbacks times
+    grad_clip=1.0,
+    max_nonfinite_steps=10,
+    # loss spikes
     spike_window=100,
     spike_loss_z=5.0,
     spike_grad_z=5.0,
-    spike_rollback_after=5,  # 0: never roll back
+    spike_rollback_after=5,
     spike_rollback_margin=100,
     spike_skip_batches=250,
     max_rollbacks=3,
-    # learning-rate schedule: linear warmup, cosine decay to min_lr
+    # learning-rate schedule
     decay_lr=True,
-    warmup_iters=715,  # 375M tokens, as GPT-3
+    warmup_iters=715,
     lr_decay_iters=572205,
     min_lr=6e-5,
     # system
-    strategy="ddp",  # under torchrun: 'ddp' (each GPU holds everything), 'fsdp' (FSDP2 shards it all) or 'hsdp'
-    hsdp_shard_size=0,  # hsdp: shard within groups of this many GPUs, replicate across them (0: one node's, LOCAL_WORLD_SIZE)
-    collective_timeout_minutes=10.0,  # a rank waiting this long in a collective fails the job (saves wait apart)
-    checkpoint_async=False,  # write checkpoints in the background while training goes on (docs/checkpoints.md)
-    backend="auto",  # torch.distributed backend: 'auto' is nccl on GPUs (RCCL answers to it on ROCm), gloo on CPU
-    device="auto",  # 'auto' (a GPU if there is one, else cpu), 'cpu', 'cuda', 'cuda:1', 'mps'
-    dtype="bfloat16",  # 'bfloat16' autocast over fp32 weights, or 'float32'
-    # the blocks' matmuls in FP8 through torchao (trainer/precision.py), under dtype='bfloat16' on a GPU with FP8
-    # matrix units (H100, MI300) or the CPU; MFU stays against the bf16 peak
-    fp8="",  # '' (off), 'tensorwise' (fastest) or 'rowwise' (closer to bf16)
-    compile=False,  # torch.compile the model (off by default: the safe choice on ROCm)
-    peak_tflops=0.0,  # the GPU's peak dense bf16 TFLOPS for MFU; 0 means look it up from the device
+    strategy="ddp",
+    hsdp_shard_size=0,
+    collective_timeout_minutes=10.0,
+    checkpoint_async=False,
+    backend="auto",
+    device="auto",
+    dtype="bfloat16",
+    fp8="",
+    compile=False,
+    peak_tflops=0.0,
 )
+
+# One line per key, grouped as `python train.py --help` shows them (tests/test_house.py: every key has one).
+HELP = {
+    "I/O": dict(
+        out_dir="the run's folder: checkpoints, train.log, metrics.jsonl and config.json",
+        eval_interval="iterations between evaluations on the validation batches (0: off)",
+        log_interval="iterations between step lines in train.log and step records in metrics.jsonl",
+        eval_iters="validation batches per evaluation (the same batches every time)",
+        eval_only="evaluate once and exit",
+        hellaswag_interval="iterations between HellaSwag evaluations (and at the end); 0: off",
+        hellaswag_file="data/hellaswag/prepare.py's hellaswag.json or the official jsonl; '': beside the bins",
+        hellaswag_limit="score only the first N examples (0: all 10,042)",
+        init_from="'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', a ckpt path to roll back "
+                  "to, or 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' (a new run from OpenAI's weights)",
+        init_weights="a new run from these weights (a Hugging Face GPT-2 folder, a ckpt_N.pt or ckpt_N/): "
+                     "iteration 0, fresh optimizer and data order; resumed as 'auto' once it has checkpoints",
+        checkpoint_interval="iterations between checkpoints, independent of eval; 0: never save (benchmarks)",
+        checkpoint_minutes="also save when this much wall-clock time passed since the last save (0: off)",
+        keep_last_n="checkpoints kept, newest by iteration number (<= 0: keep all)",
+    ),
+    "wandb": dict(
+        wandb_log="log to Weights & Biases (offline, with the same run id, when there are no credentials)",
+        wandb_project="the wandb project",
+        wandb_run_name="the wandb run's name",
+    ),
+    "data": dict(
+        dataset="the data/<dataset> folder data_dir defaults to",
+        data_dir="folder with train.bin / val.bin; '' means data/<dataset>",
+        data_mixture='{folder: weight} drawn from instead of data_dir, e.g. {"data/pile": 0.7, "data/dclm": 0.3}',
+        gradient_accumulation_steps="micro-batches per optimizer step (over all processes)",
+        batch_size="sequences per micro-batch: 32 x 8 x 2048 = 524,288 tokens per step",
+        block_size="the context length in tokens",
+        seed="the seed of the initial weights, the data order and dropout",
+    ),
+    "model": dict(
+        n_layer="transformer blocks",
+        n_head="attention heads per block",
+        n_embd="the width of the residual stream (a multiple of n_head)",
+        vocab_size="rows of the embedding: GPT-2's 50257 padded to a multiple of 64",
+        dropout="dropout probability (0: off, as for pre-training)",
+        bias="biases in the Linear and LayerNorm layers (as GPT-2)",
+        activation="the MLP's: exact 'gelu', or GPT-2's 'gelu_tanh'",
+        activation_checkpointing="'none' keeps every activation; 'selective' recomputes the element-wise ops "
+                                 "(~3% more time); 'full' each block's forward (~32%); 'auto' the cheapest that fits",
+        recompute_blocks="the policy applies to blocks 0..k-1 only, the rest keep everything; -1 = all",
+        memory_budget_gb="what 'auto' may fill, in 1e9 bytes; 0 = the GPU's memory (host RAM on the CPU)",
+        ignore_memory_estimate="True: start even when memory.py's estimate says the setting cannot fit",
+    ),
+    "optimizer": dict(
+        optimizer="'adamw' (fp32 moments, 8 B/param), or torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B)",
+        master_weights="'float32', or 'bfloat16': 2 B/param weights, stochastically rounded steps, fp32 gradients",
+        optimizer_offload="True: AdamW's fp32 state and step on the host (12 B/param of host memory), not the GPU",
+        learning_rate="the peak learning rate, reached after warmup_iters",
+        max_iters="optimizer steps in the whole run: 300B tokens at 524,288 per step",
+        weight_decay="AdamW's decoupled weight decay, on 2-D weights only",
+        beta1="AdamW's first-moment decay",
+        beta2="AdamW's second-moment decay",
+        grad_clip="clip the global gradient norm to this (0: off)",
+        max_nonfinite_steps="consecutive steps with a non-finite loss or gradient that stop the run",
+    ),
+    "loss spikes": dict(
+        spike_window="accepted steps whose loss and grad norm a new step is judged against (after warmup)",
+        spike_loss_z="skip an update whose loss is more than this many sd above the window's mean (0: off)",
+        spike_grad_z="skip an update whose grad norm is more than this many sd above the window's mean (0: off)",
+        spike_rollback_after="this many skipped steps within spike_window roll the run back (0: never)",
+        spike_rollback_margin="roll back to the newest checkpoint at least this many steps before the first spike",
+        spike_skip_batches="after a rollback the data goes on this many global batches past the spike's",
+        max_rollbacks="automatic rollbacks in a run before a burst stops it",
+    ),
+    "learning-rate schedule": dict(
+        decay_lr="linear warmup then cosine decay to min_lr; False: a constant learning_rate",
+        warmup_iters="steps of linear warmup (715: 375M tokens, as GPT-3)",
+        lr_decay_iters="the step the cosine decay reaches min_lr",
+        min_lr="the learning rate at and after lr_decay_iters",
+    ),
+    "system": dict(
+        strategy="under torchrun: 'ddp' (each GPU holds everything), 'fsdp' (FSDP2 shards it all) or 'hsdp'",
+        hsdp_shard_size="hsdp: shard within groups of this many GPUs, replicate across them (0: one node's)",
+        collective_timeout_minutes="a rank waiting this long in a collective fails the job (saves wait apart)",
+        checkpoint_async="write checkpoints in the background while training goes on (docs/checkpoints.md)",
+        backend="torch.distributed backend: 'auto' is nccl on GPUs (RCCL answers to it on ROCm), gloo on CPU",
+        device="'auto' (a GPU if there is one, else cpu), 'cpu', 'cuda', 'cuda:1', 'mps'",
+        dtype="'bfloat16' autocast over fp32 weights, or 'float32'",
+        fp8="the blocks' matmuls in FP8 (torchao; dtype='bfloat16'): '' (off), 'tensorwise' or 'rowwise'",
+        compile="torch.compile the model's blocks (off by default: the safe choice on ROCm)",
+        peak_tflops="the GPU's peak dense bf16 TFLOPS for MFU; 0 means look it up from the device",
+    ),
+}
+
+
+def missing_help():
+    """The keys of DEFAULTS without a line in HELP (a test keeps this empty)."""
+    helped = {key for group in HELP.values() for key, text in group.items() if text}
+    return [key for key in DEFAULTS if key not in helped]
 
 
 class Config(types.SimpleNamespace):
@@ -200,14 +280,14 @@ def load_config(argv):
 
 
 def usage():
-    """How to call a script that takes a config, and every key with its default and comment."""
+    """How to call a script that takes a config, and every key with its default and help, in HELP's groups."""
     lines = [f"usage: python {os.path.basename(sys.argv[0])} [CONFIG.py ...] [--key=value ...]", "",
              "Config files are Python assignments, read in order; --key=value overrides come after them.",
-             "Keys (default, and what each does; configurator.py says more):"]
-    source = Path(__file__).read_text()
-    for key, default in DEFAULTS.items():
-        comment = re.search(rf"^    {key}=.*?(?:  # (.*))?$", source, re.MULTILINE)
-        lines.append(f"  {key} = {default!r}" + (f"  # {comment.group(1)}" if comment and comment.group(1) else ""))
+             "Keys (default, and what each does):"]
+    for group, keys in HELP.items():
+        lines += ["", f"{group}:"] + [f"  {key} = {DEFAULTS[key]!r}  # {text}" for key, text in keys.items()]
+    if missing := missing_help():
+        lines += ["", "other:"] + [f"  {key} = {DEFAULTS[key]!r}" for key in missing]
     return "\n".join(lines)
 
 

@@ -97,11 +97,9 @@ try:
     encoding = sampler.encoding(fallback=start.encoding)  # saved in checkpoints, so sample.py can decode
 except (bins.BinError, mixture.MixtureError) as e:
     fail(str(e))
-# Every rank draws the same global batch and takes its share, so the sequence of global
-# batches does not depend on the number of processes.
+# every rank draws the same global batch and takes its share: the batches do not depend on the number of processes
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
-# Evaluation always uses the same validation windows, so val losses compare across time.
-val_windows = sampler.val_windows(cfg.eval_iters, eval_batch_size)
+val_windows = sampler.val_windows(cfg.eval_iters, eval_batch_size)  # the same every time: val losses compare
 tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
 try:
     hellaswag_examples = hellaswag.for_run(cfg, encoding or "gpt2", gptconf.block_size, log)
@@ -238,8 +236,7 @@ def evaluate_hellaswag():
 
 
 def save(step_start):
-    """Save the state after iter_num completed steps; step_start holds the sampler and RNG
-    states from the start of the step after it, which is where a resumed run begins."""
+    """Save the state after iter_num steps; step_start: the data and RNG states where a resumed run begins."""
     state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard)
     try:
         resume.save(saver, state, raw_model, optimizer, cfg, iter_num, fsdp, master, device)
@@ -251,8 +248,7 @@ def save(step_start):
 def roll_back(first_spike, spike_data):
     """Back to a checkpoint before a burst of spikes, past the spike's data (resume.py); its iteration or None."""
     try:
-        saver.wait()  # a save still in flight would publish a checkpoint newer than the one rolled back to
-        return resume.roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master,
+        return resume.roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master, saver,
                                 lambda state: load_training_state(state, after_rollback=True), log)
     except (resume.ResumeError, checkpoint.CheckpointError) as e:
         fail(str(e))

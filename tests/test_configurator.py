@@ -85,18 +85,6 @@ def test_6b_config_is_self_consistent():
     assert cfg.activation_checkpointing == "auto" and cfg.compile and cfg.keep_last_n == 3
 
 
-@pytest.mark.parametrize("source, expected", [(["--gradient_checkpointing=True"], "full"),
-                                              (["--gradient_checkpointing=False"], "none")])
-def test_old_gradient_checkpointing_key_still_works(source, expected, tmp_path):
-    assert load_config(source).activation_checkpointing == expected
-    old_config = tmp_path / "old.py"
-    old_config.write_text(f"gradient_checkpointing = {expected == 'full'}\nrecompute_blocks = 8\n")
-    cfg = load_config([str(old_config)])
-    assert cfg.activation_checkpointing == expected and cfg.recompute_blocks == 8
-    with pytest.raises(ConfigError, match="gradient_checkpointing must be bool"):
-        load_config(["--gradient_checkpointing=2"])
-
-
 def test_script_reports_one_line_and_exits_nonzero():
     result = subprocess.run(
         [sys.executable, "-c", "import sys, configurator; configurator.load_config_or_exit(sys.argv[1:])",

@@ -89,17 +89,24 @@ def test_state_round_trip_and_a_change_of_weights_repeats_nothing(folders):
     assert back.sources[0].sampler.state_dict() == {k: state["sources"]["books"][k] for k in ("epoch", "position")}
 
 
-def test_checkpoints_from_before_mixtures_and_changed_orders(folders):
+def saved_state(folder, windows, position, seed=1337):
+    """A one-source checkpoint's data state, as Mixture.state_dict() writes it."""
+    name = mixture.source_name(folder)
+    return {"seed": seed, "shares": {name: 1.0}, "drawn": {name: 0},
+            "sources": {name: {"path": folder, "windows": windows, "epoch": 0, "position": position}}}
+
+
+def test_a_saved_position_goes_on_and_a_changed_order_is_refused(folders):
     mix = open_mix({folders["web"]: 1.0}, seed=1337)
     windows = mix.sources[0].sampler.num_windows
-    legacy = mixture.upgrade({"epoch": 0, "position": 72}, windows, {"seed": 1337, "data_dir": folders["web"]})
+    legacy = saved_state(folders["web"], windows, 72)
     assert mix.load_state_dict(legacy) == []
     alone = bins.WindowSampler(windows, 1337)
     alone.load_state_dict({"epoch": 0, "position": 72})
     assert np.array_equal(mix.next_windows(30)[:, 1], alone.next_indices(30))
     with pytest.raises(mixture.MixtureError, match=r"data order changed .*seed 1337 then, 9 now"):
         open_mix({folders["web"]: 1.0}, seed=9).load_state_dict(legacy)
-    moved = mixture.upgrade({"epoch": 0, "position": 0}, windows + 1, {"seed": 1337, "data_dir": folders["web"]})
+    moved = saved_state(folders["web"], windows + 1, 0)
     with pytest.raises(mixture.MixtureError, match=rf"web: {windows + 1:,} windows then, {windows:,} now"):
         mix.load_state_dict(moved)
 

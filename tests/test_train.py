@@ -210,20 +210,6 @@ def test_existing_run_guards(tmp_path, data_dir):
     assert result.returncode == 1 and "the data order changed since the checkpoint" in result.stdout
 
 
-def test_a_checkpoint_from_before_mixtures_resumes_exactly(tmp_path, data_dir, reference):
-    """Checkpoints used to hold one WindowSampler's state and its window count: they go on as before."""
-    state = torch.load(reference / "ckpt_8.pt", weights_only=True)
-    (source,) = state["sampler"]["sources"].values()
-    state["sampler"], state["sampler_windows"] = {"epoch": source["epoch"], "position": source["position"]}, \
-        source["windows"]
-    out = tmp_path / "old"
-    out.mkdir()
-    torch.save(state, out / "ckpt_8.pt")
-    log = train(out, data_dir, "--max_iters=12").stdout
-    assert "resuming after 8 completed steps" in log and "data mixture changed" not in log
-    assert_same_weights(reference / "ckpt_12.pt", out / "ckpt_12.pt")
-
-
 def test_wandb_without_credentials_goes_offline_and_keeps_its_id(tmp_path, data_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), OMP_NUM_THREADS="1")  # no ~/.netrc, no key

@@ -4,7 +4,7 @@ from, where each folder's own sampler stands, and how that state goes into a che
 
 A run reads one folder (data_dir) or several (data_mixture = {"data/pile": 0.5, "data/dclm": 0.5});
 train.py sees a Mixture either way. One folder is a mixture of one source with weight 1, which draws
-exactly what its WindowSampler alone draws, so a single-folder run is what it was before mixtures.
+exactly what its WindowSampler alone draws.
 
 The schedule. After n windows, window n+1 goes to the source furthest behind its share: the largest
 (n + 1) * w_i - drawn_i, ties to the first name in sorted order. It is a weighted round robin with no
@@ -235,13 +235,3 @@ def _order_changed(what):
     return MixtureError(f"the data order changed since the checkpoint ({what}): resuming would repeat or skip data. "
                         f"Use the train.bin and seed the run started with, or start a new out_dir "
                         f"(init_weights= to fine-tune)")
-
-
-def upgrade(state, windows, config):
-    """A checkpoint's data state as state_dict() writes it. Checkpoints from before mixtures saved one
-    WindowSampler's state, its number of windows beside it, and the data_dir and seed in their config."""
-    if "sources" in state:
-        return state
-    name = source_name(config["data_dir"])
-    return {"seed": config["seed"], "shares": {name: 1.0}, "drawn": {name: 0},
-            "sources": {name: {"path": config["data_dir"], "windows": windows, **state}}}

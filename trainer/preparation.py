@@ -422,9 +422,6 @@ def _load_state(data_dir, job, start):
         old = state["job"]
     except (OSError, ValueError, KeyError) as e:
         raise PrepareError(f"cannot read {path} ({e}): delete {data_dir} to start over") from None
-    if "min_val_tokens" not in old:  # an older manifest: its job recorded the split fraction used itself
-        state.setdefault("val_fraction", old["val_fraction"])
-        old = dict(old, val_fraction=job["val_fraction"], min_val_tokens=job["min_val_tokens"])
     if old != job:
         key = next((k for k in job if old.get(k) != job[k]), "format")
         change = "the input files changed" if key == "inputs" else f"{key} was {old.get(key)!r}, now {job[key]!r}"

@@ -145,10 +145,8 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
         checkpoint.restore(state, model, optimizer)
     except checkpoint.CheckpointError as e:  # the live model may be half overwritten: stop here
         raise ResumeError(f"{e}; move that checkpoint aside and rerun to resume from the one before") from None
-    def upgraded(data_state):  # in the form of today's checkpoints, if it is from before mixtures
-        return mixture.upgrade(data_state, state.get("sampler_windows"), state["config"])
     try:
-        changes = sampler.load_state_dict(upgraded(state["sampler"]))
+        changes = sampler.load_state_dict(state["sampler"])
     except mixture.MixtureError as e:
         raise ResumeError(str(e)) from None
     if changes and not after_rollback:
@@ -159,9 +157,8 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
         log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
             f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
     checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
-    if "spikes" in state:  # the data positions of its skipped steps, too, are sampler states
-        skipped_at = [[at, upgraded(data_state)] for at, data_state in state["spikes"]["skipped_at"]]
-        guard.load_state_dict(dict(state["spikes"], skipped_at=skipped_at), after_rollback=after_rollback)
+    if "spikes" in state:
+        guard.load_state_dict(state["spikes"], after_rollback=after_rollback)
     if state["config"].get("fp8", "") != cfg.fp8 and not after_rollback:  # the weights are plain either way
         log(f"note: fp8 {state['config'].get('fp8', '') or 'off'} -> {cfg.fp8 or 'off'} since the checkpoint: "
             f"the weights and optimizer continue as saved, the matmuls from here on are {cfg.fp8 or 'bf16'}")
@@ -173,11 +170,12 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
     return state["iter_num"], state["best_val_loss"], state["wandb_run_id"]
 
 
-def roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master, load, log):
+def roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master, saver, load, log):
     """PaLM's recipe: back to the newest checkpoint spike_rollback_margin steps before the first spike,
     and on from spike_skip_batches global batches past the spike's data. load(state) puts a checkpoint
     into the live run (restore with after_rollback=True) and returns its iteration. Returns the
     iteration it went back to, or None if there is no checkpoint that old."""
+    saver.wait()  # a save still in flight would publish a checkpoint newer than the one rolled back to
     if len(guard.rollbacks) >= cfg.max_rollbacks:
         raise ResumeError(
             f"loss spikes again at iter {first_spike} after {len(guard.rollbacks)} automatic rollback(s) "
