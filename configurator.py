@@ -1,5 +1,5 @@
 """
-Every setting a run can have, with its default, and the one way to change them:
+Every setting a run can have, with its default and one-line help, and the one way to change them:
 
     python train.py config/train_gpt3_6b.py --batch_size=2 --wandb_log=False
 
@@ -9,6 +9,7 @@ so they can never disagree about what a config means. Every key must already exi
 DEFAULTS and keep its type (an int is accepted where a float is expected); anything else
 is an error that names the key, never a silent new global. Names starting with '_' in a
 config file are that file's private helpers (e.g. `_tokens = 300e9`) and are ignored.
+The loaded Config remembers where each value came from (`cfg.sources`), for messages that say so.
 """
 import ast
 import difflib

@@ -2,7 +2,8 @@
 What a training run says, and where: every line to stdout and to <out_dir>/train.log (appended across
 restarts, so `tail -f` needs no tee), from rank 0 only; a failure as one line the user can act on, from
 any rank; and an unexpected crash with its traceback in train.log too, where a dead run is looked at.
-Either also leaves its line in out_dir/FAILURES, which a restarted run reports (elastic.py).
+Either also leaves its line in out_dir/FAILURES, which a restarted run reports (elastic.py). The step
+line is built here (step_line, StepClock) from the same figures metrics.jsonl records for tools.
 """
 import os
 import sys

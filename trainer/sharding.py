@@ -2,30 +2,17 @@
 
 `init_processes` starts torch.distributed with a timeout for training's collectives and `save_group`
 makes the gloo group saves wait on, with a timeout a whole write fits in. `mode` names how gradients
-meet ('ddp', 'by_hand', 'fsdp' or 'single') and `wrap` applies it, with torch.compile; `agree` and
-`mean` are the two collectives the loop needs.
+meet ('ddp', 'by_hand', 'fsdp' or 'single') and `wrap` applies it, with torch.compile; `agree`, `mean`,
+`same_on_every_rank` and `all_finite` are the collectives the loop needs.
 
-Sharding with FSDP2 (torch.distributed.fsdp.fully_shard):
-
-The policy keeps one GPU's numerics where it can. On one GPU, bf16 autocast multiplies in bf16 over
-fp32 weights, runs LayerNorm in fp32 and keeps the residual stream in fp32. FSDP2's default casts a
-module's inputs to its param_dtype, which would make the residual stream bf16: the loss would drift
-from a one-GPU run's and activations would take other bytes than memory.py prices. So no module's inputs are cast; a block's weights are gathered in bf16
-(half the traffic, and exactly what autocast would cast them to), the embeddings and the final
-LayerNorm stay fp32 in the root group, and gradients are reduce-scattered in fp32 into the fp32
-shards the optimizer updates.
-
-One difference remains: a block's LayerNorm weights arrive bf16-rounded (LayerNorm still computes in
-fp32 under autocast). Giving each LayerNorm an fp32 group of its own would remove it, but FSDP's hooks
-inside a selectively checkpointed block then break the recompute. The rounding (8 bits of mantissa
-on gains near 1) is the price; tests/test_distributed.py bounds its effect on the loss (4 steps of the
-tiny model track one process's to 3e-5, against the 2% the default policy needed).
-
-HSDP (strategy='hsdp') is the same FSDP2 over a 2-D mesh: each parameter is sharded over the
-`shard` dimension (the GPUs of one node, on its fast link) and replicated over the `replicate`
-dimension (the nodes), so the all-gathers and reduce-scatters stay inside a node and only the
-shards' gradients are all-reduced across nodes. The numerics are FSDP's: the same policy, the
-gradients averaged over every rank.
+Sharding with FSDP2 (fully_shard) keeps one GPU's numerics where it can: bf16 autocast multiplies in
+bf16 over fp32 weights and keeps LayerNorm and the residual stream in fp32, so no module's inputs are
+cast (FSDP2's default would make the residual stream bf16, drifting from one GPU's loss and from what
+memory.py prices). A block's weights are gathered in bf16 (half the traffic, what autocast would cast them
+to), the embeddings and final LayerNorm stay fp32 in the root group, and gradients are reduce-scattered
+in fp32 into the fp32 shards the optimizer updates. A block's LayerNorm gains arrive bf16-rounded: an
+fp32 group of their own would break a selectively checkpointed block's recompute (docs/distributed.md).
+HSDP is the same FSDP2 over a (replicate, shard) mesh: shard within a node, replicate across nodes.
 """
 import datetime
 
