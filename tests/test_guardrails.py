@@ -163,12 +163,6 @@ def test_a_small_corpus_gets_a_validation_split_worth_evaluating(tmp_path):
     assert "raised to 0.1:" in tiny.stdout  # a tenth of the 5000 tokens kept, not of the whole source
     assert "fewer than --min_val_tokens" in tiny.stderr
     assert "already prepared" in run(*capped).stdout  # the same command is the same job
-    manifest = tmp_path / "tiny" / "prepare.manifest.json"
-    old = json.loads(manifest.read_text())  # as the previous version wrote it: the fraction used, in the job
-    old["job"]["val_fraction"] = old.pop("val_fraction")
-    del old["job"]["min_val_tokens"]
-    manifest.write_text(json.dumps(old))
-    assert "already prepared" in run(*capped).stdout
 
 
 # 6. messages that name the real cause
