@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import configurator
-from trainer import bins, mixture
+from trainer import bins, metrics, mixture
 from conftest import REPO, VOCAB
 from test_distributed import assert_close, final_weights, losses, run
 from test_train import assert_same_weights, train
@@ -173,12 +173,9 @@ def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders
     assert_same_weights(reference / "ckpt_12.pt", split / "ckpt_12.pt")
     state = torch.load(split / "ckpt_12.pt", weights_only=True)
     assert state["sampler"] == torch.load(reference / "ckpt_12.pt", weights_only=True)["sampler"]
-    lines = log.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("eval iter 12: val loss "))
-    sources = {line.split()[1][:-1]: float(line.rsplit(" ", 1)[1]) for line in lines[at - 3:at]}  # just before it
-    assert sorted(sources) == sorted(MIX)
-    headline = float(lines[at].split("val loss ")[1].split(",")[0])
-    assert abs(headline - sum(MIX[name] * loss for name, loss in sources.items())) < 3e-4  # the weighted mean
+    [last] = [r for r in metrics.read(reference, "eval") if r["iter"] == 12]
+    assert sorted(last["sources"]) == sorted(MIX)
+    assert abs(last["val_loss"] - sum(MIX[name] * loss for name, loss in last["sources"].items())) < 1e-6  # the weighted mean
 
 
 def test_a_change_of_weights_at_a_resume(tmp_path, folders, reference):
@@ -216,5 +213,5 @@ def test_plan_and_plot_log_show_each_source(folders, reference, capsys):
     assert "source web: weight 0.5, 4.00 epochs at max_iters" in out
     assert "warning: source books would repeat 96.0 times by max_iters (more than 4)" in out
     assert "warning: source code would repeat 4.8 times" in out and "warning: source web" not in out  # 4 is not past 4
-    curves = plot_log.parse_sources((reference / "train.log").read_text().splitlines())
+    curves = plot_log.curves(metrics.read(reference))["sources"]
     assert sorted(curves) == sorted(MIX) and sorted(curves["books"]) == [0, 5, 10, 12]
