@@ -45,12 +45,14 @@ def torchrun(launcher_args, script_args, cwd=REPO, env=None, timeout=300):
     return python(torchrun_command(launcher_args, script_args)[1:], cwd, env, timeout)
 
 
-def wait_for_step(proc, out_dir, n=2, timeout=120):
-    """Until out_dir/metrics.jsonl has a 'step' record at iteration n or later (the run is past its start)."""
+def wait_for(out_dir, kind, proc=None, since=0, timeout=120):
+    """Until out_dir/metrics.jsonl has a `kind` record at iteration `since` or later, while proc (if given)
+    runs: wait_for(out, "step", proc, since=2) returns once a run is past its start-up and first step."""
     deadline = time.time() + timeout
     path = Path(out_dir) / metrics.FILE
-    while not (path.exists() and any(r["iter"] >= n for r in metrics.read(path, "step"))):
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+    while not (path.exists() and any(r["iter"] >= since for r in metrics.read(path, kind))):
+        assert time.time() < deadline, f"no {kind!r} record at iteration {since} or later in {path}"
+        assert proc is None or proc.poll() is None, proc.communicate()
         time.sleep(0.05)
 
 

@@ -12,8 +12,8 @@ import torch
 from torch.nn import functional as F
 
 from trainer import checkpoint, hellaswag
-import warm_python
-from conftest import REPO
+from conftest import python
+from conftest import torchrun as torchrun_
 from model import GPT, GPTConfig, mask_padding
 from trainer.tokenizer import get_encoding
 
@@ -36,8 +36,8 @@ def write_examples(path, n=24):
 def run(*args, env=None, torchrun=0):
     env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     if torchrun:
-        return warm_python.torchrun(["--standalone", f"--nproc_per_node={torchrun}"], args, cwd=REPO, env=env)
-    return warm_python.run(args, cwd=REPO, env=env)
+        return torchrun_(["--standalone", f"--nproc_per_node={torchrun}"], args, env=env)
+    return python(args, env=env)
 
 
 @pytest.fixture(scope="module")

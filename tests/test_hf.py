@@ -12,8 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 from trainer import checkpoint, hf
-import warm_python
-from conftest import REPO
+from conftest import REPO, python
 from model import GPT, GPTConfig
 from test_train import TINY, train
 from trainer.tokenizer import get_encoding
@@ -43,14 +42,14 @@ def logits_of(model, x):
 
 def train_from(out_dir, data_dir, *overrides):
     """A tiny run whose vocabulary comes from the weights it starts from (train_tiny.py sets 320)."""
-    result = warm_python.run(["train.py", "config/train_tiny.py", *TINY_ANY_VOCAB, f"--data_dir={data_dir}",
-                              f"--out_dir={out_dir}", *overrides], cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    result = python(["train.py", "config/train_tiny.py", *TINY_ANY_VOCAB, f"--data_dir={data_dir}",
+                     f"--out_dir={out_dir}", *overrides], env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
 
 def run_script(*args):
-    return warm_python.run(args, cwd=REPO, timeout=120)
+    return python(args, timeout=120)
 
 
 def test_imported_gpt2_computes_what_transformers_does(hf_folder):

@@ -10,8 +10,7 @@ import torchao.optim  # noqa: F401  (allow-lists its optimizer-state tensor subc
 
 import configurator
 from trainer import checkpoint, memory, optim
-import warm_python
-from conftest import REPO
+from conftest import REPO, python
 from model import GPT, GPTConfig
 from test_train import assert_same_weights, train
 
@@ -52,7 +51,7 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, mas
         f"s = checkpoint.load_checkpoint({str(tmp_path / 'whole' / 'ckpt_8.pt')!r}, log=print)\n"
         "state = s['optimizer']['state']['transformer.h.0.mlp.c_fc.weight']\n"
         "print(before, sorted(state), type(state['exp_avg']).__name__)\n")
-    probe = warm_python.run([tmp_path / "probe.py"], cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    probe = python([tmp_path / "probe.py"], env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert probe.returncode == 0 and probe.stdout.strip().endswith(STATE_TYPE[optimizer]), probe.stderr
     assert probe.stdout.splitlines()[-1].startswith("False ")  # the process started without torchao
     # offload's fp32 master is saved where it is not the weight itself
@@ -150,7 +149,7 @@ def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, dat
         tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=6").stdout
     for source, dest in ((tmp_path / "run" / "ckpt_6.pt", tmp_path / "sharded"),
                          (tmp_path / "sharded" / "ckpt_6", tmp_path / "back")):  # converted in its own mode
-        assert warm_python.run(["scripts/convert_checkpoint.py", source, dest], cwd=REPO, timeout=120).returncode == 0
+        assert python(["scripts/convert_checkpoint.py", source, dest], timeout=120).returncode == 0
     before, after = (torch.load(p, weights_only=True) for p in (tmp_path / "run" / "ckpt_6.pt", tmp_path / "back" / "ckpt_6.pt"))
     assert all(torch.equal(before["model"][k], after["model"][k]) and after["model"][k].dtype == torch.bfloat16
                for k in before["model"])
@@ -203,7 +202,7 @@ def test_memory_and_plan_price_each_mode():
     assert optim.STATE_BYTES["adamw8bit"] < 2.1 and optim.STATE_BYTES["adamw4bit"] < 1.1
     lean = memory.estimate(model, 4, optimizer="adamw4bit", master_weights="bfloat16")
     assert lean["weights"] == 2 * n and lean["grads"] == 4 * n and lean["autocast_bf16_weights"] == 0
-    result = warm_python.run(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json"], cwd=REPO,
+    result = python(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json"],
                              timeout=120)
     plan = json.loads(result.stdout)
     assert (plan["optimizer"], plan["master_weights"]) == ("adamw4bit", "bfloat16") and plan["fits"]
@@ -253,7 +252,7 @@ def test_the_estimate_of_each_mode_matches_the_simulation(mode, policy):
 
 
 def test_plan_names_the_fastest_mode_that_fits_the_card():
-    result = warm_python.run(["scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"], cwd=REPO,
+    result = python(["scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"],
                              timeout=120)
     plan = json.loads(result.stdout)
     modes = {(m["optimizer"], m["master_weights"], m["optimizer_offload"]): m for m in plan["modes"]}
@@ -267,8 +266,8 @@ def test_plan_names_the_fastest_mode_that_fits_the_card():
     # the most precise of the modes that need no full recompute at the config's micro-batch
     assert any("a leaner memory mode: --optimizer=adamw8bit --master_weights=bfloat16 --optimizer_offload=False"
                in s for s in plan["suggestions"])
-    host = json.loads(warm_python.run(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json",
-                                       "--optimizer=adamw", "--optimizer_offload=True"], cwd=REPO, timeout=120).stdout)
+    host = json.loads(python(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json",
+                                       "--optimizer=adamw", "--optimizer_offload=True"], timeout=120).stdout)
     # 12 B/param, and the pinned allocator's rounding of each tensor to a power of two (c_attn's 201 MB: 268)
     assert 12 < host["host_memory_gb"] * 1e9 / host["params"] < 14 and host["memory_gb"]["optimizer"] == 0
     assert host["checkpoint_gb"] == pytest.approx(14 * host["params"] / 1e9)  # bf16 weights, fp32 master and moments

@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-import warm_python
-from conftest import REPO
+from conftest import REPO, python, wait_for
 from test_train import TINY, train
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -88,7 +87,7 @@ def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "ckpt_5.pt").write_bytes(b"")  # one checkpoint already takes its share of the disk
     args = [str(REPO / "config" / "train_tiny.py"), *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'out'}"]
-    result = warm_python.run(["scripts/check_env.py", *args], cwd=REPO, env=ENV, timeout=120)
+    result = python(["scripts/check_env.py", *args], env=ENV, timeout=120)
     out = result.stdout
     if "no GPU visible" not in out:
         pytest.skip("a GPU is visible: this test is about what a CPU-only machine reports")
@@ -111,13 +110,6 @@ def test_shell_scripts_parse_and_launch_usage(tmp_path):
     assert missing.returncode == 1 and "config file not found" in missing.stderr
 
 
-def wait_for(path, text, timeout=120):
-    deadline = time.time() + timeout
-    while text not in (path.read_text() if path.exists() else ""):
-        assert time.time() < deadline, f"{text!r} never appeared in {path}"
-        time.sleep(0.2)
-
-
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
     env = {k: v for k, v in ENV.items() if k != "TMUX"}
@@ -136,19 +128,20 @@ def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
     log = out / "train.log"
     try:
         assert "started" in launch().stdout
-        wait_for(log, "iter 2:")
+        wait_for(out, "step", since=2)
         assert "already running" in launch().stdout  # no second train.py on the same out_dir
         assert log.read_text().count("=== ") == 1
         tmux("send-keys", "-t", "=test_run:", "C-c")  # the safe stop: train.py saves, then exits
-        wait_for(log, "stopped by SIGINT")
-        wait_for(log, "run the same command to continue")
+        wait_for(out, "stop")
+        assert metrics.read(out, "stop")[-1]["signal"] == "SIGINT"
+        assert "run the same command to continue" in log.read_text()
         deadline = time.time() + 30
         while tmux("display-message", "-p", "-t", "=test_run:", "#{pane_dead}") != "1":
             assert time.time() < deadline
             time.sleep(0.2)
         relaunched = launch().stdout
         assert "has ended" in relaunched and "started" in relaunched  # as after a reboot: resume
-        wait_for(log, "resuming after")
+        wait_for(out, "start", since=1)  # the relaunch resumed
     finally:
         tmux("kill-server")
 

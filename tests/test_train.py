@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from trainer import memory, metrics
-from conftest import REPO, VOCAB, python, wait_for_step
+from conftest import REPO, VOCAB, python, wait_for
 from model import GPT, GPTConfig
 
 pytestmark = pytest.mark.e2e  # each test runs train.py as a process, as a user does
@@ -95,7 +95,7 @@ def test_signal_saves_and_resume_is_exact(tmp_path, data_dir, sig):
         [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out}",
          "--max_iters=100000", "--checkpoint_interval=100000", "--gradient_accumulation_steps=8"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    wait_for_step(proc, out)
+    wait_for(out, "step", proc, since=2)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
