@@ -353,6 +353,7 @@ step_casts, train_autocast = casting.once_per_step(device_type) if casting.appli
 wandb_run = None
 if cfg.wandb_log and master:
     wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), wandb_run_id, log)
+    record.forward = lambda r: wandb_logging.log(wandb_run, r)  # wandb charts the records metrics.jsonl gets
 
 
 # -----------------------------------------------------------------------------
@@ -380,7 +381,6 @@ def evaluate():
         for name, loss in losses.items():
             seen, epochs = sampler.accounting(name)
             log(f"source {name}: {seen:,} tokens seen ({epochs:.2f} epochs), val loss {loss:.4f}")
-        wandb_logging.log(wandb_run, iter_num, {f"val/{name}": loss for name, loss in losses.items()})
     return sampler.headline(losses)
 
 
@@ -391,7 +391,6 @@ def evaluate_hellaswag():
     log(f"hellaswag iter {iter_num}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
         f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
     record("hellaswag", iter_num, acc_norm=result["acc_norm"], acc=result["acc"], n=result["n"])
-    wandb_logging.log(wandb_run, iter_num, {"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]})
 
 
 def sync_gradients(on):
@@ -584,8 +583,6 @@ while iter_num < cfg.max_iters and not stop_now:
             eta = (cfg.max_iters - iter_num) * step_time_avg
             line += f", eta {eta / 3600:.1f}h" if eta >= 3600 else f", eta {eta / 60:.1f}min"
         log(line)
-        wandb_logging.log(wandb_run, iter_num, {"train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
-                                                "tokens_per_sec": tokens_per_sec, **({"mfu": mfu} if mfu is not None else {})})
         record("step", iter_num, loss=loss_value, lr=lr, grad_norm=norm_value, step_time=dt,
                tokens=iter_num * tokens_per_iter, tokens_per_sec=tokens_per_sec, mfu=mfu,
                hfu=hfu,
@@ -596,7 +593,6 @@ while iter_num < cfg.max_iters and not stop_now:
         val_loss = evaluate()
         best_val_loss = min(best_val_loss, val_loss)
         log(f"eval iter {iter_num}: val loss {val_loss:.4f}, best {best_val_loss:.4f} ({time.time() - t_eval:.1f}s)")
-        wandb_logging.log(wandb_run, iter_num, {"val/loss": val_loss})
     if hellaswag_examples and (iter_num % cfg.hellaswag_interval == 0 or iter_num == cfg.max_iters):
         evaluate_hellaswag()
 

@@ -34,7 +34,7 @@ IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")  # ho
 
 # PCIe in practice: ~25 GB/s each way on a 4.0 x16 link, ~50 on 5.0; plan.py prices the copies at
 # this (both directions added, as if they did not overlap) and leaves out the host's arithmetic,
-# which depends on its cores (scripts/bench_optim.py --host_step measures it on yours)
+# which depends on its cores (scripts/bench/bench_optim.py --host_step measures it on yours)
 HOST_LINK_BYTES_PER_S = 25e9
 
 
