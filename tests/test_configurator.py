@@ -97,6 +97,7 @@ def test_old_gradient_checkpointing_key_still_works(source, expected, tmp_path):
         load_config(["--gradient_checkpointing=2"])
 
 
+@pytest.mark.e2e
 def test_script_reports_one_line_and_exits_nonzero():
     result = subprocess.run(
         [sys.executable, "-c", "import sys, configurator; configurator.load_config_or_exit(sys.argv[1:])",

@@ -100,6 +100,7 @@ def test_the_adapters_requests_compute_what_the_model_does():
         lm.generate_until([Request("x", {"do_sample": True, "temperature": 0.7})])
 
 
+@pytest.mark.e2e
 def test_eval_prints_the_papers_table_writes_json_and_agrees_under_torchrun(run, capsys, tmp_path):
     custom = tmp_path / "custom"  # a task of one's own through --include_path, with local data_files
     custom.mkdir()

@@ -74,6 +74,7 @@ def plain_logprob(model, ctx, ending, n_tokens=0):
     return F.log_softmax(logits, -1)[torch.arange(len(ids[0]) - 1), ids[0, 1:]][-len(ending):].sum().item()
 
 
+@pytest.mark.e2e
 def test_scoring_equals_a_plain_computation(learnt):
     folder, _ = learnt
     model = load_model(folder)
@@ -92,6 +93,7 @@ def test_scoring_equals_a_plain_computation(learnt):
     assert hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), limit=10)["n"] == 10
 
 
+@pytest.mark.e2e
 def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
     from trainer import harness
     folder, _ = learnt
@@ -107,6 +109,7 @@ def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
            (ours["acc"], ours["acc_norm"], ours["n"])
 
 
+@pytest.mark.e2e
 def test_in_loop_evaluation_is_logged_and_plotted(learnt, tmp_path):
     folder, log = learnt
     lines = [line for line in log.splitlines() if line.startswith("hellaswag iter")]
@@ -137,6 +140,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.e2e
 def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
     folder, log = learnt
     prepared = run("data/hellaswag/prepare.py", "--source", str(folder / "hellaswag_val.jsonl"),
@@ -156,6 +160,7 @@ def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
 
 @pytest.mark.parametrize("case,expected", [("three_endings", "and four 'endings'"),
                                            ("label", "label 7 is not 0-3"), ("missing", "no HellaSwag file")])
+@pytest.mark.e2e
 def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, case, expected):
     folder, _ = learnt
     bad = tmp_path / "bad.jsonl"
@@ -175,6 +180,7 @@ def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, c
                for line in trained.stdout.splitlines())
 
 
+@pytest.mark.e2e
 def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
     folder, _ = learnt
     gpt2_file = tmp_path / "hellaswag.json"

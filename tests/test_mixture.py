@@ -115,6 +115,7 @@ def test_set_in_a_config_file_or_on_the_command_line(tmp_path):
         configurator.load_config(["--data_mixture=data/pile"])
 
 
+@pytest.mark.e2e
 def test_bad_input_is_one_line(tmp_path, folders):
     def problem(value):
         cfg = configurator.load_config(["config/train_tiny.py", f"--data_mixture={value}"])
@@ -160,6 +161,7 @@ def source_position(out_dir, n, name):
     return torch.load(out_dir / f"ckpt_{n}.pt", weights_only=True)["sampler"]["sources"][name]
 
 
+@pytest.mark.e2e
 def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders, reference):
     log = (reference / "train.log").read_text()
     assert "source books: " in log and "tokens seen (" in log and "data: " in log and "(weight 0.3)" in log
@@ -178,6 +180,7 @@ def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders
     assert abs(last["val_loss"] - sum(MIX[name] * loss for name, loss in last["sources"].items())) < 1e-6  # the weighted mean
 
 
+@pytest.mark.e2e
 def test_a_change_of_weights_at_a_resume(tmp_path, folders, reference):
     out = tmp_path / "changed"
     out.mkdir()
@@ -192,6 +195,7 @@ def test_a_change_of_weights_at_a_resume(tmp_path, folders, reference):
     assert at_10["sources"]["web"]["position"] == web + 24 and at_10["sources"]["code"] == at_8["sources"]["code"]
 
 
+@pytest.mark.e2e
 def test_two_processes_draw_the_same_global_batches(tmp_path, folders, reference):
     two = tmp_path / "two"
     run(two, folders["web"], "--max_iters=4", mix_arg(folders, MIX), nproc=2)
@@ -202,6 +206,7 @@ def test_two_processes_draw_the_same_global_batches(tmp_path, folders, reference
     assert states[0] == states[1]
 
 
+@pytest.mark.e2e
 def test_plan_and_plot_log_show_each_source(folders, reference, capsys):
     sys.path.insert(0, str(REPO / "scripts"))
     import plan

@@ -32,6 +32,7 @@ def losses(log):
     return [float(line.split("loss ")[1].split(",")[0]) for line in log.splitlines() if line.startswith("iter ")]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("optimizer,master_weights,offload", MODES)
 def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, master_weights, offload):
     mode = flags(optimizer, master_weights, offload)
@@ -135,6 +136,7 @@ def test_an_offload_checkpoint_resumes_into_fused_adamw_and_back(tmp_path):
         assert torch.equal(state["exp_avg_sq"], fused.state[q]["exp_avg_sq"])
 
 
+@pytest.mark.e2e
 def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path, data_dir):
     log = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True",
                 "--activation_checkpointing=full").stdout
@@ -142,6 +144,7 @@ def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path,
     assert len(seen) == 8 and seen[-1] < seen[0]
 
 
+@pytest.mark.e2e
 def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, data_dir):
     skipped = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=4",
                     env={"TRAIN_FAULT_NAN_AT_ITERS": "1,2,3,4"})  # no step taken when ckpt_4 is saved
@@ -161,6 +164,7 @@ def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, dat
     assert check.startswith("optimizer_offload=True runs PyTorch's AdamW on the host, not 'adamw8bit'")
 
 
+@pytest.mark.e2e
 def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir):
     train(tmp_path / "run", data_dir, *MODEL, "--max_iters=2")
     result = train(tmp_path / "run", data_dir, *MODEL, "--optimizer=adamw8bit", check=False)
@@ -193,6 +197,7 @@ def test_bf16_weights_accumulate_their_gradients_in_fp32():
     assert (in_bf16.double() - exact).abs().max() > 0.01
 
 
+@pytest.mark.e2e
 def test_memory_and_plan_price_each_mode():
     with torch.device("meta"):
         model = GPT(GPTConfig(n_layer=32, n_head=32, n_embd=4096, block_size=2048, vocab_size=50304, bias=False))
@@ -251,6 +256,7 @@ def test_the_estimate_of_each_mode_matches_the_simulation(mode, policy):
     assert master_weights == "float32" or estimated["total"] >= simulated["total"]
 
 
+@pytest.mark.e2e
 def test_plan_names_the_fastest_mode_that_fits_the_card():
     result = python(["scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"],
                              timeout=120)

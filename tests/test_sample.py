@@ -55,6 +55,7 @@ def run_sample(*args):
     return python(["sample.py", "--device=cpu", *args], env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
 
 
+@pytest.mark.e2e
 def test_falls_back_past_a_truncated_checkpoint_and_shows_placeholders(run_dir, tmp_path):
     newest = run_dir / "ckpt_7.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])

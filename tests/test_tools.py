@@ -30,6 +30,7 @@ def rolled_back_run(tmp_path_factory, data_dir):
     return out
 
 
+@pytest.mark.e2e
 def test_plot_log_draws_the_run_as_it_continued(rolled_back_run, tmp_path, capsys):
     records = metrics.read(rolled_back_run)
     assert [r["iter"] for r in records if r["kind"] == "start"] == [0, 3]  # the roll back started at 3
@@ -83,6 +84,7 @@ def test_plot_log_bad_input(tmp_path):
         assert message in str(e.value.code)
 
 
+@pytest.mark.e2e
 def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "ckpt_5.pt").write_bytes(b"")  # one checkpoint already takes its share of the disk
@@ -101,6 +103,7 @@ def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     assert e.value.code == 1 and "FAIL  no train.bin in /nonexistent/data" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_shell_scripts_parse_and_launch_usage(tmp_path):
     for script in ("launch.sh", "quickstart.sh"):
         subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
@@ -110,6 +113,7 @@ def test_shell_scripts_parse_and_launch_usage(tmp_path):
     assert missing.returncode == 1 and "config file not found" in missing.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
     env = {k: v for k, v in ENV.items() if k != "TMUX"}
@@ -146,6 +150,7 @@ def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
         tmux("kill-server")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_launch_reports_a_start_up_death_in_whole_lines(tmp_path):
     """The pane is 80 columns wide and train.log's first line, the command, is longer: the report must
