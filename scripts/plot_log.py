@@ -3,15 +3,12 @@ Plot a run from its metrics.jsonl: train and val loss, throughput and HellaSwag 
 
     python scripts/plot_log.py out/gpt3_6b [--out loss.png]     (the out_dir, or a file in it: train.log)
 
-Every figure comes from the records train.py writes (docs/metrics.md): 'step' (loss, tokens/s), 'eval'
-(val loss, and each source's on a data_mixture, dashed), 'hellaswag' (acc_norm, against the GPT-3 paper's
-zero-shot figure for the size nearest the 'start' record's params), and 'forecast' (a predicted val loss at
-a later iteration, with its error bar, beside the val curve). A resume ('start' past iteration 0) and a
-rollback start the run again from their iteration: the later records replace the abandoned ones, so the
-plot shows the run as it continued; resumes, rollbacks and weight changes ('weights_changed') are vertical
-lines. scripts/eval.py --watch's eval.jsonl beside it adds each lm-eval task's curve against the paper's.
-The loss axis spans the losses after the first 5% of steps, so the first iterations' ~11 nats do not
-squash the rest. Writes a PNG (default: loss.png in the out_dir) without needing a display.
+Every figure comes from the run's records (docs/metrics.md): step, eval (and each data_mixture source's,
+dashed), hellaswag against the GPT-3 paper's figure for the run's size, and forecasts with their error
+bars beside the val curve. Resumes, rollbacks and weight changes are vertical lines; a resume or rollback
+at N replaces what the run recorded past N, so the plot shows the run as it continued. scripts/eval.py
+--watch's eval.jsonl beside it adds each lm-eval task's curve. The loss axis leaves out the first 5% of
+steps, whose ~11 nats would squash the rest. Writes a PNG (default: loss.png in the out_dir).
 """
 import argparse
 import math

@@ -1,6 +1,6 @@
 """
 Weights cast to bf16 once per step (trainer/casting.py) against once per micro-batch (autocast without
-its cache, as before): the bytes the casts move in one optimizer step and the step's peak memory, on
+its cache): the bytes the casts move in one optimizer step and the step's peak memory, on
 fake tensors (shapes without storage: PyTorch's MemTracker counts the bytes), then the same arithmetic
 at GPT-3 6.7B's shape with 160 micro-batches a step.
 
