@@ -9,7 +9,7 @@ import torch
 import torchao.optim  # noqa: F401  (allow-lists its optimizer-state tensor subclasses for torch.load here)
 
 import configurator
-from trainer import checkpoint, memory, optim
+from trainer import checkpoint, memory, metrics, optim
 from conftest import REPO, python
 from model import GPT, GPTConfig
 from test_train import assert_same_weights, train
@@ -28,16 +28,16 @@ def flags(optimizer, master_weights, offload=False):
             *(["--dtype=bfloat16"] if master_weights == "bfloat16" else [])]
 
 
-def losses(log):
-    return [float(line.split("loss ")[1].split(",")[0]) for line in log.splitlines() if line.startswith("iter ")]
+def losses(out_dir):
+    return [r["loss"] for r in metrics.read(out_dir, "step")]
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("optimizer,master_weights,offload", MODES)
 def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, master_weights, offload):
     mode = flags(optimizer, master_weights, offload)
-    whole = train(tmp_path / "whole", data_dir, *MODEL, *mode).stdout
-    seen = losses(whole)
+    train(tmp_path / "whole", data_dir, *MODEL, *mode)
+    seen = losses(tmp_path / "whole")
     assert len(seen) == 8 and seen[-1] < seen[0]
     (tmp_path / "split").mkdir()  # the whole run's checkpoint of step 4 (TINY saves every 4), resumed
     shutil.copy(tmp_path / "whole" / "ckpt_4.pt", tmp_path / "split")
@@ -138,9 +138,9 @@ def test_an_offload_checkpoint_resumes_into_fused_adamw_and_back(tmp_path):
 
 @pytest.mark.e2e
 def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path, data_dir):
-    log = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True",
-                "--activation_checkpointing=full").stdout
-    seen = losses(log)
+    train(tmp_path / "run", data_dir, *MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True",
+          "--activation_checkpointing=full")
+    seen = losses(tmp_path / "run")
     assert len(seen) == 8 and seen[-1] < seen[0]
 
 
