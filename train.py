@@ -195,7 +195,7 @@ except memory.DoesNotFit as e:
 policy, recompute_blocks = choice.activation_checkpointing, choice.recompute_blocks
 cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
 if cfg.activation_checkpointing == "auto":
-    log(f"auto: {choice.describe(model_args['n_layer'])}")  # bench.py reads this line
+    log(f"auto: {choice.describe(model_args['n_layer'])}")
 log(memory.start_up_line(choice, budget))
 gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=policy, recompute_blocks=recompute_blocks)
 
