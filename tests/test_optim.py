@@ -1,8 +1,11 @@
 """Memory-lean optimizers (optim.py, offload.py): each mode trains, resumes bit-exactly from checkpoints
 that load with weights_only, refuses a mode change on resume, and is priced right by memory.py and plan.py."""
+import contextlib
+import io
 import json
 import os
 import shutil
+import sys
 
 import pytest
 import torch
@@ -197,7 +200,15 @@ def test_bf16_weights_accumulate_their_gradients_in_fp32():
     assert (in_bf16.double() - exact).abs().max() > 0.01
 
 
-@pytest.mark.e2e
+def plan_json(*argv):
+    """scripts/plan.py --json's answer, in-process: the decision is a function call."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import plan
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        plan.main([*argv, "--json"])
+    return json.loads(out.getvalue())
+
+
 def test_memory_and_plan_price_each_mode():
     with torch.device("meta"):
         model = GPT(GPTConfig(n_layer=32, n_head=32, n_embd=4096, block_size=2048, vocab_size=50304, bias=False))
@@ -207,9 +218,7 @@ def test_memory_and_plan_price_each_mode():
     assert optim.STATE_BYTES["adamw8bit"] < 2.1 and optim.STATE_BYTES["adamw4bit"] < 1.1
     lean = memory.estimate(model, 4, optimizer="adamw4bit", master_weights="bfloat16")
     assert lean["weights"] == 2 * n and lean["grads"] == 4 * n and lean["autocast_bf16_weights"] == 0
-    result = python(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json"],
-                             timeout=120)
-    plan = json.loads(result.stdout)
+    plan = plan_json("config/train_gpt3_6b_80gb.py", "--gpu", "h100")
     assert (plan["optimizer"], plan["master_weights"]) == ("adamw4bit", "bfloat16") and plan["fits"]
     assert plan["memory_gb"]["total"] <= 0.95 * 85.5  # the 80 GB config leaves 5% of the card free
     assert plan["activation_checkpointing"] == "selective"  # the room bf16 weights leave
@@ -256,11 +265,8 @@ def test_the_estimate_of_each_mode_matches_the_simulation(mode, policy):
     assert master_weights == "float32" or estimated["total"] >= simulated["total"]
 
 
-@pytest.mark.e2e
 def test_plan_names_the_fastest_mode_that_fits_the_card():
-    result = python(["scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"],
-                             timeout=120)
-    plan = json.loads(result.stdout)
+    plan = plan_json("config/train_gpt3_6b.py", "--gpu", "h100")
     modes = {(m["optimizer"], m["master_weights"], m["optimizer_offload"]): m for m in plan["modes"]}
     assert set(modes) == set(optim.RECIPES) and not modes[("adamw", "float32", False)]["fits"]
     # leaner modes leave more room for activations, so less recompute
@@ -272,8 +278,7 @@ def test_plan_names_the_fastest_mode_that_fits_the_card():
     # the most precise of the modes that need no full recompute at the config's micro-batch
     assert any("a leaner memory mode: --optimizer=adamw8bit --master_weights=bfloat16 --optimizer_offload=False"
                in s for s in plan["suggestions"])
-    host = json.loads(python(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json",
-                                       "--optimizer=adamw", "--optimizer_offload=True"], timeout=120).stdout)
+    host = plan_json("config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--optimizer=adamw", "--optimizer_offload=True")
     # 12 B/param, and the pinned allocator's rounding of each tensor to a power of two (c_attn's 201 MB: 268)
     assert 12 < host["host_memory_gb"] * 1e9 / host["params"] < 14 and host["memory_gb"]["optimizer"] == 0
     assert host["checkpoint_gb"] == pytest.approx(14 * host["params"] / 1e9)  # bf16 weights, fp32 master and moments
