@@ -6,7 +6,7 @@ scaled_dot_product_attention, a 4x GELU MLP, learned position embeddings and a
 token embedding tied to the LM head.
 
 Activation checkpointing trades compute for memory, per block: 'full' keeps only a block's input and
-recomputes its whole forward in backward (+32% FLOPs at 6.7B); 'selective' keeps the outputs of the
+recomputes its whole forward in backward (about a third more FLOPs); 'selective' keeps the outputs of the
 matmuls and of the attention kernel and recomputes only the cheap element-wise ops (LayerNorm, GELU,
 adds, casts). memory.py says which one a GPU's memory forces.
 

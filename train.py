@@ -187,6 +187,8 @@ autocast, step_casts, train_autocast = casting.contexts(cfg.dtype, device_type, 
 # wandb: optional, and never allowed to hang or prompt inside tmux (wandb_logging.py)
 wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), wandb_run_id, log) \
     if cfg.wandb_log and master else (None, wandb_run_id)
+if wandb_run:
+    record.forward = lambda r: wandb_logging.log(wandb_run, r)  # wandb charts the records metrics.jsonl gets
 
 
 # -----------------------------------------------------------------------------
@@ -209,18 +211,16 @@ def evaluate():
     global best_val_loss
     t_eval = time.time()
     losses = evaluation.val_losses(model, sampler, val_windows, get_batch, autocast, device, rank, world_size)
-    record("eval", iter_num, tokens=iter_num * tokens_per_iter, val_loss=sampler.headline(losses),
-           **({"sources": losses} if cfg.data_mixture else {}))
     if cfg.data_mixture:
         for name, loss in losses.items():
             seen, epochs = sampler.accounting(name)
             log(f"source {name}: {seen:,} tokens seen ({epochs:.2f} epochs), val loss {loss:.4f}")
-        wandb_logging.log(wandb_run, iter_num, {f"val/{name}": loss for name, loss in losses.items()})
     val_loss = sampler.headline(losses)
     best_val_loss = min(best_val_loss, val_loss)
+    record("eval", iter_num, tokens=iter_num * tokens_per_iter, val_loss=val_loss, best_val_loss=best_val_loss,
+           **({"sources": losses} if cfg.data_mixture else {}))
     log(f"eval iter {iter_num}: val loss {val_loss:.4f}" + (f", best {best_val_loss:.4f}" if clock.steps else "")
         + f" ({time.time() - t_eval:.1f}s)")
-    wandb_logging.log(wandb_run, iter_num, {"val/loss": val_loss})
 
 
 def evaluate_hellaswag():
@@ -230,7 +230,6 @@ def evaluate_hellaswag():
     log(f"hellaswag iter {iter_num}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
         f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
     record("hellaswag", iter_num, acc_norm=result["acc_norm"], acc=result["acc"], n=result["n"])
-    wandb_logging.log(wandb_run, iter_num, {"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]})
 
 
 def save(step_start):
@@ -341,8 +340,6 @@ while iter_num < cfg.max_iters and not stop_now:
         log(runlog.step_line(iter_num, loss_value, dt, tokens_per_sec, lr, norm_value,
                              hardware.peak_memory_text(peak, cfg.optimizer_offload), mfu,
                              hfu if utilisation.recomputes else None, world_size, clock.eta(cfg.max_iters - iter_num)))
-        wandb_logging.log(wandb_run, iter_num, {"train/loss": loss_value, "lr": lr, "grad_norm": norm_value,
-                                                "tokens_per_sec": tokens_per_sec, **({"mfu": mfu} if mfu is not None else {})})
         record("step", iter_num, loss=loss_value, lr=lr, grad_norm=norm_value, step_time=dt,
                tokens=iter_num * tokens_per_iter, tokens_per_sec=tokens_per_sec, mfu=mfu, hfu=hfu, peak_memory=peak)
 

@@ -8,8 +8,8 @@ Training throughput of a config on this machine, measured by running train.py it
 
 Each setting is one train.py subprocess on random tokens in a temp data dir, with eval,
 checkpoints and wandb off, so what is timed is the training code path, not a copy of it.
-train.py logs every step; the first --warmup steps (kernel selection, allocator growth,
-compilation) are left out and the figures are medians of the next --steps. A timed step is
+train.py records every step in the run's metrics.jsonl; the first --warmup steps (kernel selection,
+allocator growth, compilation) are left out and the figures are medians of the next --steps. A timed step is
 --grad_accum micro-batches (default 2): the configs' 32-160 would make one step take minutes at
 1.3B-6.7B. Its optimizer step is timed on its own (timed_train), so tokens/s, step time and MFU
 are for one step of the config's global batch: its tokens at the timed micro-batches' time per
@@ -52,6 +52,7 @@ from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
 from trainer import hardware  # noqa: E402
 from trainer import memory  # noqa: E402
+from trainer import metrics  # noqa: E402
 from trainer import optim  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import GPT, GPTConfig, model_config  # noqa: E402
@@ -171,26 +172,28 @@ def make_data(folder, vocab_size, block_size, windows):
         rng.integers(0, vocab_size, n).astype(bins.DTYPE).tofile(bins.bin_path(folder, split))
 
 
-def fraction(text):
-    """'41.5%' -> 0.415; 'n/a' (CPU, or a GPU of unknown peak) -> None."""
-    return None if text == "n/a" else float(text.rstrip("%")) / 100
-
-
 def timed_train():
-    """Run train.py, its arguments in sys.argv[1:], with each optimizer step timed on its own and logged
-    as `optimizer step N ms` before its `iter` line. train.py has waited for the GPU just before the
-    step (it reads the loss and grad norm) and the wait after it is here, so the time is the step's
-    alone; gradient clipping, before that wait, counts with the micro-batches."""
-    step = optim.step
+    """Run train.py, its arguments in sys.argv[1:], with each optimizer step timed on its own and the time
+    added to that step's metrics.jsonl record as optimizer_step_time (seconds). train.py has waited for the
+    GPU just before the step (it reads the loss and grad norm) and the wait after it is here, so the time
+    is the step's alone; gradient clipping, before that wait, counts with the micro-batches."""
+    step, write, pending = optim.step, metrics.Metrics.__call__, []
 
     def timed(optimizer, seed, device_type):
         t0 = time.perf_counter()
         step(optimizer, seed, device_type)
         if device_type == "cuda":
             torch.cuda.synchronize()
-        print(f"optimizer step {1000 * (time.perf_counter() - t0):.1f}ms", flush=True)
+        pending[:] = [time.perf_counter() - t0]
 
-    optim.step = timed  # train.py calls optim.step(...) through the module, so it calls this
+    def recorded(self, kind, iteration, **figures):
+        if kind in ("step", "nonfinite", "spike"):  # each takes the step timed before it, or none
+            seconds = pending.pop() if pending else None
+            if kind == "step":
+                figures["optimizer_step_time"] = seconds
+        return write(self, kind, iteration, **figures)
+
+    optim.step, metrics.Metrics.__call__ = timed, recorded  # train.py calls both through their modules
     sys.argv = [TRAIN, *sys.argv[1:]]
     runpy.run_path(TRAIN, run_name="__main__")
 
@@ -200,27 +203,9 @@ TIMED_TRAIN = f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(
               "import bench; bench.timed_train()"
 
 
-def parse_steps(stdout, warmup):
-    """train.py's lines `iter N: loss X, time Yms, mfu Z%, tok/s T, ..., mem M[, reserved R][, host H][, hfu U%]`
-    past the warm-up, each with the optimizer step time timed_train logged before it (reserved: on a GPU,
-    what the caching allocator holds; host: the process's resident host memory, logged with
-    optimizer_offload)."""
-    steps, optimizer_ms = [], None
-    for line in stdout.splitlines():
-        if line.startswith("optimizer step "):
-            optimizer_ms = float(line[len("optimizer step "):-len("ms")])
-        if not line.startswith("iter ") or ": loss " not in line:  # also leaves out skipped non-finite steps
-            continue
-        head, *fields = line.split(", ")  # thousands separators have no space after the comma
-        step_optimizer_ms, optimizer_ms = optimizer_ms, None
-        if int(head.split(":")[0][len("iter "):]) <= warmup:
-            continue
-        values = dict(field.split(" ", 1) for field in fields)
-        steps.append({"tokens_per_s": float(values["tok/s"].replace(",", "")), "mfu": fraction(values["mfu"]),
-                      "hfu": fraction(values.get("hfu", "n/a")), "memory": values["mem"],
-                      "reserved": values.get("reserved"), "host": values.get("host"),
-                      "optimizer_s": None if step_optimizer_ms is None else step_optimizer_ms / 1000})
-    return steps
+def timed_steps(out_dir, warmup):
+    """The 'step' records of a run past the warm-up (docs/metrics.md): skipped non-finite steps have none."""
+    return [r for r in metrics.latest_per_iter(metrics.read(out_dir, "step")) if r["iter"] > warmup]
 
 
 def failure(returncode, stdout, stderr):
@@ -242,24 +227,27 @@ def median_of(values):
 
 
 def summarize(steps, tokens_per_step, config_tokens_per_step):
-    """What the timed steps of tokens_per_step say ("measured": median step time, optimizer step, MFU,
-    HFU), and tokens/s, step time, MFU and HFU for one step of the config's config_tokens_per_step:
+    """What the timed step records of tokens_per_step say ("measured": median step time, optimizer step,
+    MFU, HFU), and tokens/s, step time, MFU and HFU for one step of the config's config_tokens_per_step:
     that many tokens at the timed micro-batches' time per token, plus one optimizer step. Peak memory:
-    allocated, and on a GPU reserved (what runs out first); the host's with optimizer_offload."""
-    step_s = statistics.median(tokens_per_step / s["tokens_per_s"] for s in steps)
-    optimizer_s = statistics.median(s["optimizer_s"] for s in steps)
+    allocated and reserved (what runs out first) on a GPU, the host's resident memory always (the figure
+    that counts on a CPU, and with optimizer_offload)."""
+    step_s = statistics.median(tokens_per_step / s["tokens_per_sec"] for s in steps)
+    optimizer_s = statistics.median(s["optimizer_step_time"] for s in steps)
     config_step_s = config_tokens_per_step * (step_s - optimizer_s) / tokens_per_step + optimizer_s
     mfu, hfu = median_of(s["mfu"] for s in steps), median_of(s["hfu"] for s in steps)
     speedup = (config_tokens_per_step / config_step_s) / (tokens_per_step / step_s)  # MFU and HFU scale with it
+    peaks = [s["peak_memory"] for s in steps]
+    on_gpu = "allocated" in peaks[0]
     return {"tokens_per_s": config_tokens_per_step / config_step_s, "step_ms": 1000 * config_step_s,
             "mfu": mfu and mfu * speedup, "hfu": hfu and hfu * speedup,
             "measured": {"tokens_per_step": tokens_per_step, "step_ms": 1000 * step_s,
                          "tokens_per_s": tokens_per_step / step_s, "optimizer_step_ms": 1000 * optimizer_s,
                          "mfu": mfu, "hfu": hfu},
-            "peak_memory_gb": max(float(s["memory"].split("GB")[0]) for s in steps),
-            "peak_reserved_gb": max((float(s["reserved"].split("GB")[0]) for s in steps if s["reserved"]), default=None),
-            "peak_host_gb": max((float(s["host"].split("GB")[0]) for s in steps if s["host"]), default=None),
-            "memory_kind": "host RSS" if "RSS" in steps[0]["memory"] else "GPU allocated"}
+            "peak_memory_gb": max(p["allocated" if on_gpu else "host_rss"] for p in peaks) / 1e9,
+            "peak_reserved_gb": max(p["reserved"] for p in peaks) / 1e9 if on_gpu else None,
+            "peak_host_gb": max(p["host_rss"] for p in peaks) / 1e9 if on_gpu else None,
+            "memory_kind": "GPU allocated" if on_gpu else "host RSS"}
 
 
 def run_train(train_args, timeout):
@@ -306,6 +294,7 @@ class Bench:
         self.deadline = time.time() + args.time_limit if args.time_limit else math.inf
         self.data_dir = os.path.join(work, "data")
         self.mode = optim.mode_of(vars(cfg))  # the config's memory mode: what the estimates price
+        self.gpu = hardware.local_gpu(0)[0]  # what train.py runs on: this machine's GPU, or None
 
     def prepare(self, largest_batch):
         os.makedirs(self.data_dir)
@@ -328,22 +317,22 @@ class Bench:
 
     def run(self, batch_size, policy):
         result = describe(batch_size, policy, self.cfg.n_layer)
-        status, message, lines, wall_s = self.launch(
-            self.train_args(batch_size, policy, tempfile.mkdtemp(prefix="out_", dir=self.work)))
-        stdout = text_of(lines)
-        result.update(status=status, message=message, wall_s=wall_s,
-                      gpu=next((line[5:].split(";")[0] for line in stdout.splitlines() if line.startswith("GPU: ")),
-                               None))
-        steps = parse_steps(stdout, self.args.warmup)
+        out_dir = tempfile.mkdtemp(prefix="out_", dir=self.work)
+        status, message, _, wall_s = self.launch(self.train_args(batch_size, policy, out_dir))
+        result.update(status=status, message=message, wall_s=wall_s, gpu=self.gpu)
+        steps = timed_steps(out_dir, self.args.warmup) if status == "ok" else []
         if status == "ok" and not steps:
-            result.update(status="error", message="train.py logged no timed step (non-finite losses?)")
-        elif status == "ok" and any(s["optimizer_s"] is None for s in steps):
+            result.update(status="error", message="train.py recorded no timed step (non-finite losses?)")
+        elif status == "ok" and any(s["optimizer_step_time"] is None for s in steps):
             result.update(status="error", message="a timed step came without its optimizer step time")
         if result["status"] != "ok":
             return result
         result.update(summarize(steps, batch_size * self.micro_steps * self.cfg.block_size, self.config_tokens),
                       steps=len(steps))
-        result["auto"] = next((line for line in stdout.splitlines() if line.startswith("auto: ")), None)
+        if policy[0] == "auto":  # what auto chose, from the run's start record
+            [start] = metrics.read(out_dir, "start")
+            result["auto"] = {k: start[k] for k in ("activation_checkpointing", "recompute_blocks", "batch_size",
+                                                    "gradient_accumulation_steps")}
         if self.args.simulate and policy[0] != "auto":
             config = model_config(self.cfg, activation_checkpointing=policy[0], recompute_blocks=policy[1])
             with torch.device("meta"):

@@ -1,7 +1,10 @@
-"""Shared pytest fixtures: the repo root on sys.path, a quick exit for the Pythons the tests start, and
+"""Shared pytest pieces: the repo root on sys.path, the `e2e` marker for tests whose point is a real
+process (`pytest -m "not e2e"` runs the in-process rest), the helpers that start those processes, and
 GPT-2's BPE ranks for offline tests."""
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +13,9 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-# every Python the tests start skips the ~2 s collection at exit (fast_exit/sitecustomize.py says why)
+from trainer import metrics  # noqa: E402  (after the repo root is on sys.path)
+# every Python the tests start skips the ~1 s collection at exit (fast_exit/sitecustomize.py says why;
+# README's test section has the measurement)
 FAST_EXIT = str(REPO / "tests" / "fast_exit")
 if FAST_EXIT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [FAST_EXIT, os.environ.get("PYTHONPATH")]))
@@ -18,6 +23,37 @@ if FAST_EXIT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 # and in every process the tests start.
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "e2e: starts real processes (signals, torchrun, resume across processes, "
+                                       "the launchers, the README's commands); `-m \"not e2e\"` leaves them out")
+
+
+def python(args, cwd=REPO, env=None, timeout=300):
+    """`python ARGS` in a fresh interpreter, as a user runs it: a CompletedProcess with its output."""
+    return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def torchrun_command(launcher_args, script_args):
+    """`python -m torch.distributed.run LAUNCHER_ARGS SCRIPT ARGS`: torchrun with this interpreter."""
+    return [sys.executable, "-m", "torch.distributed.run", *launcher_args, *map(str, script_args)]
+
+
+def torchrun(launcher_args, script_args, cwd=REPO, env=None, timeout=300):
+    return python(torchrun_command(launcher_args, script_args)[1:], cwd, env, timeout)
+
+
+def wait_for(out_dir, kind, proc=None, since=0, timeout=120):
+    """Until out_dir/metrics.jsonl has a `kind` record at iteration `since` or later, while proc (if given)
+    runs: wait_for(out, "step", proc, since=2) returns once a run is past its start-up and first step."""
+    deadline = time.time() + timeout
+    path = Path(out_dir) / metrics.FILE
+    while not (path.exists() and any(r["iter"] >= since for r in metrics.read(path, kind))):
+        assert time.time() < deadline, f"no {kind!r} record at iteration {since} or later in {path}"
+        assert proc is None or proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """scripts/bench.py on the CPU with a tiny model: a plain run against the reference loop, a small
-sweep, the sweep's order and skipping (with a stand-in for train.py), how train.py's log lines and
-failures are read, the step of the config's real size, and the memory rule. Every train.py launch
+sweep, the sweep's order and skipping (with a stand-in for train.py), how the run's metrics.jsonl step
+records and train.py's failures are read, the step of the config's real size, and the memory rule. Every train.py launch
 costs seconds, so there are few of them (tests/test_gpu_check.py runs gpu_check.sh)."""
 import json
 import sys
@@ -13,7 +13,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "scripts"))
 import bench  # noqa: E402
 import configurator  # noqa: E402
-from trainer import memory  # noqa: E402
+from trainer import memory, metrics  # noqa: E402
 
 TINY = ["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
         "--device=cpu", "--dtype=float32"]
@@ -26,6 +26,7 @@ def one_thread_in_the_repo(monkeypatch):
     monkeypatch.chdir(REPO)  # config paths are relative to the repo
 
 
+@pytest.mark.e2e
 def test_plain_run_against_the_reference_as_json(capsys):
     bench.main([*TINY, *QUICK, "--json", "--reference"])
     out = capsys.readouterr()
@@ -42,6 +43,7 @@ def test_plain_run_against_the_reference_as_json(capsys):
     assert "train.py / plain loop:" in out.err and "batch 8, recompute none" in out.err
 
 
+@pytest.mark.e2e
 def test_sweep_names_the_fastest_setting_and_its_command(capsys):
     bench.main([*TINY, *QUICK, "--sweep", "--batch_sizes=2,4", "--recompute=none,all"])
     out = capsys.readouterr().out
@@ -92,33 +94,31 @@ def test_selective_sorts_between_full_and_none():
     assert order == [ALL, ("selective", -1), NONE]
 
 
-def test_train_log_lines_are_read_past_the_warmup():
-    log = "\n".join([
-        "optimizer step 900.0ms",
-        "first step took 3.1s (includes warm-up)",
-        "iter 1: loss 10.9, time 3100ms, mfu 1.0%, tok/s 10,000, lr 1.000e-04, grad norm 1.000, mem 130.2GB, hfu 1.3%",
-        "optimizer step 100.0ms",
-        "iter 2: loss 10.8, time 2000ms, mfu 45.0%, tok/s 16,384, lr 1.000e-04, grad norm 0.900, mem 131.0GB, "
-        "hfu 60.0%, eta 1.0h",
-        "iter 3: non-finite loss nan or grad norm nan: step skipped (1 in a row, 1 in all)",
-        "optimizer step 300.0ms",
-        "iter 4: loss 10.7, time 1000ms, mfu 50.0%, tok/s 32,768, lr 1.000e-04, grad norm 0.800, mem 131.5GB, "
-        "hfu 66.0%, eta 1.0h",
-    ])
-    steps = bench.parse_steps(log, warmup=1)
-    assert [s["optimizer_s"] for s in steps] == [0.1, 0.3]  # each iter line gets the step timed before it
+def test_step_records_are_read_past_the_warmup(tmp_path):
+    record = metrics.Metrics(tmp_path)
+    gpu = {"allocated": 130.2e9, "reserved": 131.0e9, "host_rss": 20e9}
+    record("start", 0, batch_size=8, activation_checkpointing="none")
+    record("step", 1, tokens_per_sec=10_000.0, mfu=0.01, hfu=0.013, optimizer_step_time=0.9, peak_memory=gpu)
+    record("step", 2, tokens_per_sec=16_384.0, mfu=0.45, hfu=0.60, optimizer_step_time=0.1,
+           peak_memory=dict(gpu, allocated=131.0e9))
+    record("nonfinite", 3, loss=None)  # a skipped step has no step record
+    record("step", 4, tokens_per_sec=32_768.0, mfu=0.50, hfu=0.66, optimizer_step_time=0.3,
+           peak_memory=dict(gpu, allocated=131.5e9, reserved=133.0e9))
+    steps = bench.timed_steps(tmp_path, warmup=1)
+    assert [s["iter"] for s in steps] == [2, 4]
     summary = bench.summarize(steps, tokens_per_step=32768, config_tokens_per_step=32768)
     assert summary["step_ms"] == pytest.approx(1500) and summary["tokens_per_s"] == pytest.approx(32768 / 1.5)
     assert summary["mfu"] == pytest.approx(0.475) and summary["hfu"] == pytest.approx(0.63)
     assert summary["measured"]["optimizer_step_ms"] == pytest.approx(200)
     assert summary["peak_memory_gb"] == 131.5 and summary["memory_kind"] == "GPU allocated"
+    assert summary["peak_reserved_gb"] == 133.0 and summary["peak_host_gb"] == 20.0
 
 
 def test_the_step_of_the_configs_size_amortises_the_optimizer_step():
     """4 micro-batches of 8,192 tokens timed at 4.2 s a step, 0.2 s of it the optimizer step: a micro-batch
     takes 1 s, so a real step of 160 micro-batches takes 160 s + 0.2 s."""
-    steps = [{"tokens_per_s": 4 * 8192 / 4.2, "optimizer_s": 0.2, "mfu": 0.40, "hfu": None, "memory": "100.0GB",
-              "reserved": "110.0GB", "host": None}]
+    steps = [{"tokens_per_sec": 4 * 8192 / 4.2, "optimizer_step_time": 0.2, "mfu": 0.40, "hfu": None,
+              "peak_memory": {"allocated": 100e9, "reserved": 110e9, "host_rss": 5e9}}]
     summary = bench.summarize(steps, tokens_per_step=4 * 8192, config_tokens_per_step=160 * 8192)
     assert summary["step_ms"] == pytest.approx(160_200) and summary["tokens_per_s"] == pytest.approx(160 * 8192 / 160.2)
     assert summary["mfu"] == pytest.approx(0.40 * (160 / 160.2) / (4 / 4.2)) and summary["hfu"] is None
@@ -134,23 +134,6 @@ def test_measured_peaks_are_judged_by_the_memory_rule(reserved, compared, fits):
     if not fits:
         assert judge["status"] == "over budget" and judge["message"].startswith("allocated peak 95.0 GB needs ")
         assert judge["message"].endswith("96.0 GB budget (free after start-up)")
-
-
-def test_offload_host_memory_goes_from_the_log_line_into_the_summary(monkeypatch):
-    """On a GPU with optimizer_offload the step log adds the host's peak RSS; bench.py reports it."""
-    from trainer import hardware
-    import torch
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 70.1e9)
-    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 72.0e9)
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
-    mem = hardware.peak_memory_text(hardware.peak_memory("cuda"), host=True)
-    assert mem.startswith("70.1GB, reserved 72.0GB, host ") and mem.endswith("GB RSS")
-    log = "\n".join(f"optimizer step 10.0ms\niter {i}: loss 3.0, time 100ms, mfu 40.0%, tok/s 1,000, lr 1.000e-04, "
-                    f"grad norm 1.000, mem {mem}" for i in (1, 2))
-    summary = bench.summarize(bench.parse_steps(log, warmup=1), tokens_per_step=100, config_tokens_per_step=100)
-    assert summary["peak_memory_gb"] == 70.1 and summary["peak_reserved_gb"] == 72.0
-    assert summary["peak_host_gb"] == float(mem.split("host ")[1].split("GB")[0]) > 0
-    assert "host" not in hardware.peak_memory_text(hardware.peak_memory("cuda"))
 
 
 @pytest.mark.parametrize("stdout, stderr, expected", [

@@ -211,6 +211,7 @@ saver.wait()
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize('mode', ['sync', 'async'])
 @pytest.mark.parametrize('fault', ['kill_after_temp_write', 'kill_before_rotate'])
 def test_sigkill_during_save_leaves_every_checkpoint_loadable(tmp_path, fault, mode):

@@ -85,6 +85,7 @@ def test_6b_config_is_self_consistent():
     assert cfg.activation_checkpointing == "auto" and cfg.compile and cfg.keep_last_n == 3
 
 
+@pytest.mark.e2e
 def test_script_reports_one_line_and_exits_nonzero():
     result = subprocess.run(
         [sys.executable, "-c", "import sys, configurator; configurator.load_config_or_exit(sys.argv[1:])",

@@ -6,14 +6,15 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 import torch
 
-import warm_python
-from conftest import REPO
+from trainer import metrics
+from conftest import REPO, python, torchrun, torchrun_command, wait_for
 from test_train import TINY, ckpts
+
+pytestmark = pytest.mark.e2e  # torchrun and its processes are the point
 
 # no dropout: masks differ between one process and two, and these tests compare across them
 ARGS = [a for a in TINY if not a.startswith(("--dropout", "--gradient_accumulation_steps"))] + [
@@ -22,23 +23,21 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
 def run(out_dir, data_dir, *overrides, nproc=1, check=True, env=ENV, restarts=0):
-    """train.py in one process, or under torchrun with nproc workers (warm forks: warm_python.py)."""
+    """train.py in one process, or under torchrun with nproc workers."""
     script = ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
     if nproc > 1:
         launcher = ["--standalone", f"--nproc_per_node={nproc}", f"--max-restarts={restarts}"]
-        result = warm_python.torchrun(launcher, script, cwd=REPO, env=env)
+        result = torchrun(launcher, script, env=env)
     else:
-        result = warm_python.run(script, cwd=REPO, env=env)
+        result = python(script, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}")
     return result
 
 
 def losses(out_dir):
-    lines = (out_dir / "train.log").read_text().splitlines()
-    found = {int(line.split(":")[0][5:]): float(line.split("loss ")[1].split(",")[0])
-             for line in lines if line.startswith("iter ") and ": loss " in line}
-    return [found[n] for n in sorted(found)]
+    """The train losses in iteration order, from metrics.jsonl (a resume's steps replace earlier ones)."""
+    return [r["loss"] for r in metrics.latest_per_iter(metrics.read(out_dir, "step"))]
 
 
 def final_weights(out_dir, n):
@@ -152,15 +151,11 @@ def test_incomplete_sharded_checkpoint_is_skipped(tmp_path, data_dir, fsdp):
 
 def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
     out = tmp_path / "sigterm"
-    command = warm_python.popen_command(warm_python.torchrun_argv(["--standalone", "--nproc_per_node=2"], [
+    command = torchrun_command(["--standalone", "--nproc_per_node=2"], [
         "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out}", "--strategy=fsdp",
-        "--max_iters=100000", "--checkpoint_interval=100000"]))
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=warm_python.worker_env(ENV, REPO))
-    deadline = time.time() + 120
-    while "iter 2:" not in ((out / "train.log").read_text() if (out / "train.log").exists() else ""):
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
+        "--max_iters=100000", "--checkpoint_interval=100000"])
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    wait_for(out, "step", proc, since=2)
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=120)
     assert "stopped by SIGTERM after" in stdout
@@ -171,7 +166,7 @@ def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
 
 def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
     def convert(source, dest):
-        result = warm_python.run(["scripts/convert_checkpoint.py", source, dest], cwd=REPO, env=ENV)
+        result = python(["scripts/convert_checkpoint.py", source, dest], env=ENV)
         assert result.returncode == 0, result.stderr
 
     convert(fsdp / "ckpt_8", tmp_path / "single")

@@ -25,6 +25,7 @@ def test_this_torch_has_every_feature():
     assert environment.missing_features() == [] and environment.torch_problem() is None
 
 
+@pytest.mark.e2e
 def test_check_env_names_the_missing_features_and_the_version_in_one_line():
     # grad_dtype still takes the assignment here: only what backward produces shows it is missing
     result = python(f"import sys; {NO_GRAD_DTYPE}; {NO_SERIALIZATION_CONFIG}; {RUN_CHECK_ENV}")

@@ -210,6 +210,7 @@ def _fsdp_worker(rank, folder):
     dist.destroy_process_group()
 
 
+@pytest.mark.e2e
 def test_fsdp2_all_gathers_fp8_and_saves_ordinary_weights(tmp_path):
     torch.multiprocessing.start_processes(_fsdp_worker, args=(str(tmp_path),), nprocs=2, start_method="spawn")
     losses, state = torch.load(tmp_path / "result.pt", weights_only=True)
@@ -221,6 +222,7 @@ def test_fsdp2_all_gathers_fp8_and_saves_ordinary_weights(tmp_path):
 FP8_RUN = ["--dtype=bfloat16", "--fp8=tensorwise", "--n_embd=32", "--eval_interval=0", "--checkpoint_interval=2"]
 
 
+@pytest.mark.e2e
 def test_an_fp8_run_resumes_exactly_switches_off_and_exports(tmp_path, data_dir):
     """train.py with fp8: a run stopped at 2 and resumed to 4 equals the uninterrupted one bit for bit;
     the same checkpoint continues with fp8 off (noted in the log); its export computes what it does."""

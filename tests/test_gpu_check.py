@@ -8,7 +8,11 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import REPO
+
+pytestmark = pytest.mark.e2e  # gpu_check.sh runs bench.py's train.py processes
 
 TINY = " ".join(["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32",
                  "--vocab_size=64", "--device=cpu", "--dtype=float32"])

@@ -14,30 +14,19 @@ import numpy as np
 import pytest
 
 from trainer import runlock
-import warm_python
-from conftest import REPO
+from conftest import REPO, python, torchrun, wait_for
 from test_train import TINY, train
 
+pytestmark = pytest.mark.e2e  # what a user meets at the command line: each test starts the real processes
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-def run(*args, env=None, timeout=300, **kwargs):
-    cwd = kwargs.pop("cwd", REPO)
-    if kwargs:  # what a fork cannot take (stdin, ...): a real subprocess
-        return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                              env=dict(ENV, **(env or {})), **kwargs)
-    return warm_python.run(args, cwd=cwd, env=dict(ENV, **(env or {})), timeout=timeout)
+def run(*args, env=None, timeout=300, cwd=REPO):
+    return python(args, cwd=cwd, env=dict(ENV, **(env or {})), timeout=timeout)
 
 
 def last_line(text):
     return text.strip().splitlines()[-1]
-
-
-def wait_for(path, text, timeout=120):
-    deadline = time.time() + timeout
-    while text not in (path.read_text() if path.exists() else ""):
-        assert time.time() < deadline, f"{text!r} never appeared in {path}"
-        time.sleep(0.2)
 
 
 # 1. one job per folder
@@ -48,7 +37,7 @@ def test_a_second_run_into_the_same_out_dir_is_refused_until_the_first_dies(tmp_
                               f"--out_dir={out}", "--max_iters=1000000", "--checkpoint_interval=1000000"],
                              cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(out / "train.log", "iter 2:")
+        wait_for(out, "step", first, since=2)
         second = train(out, data_dir, "--max_iters=2", check=False)
         assert second.returncode == 1 and "Traceback" not in second.stderr
         line = last_line(second.stderr)
@@ -226,9 +215,9 @@ def test_help_closed_pipes_and_budget_notes():
 def test_a_failing_rank_ends_the_whole_job_within_seconds(tmp_path, data_dir):
     out = tmp_path / "out"
     started = time.time()
-    result = warm_python.torchrun(["--standalone", "--nproc_per_node=2"], [
+    result = torchrun(["--standalone", "--nproc_per_node=2"], [
         "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out}", "--max_iters=50",
-        "--gradient_accumulation_steps=4"], cwd=REPO, env=dict(ENV, TRAINER_FAULTS="rank_error@3"))
+        "--gradient_accumulation_steps=4"], env=dict(ENV, TRAINER_FAULTS="rank_error@3"))
     assert result.returncode != 0 and time.time() - started < 90
     assert "rank 1 error: injected error on the last rank" in result.stderr
     assert "rank 1 error: injected error on the last rank" in (out / "train.log").read_text()

@@ -12,10 +12,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-import warm_python
-from conftest import REPO
+from conftest import REPO, torchrun
 from model import GPT, GPTConfig, mask_padding
-from trainer import checkpoint, harness, hf
+from trainer import checkpoint, harness, hf, metrics
 from trainer.tokenizer import get_encoding
 
 ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=48, vocab_size=320, bias=False)
@@ -101,6 +100,7 @@ def test_the_adapters_requests_compute_what_the_model_does():
         lm.generate_until([Request("x", {"do_sample": True, "temperature": 0.7})])
 
 
+@pytest.mark.e2e
 def test_eval_prints_the_papers_table_writes_json_and_agrees_under_torchrun(run, capsys, tmp_path):
     custom = tmp_path / "custom"  # a task of one's own through --include_path, with local data_files
     custom.mkdir()
@@ -117,10 +117,10 @@ def test_eval_prints_the_papers_table_writes_json_and_agrees_under_torchrun(run,
     written = json.loads((run / "run" / "ckpt_20.eval.json").read_text())
     assert written["iter"] == 20 and set(written["results"]) == set(harness.PAPER_TASKS)
     assert all(r["n"] == 8 for r in written["results"].values())
-    two = warm_python.torchrun(["--standalone", "--nproc_per_node=2"], [
+    two = torchrun(["--standalone", "--nproc_per_node=2"], [
         "scripts/eval.py", run / "run" / "ckpt_20.pt", "--data_dir", run / "tasks", "--device", "cpu",
         "--include_path", custom, "--tasks", "hellaswag,lambada_openai,my_piqa"],
-        cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert two.returncode == 0, two.stderr
     assert two.stdout.count("hellaswag ") == 2  # rank 0 alone prints the table
     split = json.loads((run / "run" / "ckpt_20.eval.json").read_text())["results"]
@@ -159,12 +159,14 @@ def test_watch_scores_each_checkpoint_once_resumes_and_plots(run, tmp_path, caps
     assert [r["iter"] for r in records] == [10, 20, 30] and log.read_text().count('"iter": 10') == 1
     assert records[0]["results"]["winogrande"]["n"] == 8 and records[2]["max_iters"] == 30
     assert "the run's last step is scored" in capsys.readouterr().out
-    (out_dir / "train.log").write_text("built 100 parameters\n" + "".join(
-        f"iter {i}: loss {4 - i / 20:.3f}, time 1ms, mfu 1%, tok/s 1,000, lr 1e-3\n" for i in range(31)))
+    record = metrics.Metrics(out_dir)
+    record("start", 0, params=100)
+    for i in range(1, 31):
+        record("step", i, loss=4 - i / 20, tokens_per_sec=1000.0)
     plot_log = load_script("plot_log", "scripts/plot_log.py")
     curves, _ = plot_log.parse_evals(str(log))
     assert sorted(curves) == [("hellaswag", "acc_norm"), ("winogrande", "acc")] and sorted(curves[("winogrande", "acc")]) == [10, 20, 30]
-    plot_log.main([str(out_dir / "train.log"), "--out", str(tmp_path / "plot.png")])
+    plot_log.main([str(out_dir), "--out", str(tmp_path / "plot.png")])
     assert "lm-eval curves for 2 task metric(s)" in capsys.readouterr().out and (tmp_path / "plot.png").stat().st_size > 10_000
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from trainer import checkpoint, hellaswag
-import warm_python
-from conftest import REPO
+from trainer import checkpoint, hellaswag, metrics
+from conftest import python
+from conftest import torchrun as torchrun_
 from model import GPT, GPTConfig, mask_padding
 from trainer.tokenizer import get_encoding
 
@@ -36,8 +36,8 @@ def write_examples(path, n=24):
 def run(*args, env=None, torchrun=0):
     env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     if torchrun:
-        return warm_python.torchrun(["--standalone", f"--nproc_per_node={torchrun}"], args, cwd=REPO, env=env)
-    return warm_python.run(args, cwd=REPO, env=env)
+        return torchrun_(["--standalone", f"--nproc_per_node={torchrun}"], args, env=env)
+    return python(args, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,7 @@ def plain_logprob(model, ctx, ending, n_tokens=0):
     return F.log_softmax(logits, -1)[torch.arange(len(ids[0]) - 1), ids[0, 1:]][-len(ending):].sum().item()
 
 
+@pytest.mark.e2e
 def test_scoring_equals_a_plain_computation(learnt):
     folder, _ = learnt
     model = load_model(folder)
@@ -92,6 +93,7 @@ def test_scoring_equals_a_plain_computation(learnt):
     assert hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), limit=10)["n"] == 10
 
 
+@pytest.mark.e2e
 def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
     from trainer import harness
     folder, _ = learnt
@@ -107,14 +109,15 @@ def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
            (ours["acc"], ours["acc_norm"], ours["n"])
 
 
+@pytest.mark.e2e
 def test_in_loop_evaluation_is_logged_and_plotted(learnt, tmp_path):
     folder, log = learnt
-    lines = [line for line in log.splitlines() if line.startswith("hellaswag iter")]
+    scored = metrics.read(folder / "run", "hellaswag")
     # not at iteration 0: random weights score 25% by construction, and a 6.7B run would wait minutes for it
-    assert [line.split(":")[0] for line in lines] == ["hellaswag iter 150", "hellaswag iter 300"]
+    assert [r["iter"] for r in scored] == [150, 300] and scored[-1]["n"] == 24 and 0 <= scored[-1]["acc_norm"] <= 1
     assert "hellaswag: skipped at iteration 0 of a run from scratch" in log
-    assert "acc_norm" in lines[-1] and "(24 examples" in lines[-1]
-    result = run("scripts/plot_log.py", str(folder / "run" / "train.log"), "--out", str(tmp_path / "plot.png"))
+    assert "hellaswag iter 300: acc_norm" in log and "(24 examples" in log  # and in words, for people
+    result = run("scripts/plot_log.py", str(folder / "run"), "--out", str(tmp_path / "plot.png"))
     assert result.returncode == 0 and (tmp_path / "plot.png").stat().st_size > 10_000
 
 
@@ -123,7 +126,7 @@ import json, os, sys
 import torch, torch.distributed as dist
 sys.path.insert(0, os.getcwd())
 from model import GPT, GPTConfig
-from trainer import checkpoint, hellaswag
+from trainer import checkpoint, hellaswag, metrics
 from trainer.tokenizer import get_encoding
 dist.init_process_group("gloo")
 state = checkpoint.load_checkpoint(sys.argv[1], log=lambda m: None)
@@ -137,6 +140,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.e2e
 def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
     folder, log = learnt
     prepared = run("data/hellaswag/prepare.py", "--source", str(folder / "hellaswag_val.jsonl"),
@@ -156,6 +160,7 @@ def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
 
 @pytest.mark.parametrize("case,expected", [("three_endings", "and four 'endings'"),
                                            ("label", "label 7 is not 0-3"), ("missing", "no HellaSwag file")])
+@pytest.mark.e2e
 def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, case, expected):
     folder, _ = learnt
     bad = tmp_path / "bad.jsonl"
@@ -175,6 +180,7 @@ def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, c
                for line in trained.stdout.splitlines())
 
 
+@pytest.mark.e2e
 def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
     folder, _ = learnt
     gpt2_file = tmp_path / "hellaswag.json"

@@ -5,10 +5,13 @@ import os
 import shlex
 import subprocess
 
+import pytest
 import yaml
 
 import configurator
 from conftest import REPO
+
+pytestmark = pytest.mark.e2e  # the launchers' shell, with stand-ins for sbatch and torchrun
 
 ECHO = '#!/bin/sh\necho "$(basename "$0") $*"\n'
 

@@ -1,5 +1,7 @@
-"""The house: the design card's top level, one package for the mechanisms, and imports that flow one
-way through the floors trainer/__init__.py lists: nothing reaches up a floor, and nothing imports in a cycle."""
+"""The repository's layout: only the top-level entries in TOP_LEVEL (the project's chosen shape: entry
+points, config, data, scripts, tests, docs and one package, trainer/, for the mechanisms), and imports
+that flow one way through the floors (layers) trainer/__init__.py lists: nothing reaches up a floor,
+and nothing imports in a cycle."""
 import ast
 import re
 import subprocess
@@ -33,7 +35,7 @@ def our_imports(path):
     return names
 
 
-def test_top_level_is_the_design_cards():
+def test_top_level_holds_only_the_chosen_entries():
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert {line.split("/")[0] for line in tracked.splitlines()} <= TOP_LEVEL
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import configurator
-from trainer import bins, mixture
+from trainer import bins, metrics, mixture
 from conftest import REPO, VOCAB
 from test_distributed import assert_close, final_weights, losses, run
 from test_train import assert_same_weights, train
@@ -122,6 +122,7 @@ def test_set_in_a_config_file_or_on_the_command_line(tmp_path):
         configurator.load_config(["--data_mixture=data/pile"])
 
 
+@pytest.mark.e2e
 def test_bad_input_is_one_line(tmp_path, folders):
     def problem(value):
         cfg = configurator.load_config(["config/train_tiny.py", f"--data_mixture={value}"])
@@ -167,6 +168,7 @@ def source_position(out_dir, n, name):
     return torch.load(out_dir / f"ckpt_{n}.pt", weights_only=True)["sampler"]["sources"][name]
 
 
+@pytest.mark.e2e
 def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders, reference):
     log = (reference / "train.log").read_text()
     assert "source books: " in log and "tokens seen (" in log and "data: " in log and "(weight 0.3)" in log
@@ -180,14 +182,12 @@ def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders
     assert_same_weights(reference / "ckpt_12.pt", split / "ckpt_12.pt")
     state = torch.load(split / "ckpt_12.pt", weights_only=True)
     assert state["sampler"] == torch.load(reference / "ckpt_12.pt", weights_only=True)["sampler"]
-    lines = log.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("eval iter 12: val loss "))
-    sources = {line.split()[1][:-1]: float(line.rsplit(" ", 1)[1]) for line in lines[at - 3:at]}  # just before it
-    assert sorted(sources) == sorted(MIX)
-    headline = float(lines[at].split("val loss ")[1].split(",")[0])
-    assert abs(headline - sum(MIX[name] * loss for name, loss in sources.items())) < 3e-4  # the weighted mean
+    [last] = [r for r in metrics.read(reference, "eval") if r["iter"] == 12]
+    assert sorted(last["sources"]) == sorted(MIX)
+    assert abs(last["val_loss"] - sum(MIX[name] * loss for name, loss in last["sources"].items())) < 1e-6  # the weighted mean
 
 
+@pytest.mark.e2e
 def test_a_change_of_weights_at_a_resume(tmp_path, folders, reference):
     out = tmp_path / "changed"
     out.mkdir()
@@ -202,6 +202,7 @@ def test_a_change_of_weights_at_a_resume(tmp_path, folders, reference):
     assert at_10["sources"]["web"]["position"] == web + 24 and at_10["sources"]["code"] == at_8["sources"]["code"]
 
 
+@pytest.mark.e2e
 def test_two_processes_draw_the_same_global_batches(tmp_path, folders, reference):
     two = tmp_path / "two"
     run(two, folders["web"], "--max_iters=4", mix_arg(folders, MIX), nproc=2)
@@ -212,6 +213,7 @@ def test_two_processes_draw_the_same_global_batches(tmp_path, folders, reference
     assert states[0] == states[1]
 
 
+@pytest.mark.e2e
 def test_plan_and_plot_log_show_each_source(folders, reference, capsys):
     sys.path.insert(0, str(REPO / "scripts"))
     import plan
@@ -223,5 +225,5 @@ def test_plan_and_plot_log_show_each_source(folders, reference, capsys):
     assert "source web: weight 0.5, 4.00 epochs at max_iters" in out
     assert "warning: source books would repeat 96.0 times by max_iters (more than 4)" in out
     assert "warning: source code would repeat 4.8 times" in out and "warning: source web" not in out  # 4 is not past 4
-    curves = plot_log.parse_sources((reference / "train.log").read_text().splitlines())
+    curves = plot_log.curves(metrics.read(reference))["sources"]
     assert sorted(curves) == sorted(MIX) and sorted(curves["books"]) == [0, 5, 10, 12]

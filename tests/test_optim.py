@@ -1,17 +1,19 @@
 """Memory-lean optimizers (optim.py, offload.py): each mode trains, resumes bit-exactly from checkpoints
 that load with weights_only, refuses a mode change on resume, and is priced right by memory.py and plan.py."""
+import contextlib
+import io
 import json
 import os
 import shutil
+import sys
 
 import pytest
 import torch
 import torchao.optim  # noqa: F401  (allow-lists its optimizer-state tensor subclasses for torch.load here)
 
 import configurator
-from trainer import checkpoint, memory, optim
-import warm_python
-from conftest import REPO
+from trainer import checkpoint, memory, metrics, optim
+from conftest import REPO, python
 from model import GPT, GPTConfig
 from test_train import assert_same_weights, train
 
@@ -29,15 +31,16 @@ def flags(optimizer, master_weights, offload=False):
             *(["--dtype=bfloat16"] if master_weights == "bfloat16" else [])]
 
 
-def losses(log):
-    return [float(line.split("loss ")[1].split(",")[0]) for line in log.splitlines() if line.startswith("iter ")]
+def losses(out_dir):
+    return [r["loss"] for r in metrics.read(out_dir, "step")]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("optimizer,master_weights,offload", MODES)
 def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, master_weights, offload):
     mode = flags(optimizer, master_weights, offload)
-    whole = train(tmp_path / "whole", data_dir, *MODEL, *mode).stdout
-    seen = losses(whole)
+    train(tmp_path / "whole", data_dir, *MODEL, *mode)
+    seen = losses(tmp_path / "whole")
     assert len(seen) == 8 and seen[-1] < seen[0]
     (tmp_path / "split").mkdir()  # the whole run's checkpoint of step 4 (TINY saves every 4), resumed
     shutil.copy(tmp_path / "whole" / "ckpt_4.pt", tmp_path / "split")
@@ -52,7 +55,7 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, data_dir, optimizer, mas
         f"s = checkpoint.load_checkpoint({str(tmp_path / 'whole' / 'ckpt_8.pt')!r}, log=print)\n"
         "state = s['optimizer']['state']['transformer.h.0.mlp.c_fc.weight']\n"
         "print(before, sorted(state), type(state['exp_avg']).__name__)\n")
-    probe = warm_python.run([tmp_path / "probe.py"], cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    probe = python([tmp_path / "probe.py"], env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert probe.returncode == 0 and probe.stdout.strip().endswith(STATE_TYPE[optimizer]), probe.stderr
     assert probe.stdout.splitlines()[-1].startswith("False ")  # the process started without torchao
     # offload's fp32 master is saved where it is not the weight itself
@@ -136,13 +139,15 @@ def test_an_offload_checkpoint_resumes_into_fused_adamw_and_back(tmp_path):
         assert torch.equal(state["exp_avg_sq"], fused.state[q]["exp_avg_sq"])
 
 
+@pytest.mark.e2e
 def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path, data_dir):
-    log = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True",
-                "--activation_checkpointing=full").stdout
-    seen = losses(log)
+    train(tmp_path / "run", data_dir, *MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True",
+          "--activation_checkpointing=full")
+    seen = losses(tmp_path / "run")
     assert len(seen) == 8 and seen[-1] < seen[0]
 
 
+@pytest.mark.e2e
 def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, data_dir):
     skipped = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=4",
                     env={"TRAINER_FAULTS": "nan@1,2,3,4"})  # no step taken when ckpt_4 is saved
@@ -150,7 +155,7 @@ def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, dat
         tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=6").stdout
     for source, dest in ((tmp_path / "run" / "ckpt_6.pt", tmp_path / "sharded"),
                          (tmp_path / "sharded" / "ckpt_6", tmp_path / "back")):  # converted in its own mode
-        assert warm_python.run(["scripts/convert_checkpoint.py", source, dest], cwd=REPO, timeout=120).returncode == 0
+        assert python(["scripts/convert_checkpoint.py", source, dest], timeout=120).returncode == 0
     before, after = (torch.load(p, weights_only=True) for p in (tmp_path / "run" / "ckpt_6.pt", tmp_path / "back" / "ckpt_6.pt"))
     assert all(torch.equal(before["model"][k], after["model"][k]) and after["model"][k].dtype == torch.bfloat16
                for k in before["model"])
@@ -162,6 +167,7 @@ def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, dat
     assert check.startswith("optimizer_offload=True runs PyTorch's AdamW on the host, not 'adamw8bit'")
 
 
+@pytest.mark.e2e
 def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir):
     train(tmp_path / "run", data_dir, *MODEL, "--max_iters=2")
     result = train(tmp_path / "run", data_dir, *MODEL, "--optimizer=adamw8bit", check=False)
@@ -194,6 +200,15 @@ def test_bf16_weights_accumulate_their_gradients_in_fp32():
     assert (in_bf16.double() - exact).abs().max() > 0.01
 
 
+def plan_json(*argv):
+    """scripts/plan.py --json's answer, in-process: the decision is a function call."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import plan
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        plan.main([*argv, "--json"])
+    return json.loads(out.getvalue())
+
+
 def test_memory_and_plan_price_each_mode():
     with torch.device("meta"):
         model = GPT(GPTConfig(n_layer=32, n_head=32, n_embd=4096, block_size=2048, vocab_size=50304, bias=False))
@@ -203,9 +218,7 @@ def test_memory_and_plan_price_each_mode():
     assert optim.STATE_BYTES["adamw8bit"] < 2.1 and optim.STATE_BYTES["adamw4bit"] < 1.1
     lean = memory.estimate(model, 4, optimizer="adamw4bit", master_weights="bfloat16")
     assert lean["weights"] == 2 * n and lean["grads"] == 4 * n and lean["autocast_bf16_weights"] == 0
-    result = warm_python.run(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json"], cwd=REPO,
-                             timeout=120)
-    plan = json.loads(result.stdout)
+    plan = plan_json("config/train_gpt3_6b_80gb.py", "--gpu", "h100")
     assert (plan["optimizer"], plan["master_weights"]) == ("adamw4bit", "bfloat16") and plan["fits"]
     assert plan["memory_gb"]["total"] <= 0.95 * 85.5  # the 80 GB config leaves 5% of the card free
     assert plan["activation_checkpointing"] == "selective"  # the room bf16 weights leave
@@ -253,9 +266,7 @@ def test_the_estimate_of_each_mode_matches_the_simulation(mode, policy):
 
 
 def test_plan_names_the_fastest_mode_that_fits_the_card():
-    result = warm_python.run(["scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h100", "--json"], cwd=REPO,
-                             timeout=120)
-    plan = json.loads(result.stdout)
+    plan = plan_json("config/train_gpt3_6b.py", "--gpu", "h100")
     modes = {(m["optimizer"], m["master_weights"], m["optimizer_offload"]): m for m in plan["modes"]}
     assert set(modes) == set(optim.RECIPES) and not modes[("adamw", "float32", False)]["fits"]
     # leaner modes leave more room for activations, so less recompute
@@ -267,8 +278,7 @@ def test_plan_names_the_fastest_mode_that_fits_the_card():
     # the most precise of the modes that need no full recompute at the config's micro-batch
     assert any("a leaner memory mode: --optimizer=adamw8bit --master_weights=bfloat16 --optimizer_offload=False"
                in s for s in plan["suggestions"])
-    host = json.loads(warm_python.run(["scripts/plan.py", "config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--json",
-                                       "--optimizer=adamw", "--optimizer_offload=True"], cwd=REPO, timeout=120).stdout)
+    host = plan_json("config/train_gpt3_6b_80gb.py", "--gpu", "h100", "--optimizer=adamw", "--optimizer_offload=True")
     # 12 B/param, and the pinned allocator's rounding of each tensor to a power of two (c_attn's 201 MB: 268)
     assert 12 < host["host_memory_gb"] * 1e9 / host["params"] < 14 and host["memory_gb"]["optimizer"] == 0
     assert host["checkpoint_gb"] == pytest.approx(14 * host["params"] / 1e9)  # bf16 weights, fp32 master and moments

@@ -88,6 +88,7 @@ def corpus(tmp_path_factory):
 # -----------------------------------------------------------------------------
 # what is written
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("fmt", ["jsonl", "jsonl.zst", "parquet", "txt"])
 def test_bins_decode_to_the_input_documents(tmp_path, fmt):
     docs = make_docs(1200 if fmt != "txt" else 300, seed=1) + [""]  # an empty document is skipped
@@ -107,6 +108,7 @@ def test_bins_decode_to_the_input_documents(tmp_path, fmt):
     assert len(meta["sources"]) >= 1 and "prepared" in result.stdout
 
 
+@pytest.mark.e2e
 def test_gpt2_rank_file_gives_the_known_ids(tmp_path, gpt2_rank_file):
     source = [write_jsonl(tmp_path / "docs.jsonl", ["hello world", "a <|endoftext|> b"])]
     result = prepare(source, tmp_path / "out", "--encoding", gpt2_rank_file, "--val_fraction", "0")
@@ -117,12 +119,14 @@ def test_gpt2_rank_file_gives_the_known_ids(tmp_path, gpt2_rank_file):
     assert bins.read_meta(tmp_path / "out")["vocab_size"] == 50257
 
 
+@pytest.mark.e2e
 def test_output_does_not_depend_on_num_proc(tmp_path, corpus):
     docs, source, reference = corpus
     assert prepare(source, tmp_path / "one", *FLAGS, "--num_proc", "1").returncode == 0
     assert bin_bytes(tmp_path / "one") == reference
 
 
+@pytest.mark.e2e
 def test_output_does_not_depend_on_chunk_size(tmp_path, corpus, monkeypatch):
     """Chunks also end at a byte cap (long documents would leave cores idle at a job's end);
     where they end changes nothing written."""
@@ -136,6 +140,7 @@ def test_output_does_not_depend_on_chunk_size(tmp_path, corpus, monkeypatch):
     assert bin_bytes(tmp_path / "out") == reference
 
 
+@pytest.mark.e2e
 def test_max_tokens_stops_at_the_first_document_boundary_at_or_past_the_cap(tmp_path, corpus):
     docs, source, _ = corpus
     cap = 40_000
@@ -156,6 +161,7 @@ def test_max_tokens_stops_at_the_first_document_boundary_at_or_past_the_cap(tmp_
 # -----------------------------------------------------------------------------
 # kills, resumes, re-runs
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("stage", ["appended", "synced", "committed"])
 def test_sigkill_then_rerun_is_byte_identical(tmp_path, corpus, stage):
     docs, source, reference = corpus
@@ -174,6 +180,7 @@ def test_sigkill_then_rerun_is_byte_identical(tmp_path, corpus, stage):
     assert bins.read_meta(out)["complete"] is True
 
 
+@pytest.mark.e2e
 def test_rerun_of_a_complete_job_is_a_no_op(tmp_path, corpus):
     docs, source, reference = corpus
     out = tmp_path / "out"
@@ -184,6 +191,7 @@ def test_rerun_of_a_complete_job_is_a_no_op(tmp_path, corpus):
     assert [os.stat(out / f"{s}.bin").st_mtime_ns for s in bins.SPLITS] == mtimes
 
 
+@pytest.mark.e2e
 def test_changed_arguments_are_refused(tmp_path, corpus):
     docs, source, _ = corpus
     out = tmp_path / "out"
@@ -200,6 +208,7 @@ def test_changed_arguments_are_refused(tmp_path, corpus):
 # -----------------------------------------------------------------------------
 # bad input
 
+@pytest.mark.e2e
 def test_bad_records_are_skipped_and_counted(tmp_path):
     docs = make_docs(50, seed=2)
     good = write_jsonl(tmp_path / "a.jsonl", docs[:25]).encode()
@@ -243,6 +252,7 @@ def bad_input(tmp_path, case):
 
 @pytest.mark.parametrize("case", ["missing source", "empty glob", "unwritable data_dir", "unknown encoding",
                                   "foreign bins", "parquet without the field"])
+@pytest.mark.e2e
 def test_bad_input_fails_at_once_with_one_line(tmp_path, case):
     source, data_dir, flags, expected = bad_input(tmp_path, case)
     result = prepare(source, data_dir, *flags)
@@ -278,6 +288,7 @@ def test_hub_stream_resumes_from_its_state(tmp_path, monkeypatch):
     assert [r for records, _ in rest for r in records] == everything[5 * 300:]
 
 
+@pytest.mark.e2e
 def test_quickstart_feeds_train_py(tmp_path):
     """data/quickstart/prepare.py builds bins that open_split and train.py read."""
     out = tmp_path / "quickstart"
@@ -298,6 +309,7 @@ def test_quickstart_feeds_train_py(tmp_path):
     assert train.returncode == 0, train.stdout + train.stderr
 
 
+@pytest.mark.e2e
 def test_shakespeare_speeches_become_documents(tmp_path, gpt2_rank_file):
     """data/shakespeare/prepare.py --input: each block between blank lines is one document."""
     (tmp_path / "input.txt").write_text("ROMEO:\nBut soft!\n\nJULIET:\nAy me!\n\n\nNURSE:\nMadam!\n")
@@ -309,6 +321,7 @@ def test_shakespeare_speeches_become_documents(tmp_path, gpt2_rank_file):
     assert docs == ["ROMEO:\nBut soft!", "JULIET:\nAy me!", "NURSE:\nMadam!"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script", ["data/fineweb_edu/prepare.py", "data/dclm/prepare.py"])
 def test_web_corpus_scripts_on_local_parquet(tmp_path, script):
     """FineWeb-Edu's and DCLM's scripts are the Pile's job with their own defaults: their parquet layout

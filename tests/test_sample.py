@@ -7,8 +7,7 @@ import torch
 
 from trainer import bins, checkpoint
 import sample
-import warm_python
-from conftest import REPO
+from conftest import python
 from model import GPT, GPTConfig, KVCache
 
 # vocab_size 320 over the 257 ids of 'bytes': an untrained model samples ids the encoding lacks
@@ -53,10 +52,10 @@ def run_dir(tmp_path):
 
 
 def run_sample(*args):
-    return warm_python.run(["sample.py", "--device=cpu", *args], cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                           timeout=120)
+    return python(["sample.py", "--device=cpu", *args], env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
 
 
+@pytest.mark.e2e
 def test_falls_back_past_a_truncated_checkpoint_and_shows_placeholders(run_dir, tmp_path):
     newest = run_dir / "ckpt_7.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])

@@ -1,5 +1,6 @@
 """Loss spikes: skipped, a burst rolls back to the right checkpoint with the right data skipped, the
 number of rollbacks is bounded, and a stop and resume through all of it stays bit-exact."""
+import pytest
 import torch
 
 from trainer import spikes
@@ -33,6 +34,7 @@ def test_the_guard_judges_against_accepted_history_only():
     assert guard.burst(9) is None  # 5 has left the window of 4 steps
 
 
+@pytest.mark.e2e
 def test_a_burst_rolls_back_and_skips_the_spikes_data(tmp_path, data_dir):
     out = tmp_path / "run"
     log = spiky(out, data_dir).stdout
@@ -51,6 +53,7 @@ def test_a_burst_rolls_back_and_skips_the_spikes_data(tmp_path, data_dir):
     assert (out / "ckpt_16.pt").exists() and "done: 16 steps" in log
 
 
+@pytest.mark.e2e
 def test_an_unreadable_rollback_target_stops_the_run_with_nothing_moved(tmp_path, data_dir):
     out = tmp_path / "run"
     spiky(out, data_dir, "--max_iters=10", at="")
@@ -63,6 +66,7 @@ def test_an_unreadable_rollback_target_stops_the_run_with_nothing_moved(tmp_path
     assert not (out / "rolled_back").exists()
 
 
+@pytest.mark.e2e
 def test_stop_and_resume_through_spikes_and_rollback_is_bit_exact(tmp_path, data_dir):
     spiky(tmp_path / "whole", data_dir)
     spiky(tmp_path / "split", data_dir, "--max_iters=10")  # stops in the middle of the burst
@@ -71,6 +75,7 @@ def test_stop_and_resume_through_spikes_and_rollback_is_bit_exact(tmp_path, data
     assert_same_weights(tmp_path / "whole" / "ckpt_16.pt", tmp_path / "split" / "ckpt_16.pt")
 
 
+@pytest.mark.e2e
 def test_rollbacks_are_limited(tmp_path, data_dir):
     result = spiky(tmp_path / "run", data_dir, "--max_rollbacks=1", at="9,10,11,13,14,15", check=False)
     last = result.stdout.strip().splitlines()[-1]

@@ -6,7 +6,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
+
+pytestmark = pytest.mark.e2e  # signals to a real process
 
 CHILD = """
 import signal, sys, time

@@ -1,5 +1,5 @@
 """The day-to-day tools around a run: check_env.py on a CPU-only machine, plot_log.py on a real
-train.log (with a roll back in it), launch.sh in tmux (skipped where tmux is absent), quickstart.sh."""
+metrics.jsonl (with a roll back in it), launch.sh in tmux (skipped where tmux is absent), quickstart.sh."""
 import os
 import shutil
 import subprocess
@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-import warm_python
-from conftest import REPO
+from conftest import REPO, python, wait_for
 from test_train import TINY, train
 
 sys.path.insert(0, str(REPO / "scripts"))
 import check_env  # noqa: E402
+from trainer import metrics  # noqa: E402
 import plot_log  # noqa: E402
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
@@ -22,7 +22,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 @pytest.fixture(scope="module")
 def rolled_back_run(tmp_path_factory, data_dir):
     """A real out_dir: 6 steps, then a roll back to step 3 retrained to 6 with another learning rate,
-    so train.log holds steps 4..6 twice, the later ones different."""
+    so metrics.jsonl holds steps 4..6 twice, the later ones different."""
     out = tmp_path_factory.mktemp("run")
     common = ["--max_iters=6", "--eval_interval=3", "--checkpoint_interval=3"]
     train(out, data_dir, *common)
@@ -30,54 +30,66 @@ def rolled_back_run(tmp_path_factory, data_dir):
     return out
 
 
-def logged_losses(lines):
-    return {int(line.split(":")[0][5:]): float(line.split("loss ")[1].split(",")[0])
-            for line in lines if line.startswith("iter ")}
-
-
+@pytest.mark.e2e
 def test_plot_log_draws_the_run_as_it_continued(rolled_back_run, tmp_path, capsys):
-    log = rolled_back_run / "train.log"
-    text = log.read_text()
-    assert text.count("=== ") == 2
-    first, rerun = (logged_losses(run.splitlines()) for run in text.split("=== ")[1:])
-    assert first[6] != rerun[6]  # the higher learning rate took another path from step 4 on
-    train_points, val = plot_log.parse_log(text.splitlines())
-    assert sorted(train_points) == [1, 2, 3, 4, 5, 6] and sorted(val) == [0, 3, 6]
-    assert {n: train_points[n][0] for n in (4, 5, 6)} == rerun  # the roll back's steps, not the abandoned ones
+    records = metrics.read(rolled_back_run)
+    assert [r["iter"] for r in records if r["kind"] == "start"] == [0, 3]  # the roll back started at 3
+    steps = [r for r in records if r["kind"] == "step"]
+    first, rerun = ({r["iter"]: r["loss"] for r in part} for part in (steps[:6], steps[6:]))
+    assert sorted(rerun) == [4, 5, 6] and first[6] != rerun[6]  # the higher learning rate took another path
+    drawn = plot_log.curves(records)
+    assert sorted(drawn["train"]) == [1, 2, 3, 4, 5, 6] and sorted(drawn["val"]) == [0, 3, 6]
+    assert {n: drawn["train"][n] for n in (4, 5, 6)} == rerun  # the roll back's steps, not the abandoned ones
+    assert drawn["events"]["start"] == [3]  # a dotted line at 3
     png = tmp_path / "loss.png"
-    plot_log.main([str(log), "--out", str(png)])
+    plot_log.main([str(rolled_back_run / "train.log"), "--out", str(png)])  # a file in the out_dir will do
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert plot_log.parse_resumes(text.splitlines()) == [3]  # the roll back: a dotted line at 3
     printed = capsys.readouterr().out
     assert "6 iterations (1..6), 3 evals, last val loss" in printed and printed.endswith("resumed 1 time(s)\n")
 
 
+def test_plot_log_draws_forecasts_rollbacks_and_weight_changes(tmp_path, capsys):
+    record = metrics.Metrics(tmp_path)
+    record("start", 0, params=124_000_000)
+    for n in range(1, 9):
+        record("step", n, loss=4 - n / 10, tokens_per_sec=1000.0)
+    record("eval", 4, val_loss=3.7)
+    record("forecast", 4, at_iter=20, val_loss=3.1, error=0.05)
+    record("rollback", 5, from_iter=8, first_spike=7)  # steps 6..8 are taken again
+    record("step", 6, loss=float("nan"), tokens_per_sec=None)  # skipped: null figures
+    record("weights_changed", 6)
+    record("hellaswag", 6, acc_norm=0.3, acc=0.29, n=24)
+    drawn = plot_log.curves(metrics.read(tmp_path))
+    assert sorted(drawn["train"]) == [1, 2, 3, 4, 5, 6] and drawn["train"][6] != drawn["train"][6]  # nan
+    assert drawn["forecast"] == [(20, 3.1, 0.05)] and drawn["params"] == 124_000_000
+    assert drawn["events"] == {"start": [], "rollback": [5], "weights_changed": [6]}
+    assert drawn["hellaswag"] == {6: 0.3} and 6 not in drawn["speed"]
+    plot_log.main([str(tmp_path), "--out", str(tmp_path / "plot.png")])
+    assert capsys.readouterr().out.endswith("rolled back 1 time(s), 1 forecast(s)\n")
+
+
 def test_plot_log_loss_axis_leaves_out_the_first_steps():
-    train = {n: (11.0 if n == 1 else 3.0 - n / 100, 1000.0) for n in range(1, 101)}  # 11 nats at the start
+    train = {n: 11.0 if n == 1 else 3.0 - n / 100 for n in range(1, 101)}  # 11 nats at the start
     low, high = plot_log.loss_limits(train, {0: 10.9, 50: 2.6, 100: 2.1})
     assert 1.9 < low < 2.0 and 2.95 < high < 3.1  # the range after the first 5 steps, with a margin
-    assert plot_log.loss_limits({1: (11.0, 1.0), 2: (3.0, 1.0)}, {}) is None  # too short to leave any out
-
-
-def test_plot_log_reads_a_torchrun_line():
-    line = ("iter 5: loss 2.0000, time 100ms, mfu 40.0%, tok/s 97,038 (12,130 per GPU), lr 1.000e-04, "
-            "grad norm 0.500, mem 130.1GB, hfu 53.0%, eta 100.0h")
-    assert plot_log.parse_log([line]) == ({5: (2.0, 97038.0)}, {})
+    assert plot_log.loss_limits({1: 11.0, 2: 3.0}, {}) is None  # too short to leave any out
 
 
 def test_plot_log_bad_input(tmp_path):
-    (tmp_path / "empty.log").write_text("=== a restart line and nothing else\n")
-    for path, message in ((tmp_path / "missing.log", "cannot read"), (tmp_path / "empty.log", "no 'iter N")):
+    (tmp_path / "started").mkdir()
+    metrics.Metrics(tmp_path / "started")("start", 0)
+    for path, message in ((tmp_path / "missing", "cannot read"), (tmp_path / "started", "no 'step' records")):
         with pytest.raises(SystemExit) as e:
             plot_log.main([str(path)])
         assert message in str(e.value.code)
 
 
+@pytest.mark.e2e
 def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "ckpt_5.pt").write_bytes(b"")  # one checkpoint already takes its share of the disk
     args = [str(REPO / "config" / "train_tiny.py"), *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'out'}"]
-    result = warm_python.run(["scripts/check_env.py", *args], cwd=REPO, env=ENV, timeout=120)
+    result = python(["scripts/check_env.py", *args], env=ENV, timeout=120)
     out = result.stdout
     if "no GPU visible" not in out:
         pytest.skip("a GPU is visible: this test is about what a CPU-only machine reports")
@@ -91,6 +103,7 @@ def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     assert e.value.code == 1 and "FAIL  no train.bin in /nonexistent/data" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_shell_scripts_parse_and_launch_usage(tmp_path):
     for script in ("launch.sh", "quickstart.sh"):
         subprocess.run(["bash", "-n", str(REPO / "scripts" / script)], check=True)
@@ -100,13 +113,7 @@ def test_shell_scripts_parse_and_launch_usage(tmp_path):
     assert missing.returncode == 1 and "config file not found" in missing.stderr
 
 
-def wait_for(path, text, timeout=120):
-    deadline = time.time() + timeout
-    while text not in (path.read_text() if path.exists() else ""):
-        assert time.time() < deadline, f"{text!r} never appeared in {path}"
-        time.sleep(0.2)
-
-
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
     env = {k: v for k, v in ENV.items() if k != "TMUX"}
@@ -125,23 +132,25 @@ def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
     log = out / "train.log"
     try:
         assert "started" in launch().stdout
-        wait_for(log, "iter 2:")
+        wait_for(out, "step", since=2)
         assert "already running" in launch().stdout  # no second train.py on the same out_dir
         assert log.read_text().count("=== ") == 1
         tmux("send-keys", "-t", "=test_run:", "C-c")  # the safe stop: train.py saves, then exits
-        wait_for(log, "stopped by SIGINT")
-        wait_for(log, "run the same command to continue")
+        wait_for(out, "stop")
+        assert metrics.read(out, "stop")[-1]["signal"] == "SIGINT"
+        assert "run the same command to continue" in log.read_text()
         deadline = time.time() + 30
         while tmux("display-message", "-p", "-t", "=test_run:", "#{pane_dead}") != "1":
             assert time.time() < deadline
             time.sleep(0.2)
         relaunched = launch().stdout
         assert "has ended" in relaunched and "started" in relaunched  # as after a reboot: resume
-        wait_for(log, "resuming after")
+        wait_for(out, "start", since=1)  # the relaunch resumed
     finally:
         tmux("kill-server")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_launch_reports_a_start_up_death_in_whole_lines(tmp_path):
     """The pane is 80 columns wide and train.log's first line, the command, is longer: the report must

@@ -1,4 +1,4 @@
-"""train.py end to end, as a user runs it: a process of its own (forked warm: warm_python.py) on a tiny model and tiny token bins.
+"""train.py end to end, as a user runs it: a process of its own on a tiny model and tiny token bins.
 
 The guarantees a weeks-long run relies on: resume is bit-exact, signals save and exit 0,
 kills and full disks during a save lose nothing, rotation is numeric, poisoned steps never
@@ -8,15 +8,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
-from trainer import memory
-import warm_python
-from conftest import REPO, VOCAB
+from trainer import memory, metrics
+from conftest import REPO, VOCAB, python, wait_for
 from model import GPT, GPTConfig
+
+pytestmark = pytest.mark.e2e  # each test runs train.py as a process, as a user does
 
 TINY = [
     "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", f"--vocab_size={VOCAB}", "--batch_size=4",
@@ -27,9 +27,8 @@ TINY = [
 
 
 def train(out_dir, data_dir, *overrides, env=None, check=True):
-    result = warm_python.run(["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
-                              f"--out_dir={out_dir}", *overrides],
-                             cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})), timeout=300)
+    result = python(["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out_dir}",
+                     *overrides], env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
     if check and result.returncode != 0:
         raise AssertionError(f"train.py exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
@@ -50,13 +49,9 @@ def assert_same_weights(a, b):
         assert torch.equal(wa[k], wb[k]), k
 
 
-def loss_lines(out_dir, first, last):
-    """The logged 'iter N: loss X' part for iterations first..last, from train.log."""
-    found = {}
-    for line in (out_dir / "train.log").read_text().splitlines():
-        if line.startswith("iter ") and ": loss " in line:
-            n = int(line.split(":")[0][5:])
-            found[n] = line.split(", time")[0]
+def losses(out_dir, first, last):
+    """(loss, lr, grad_norm) of iterations first..last, from metrics.jsonl (a resume's steps replace earlier ones)."""
+    found = {r["iter"]: (r["loss"], r["lr"], r["grad_norm"]) for r in metrics.read(out_dir, "step")}
     return [found[n] for n in range(first, last + 1)]
 
 
@@ -69,9 +64,12 @@ def reference(tmp_path_factory, data_dir):
 
 
 def test_trains_logs_and_rotates_numerically(tmp_path, data_dir, reference):
-    log = (reference / "train.log").read_text()
-    losses = [float(line.split("loss ")[1].split(",")[0]) for line in log.splitlines() if line.startswith("iter ")]
-    assert len(losses) == 12 and losses[-1] < losses[0]
+    steps = metrics.read(reference, "step")
+    assert [r["iter"] for r in steps] == list(range(1, 13)) and steps[-1]["loss"] < steps[0]["loss"]
+    assert steps[-1]["mfu"] is None and steps[-1]["tokens_per_sec"] > 0  # no peak FLOPS known for a CPU
+    assert [r["iter"] for r in metrics.read(reference, "eval")] == [0, 5, 10, 12]
+    assert [r["kind"] for r in metrics.read(reference)][-1] == "done"
+    log = (reference / "train.log").read_text()  # for people: the same run in words
     assert "mfu n/a" in log and "tok/s" in log and "eval iter 10: val loss" in log
     # keep_last_n=3 with saves every 3 steps up to 12: 6, 9 and 12 stay (lexical order would drop 12)
     out = tmp_path / "rot"
@@ -86,23 +84,18 @@ def test_stop_and_resume_is_bit_exact(tmp_path, data_dir, reference):
     result = train(out, data_dir, "--max_iters=12")
     assert "resuming after 5 completed steps" in result.stdout
     assert_same_weights(out / "ckpt_12.pt", reference / "ckpt_12.pt")
-    assert loss_lines(out, 6, 12) == loss_lines(reference, 6, 12)
+    assert losses(out, 6, 12) == losses(reference, 6, 12)
     assert (out / "train.log").read_text().count("=== ") == 2  # appended across restarts
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_saves_and_resume_is_exact(tmp_path, data_dir, sig):
     out = tmp_path / "sig"
-    proc = subprocess.Popen(  # a warm fork; the signal reaches it as it would reach `python train.py`
-        warm_python.popen_command(["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
-                                   f"--out_dir={out}", "--max_iters=100000", "--checkpoint_interval=100000",
-                                   "--gradient_accumulation_steps=8"]),
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=warm_python.worker_env(dict(os.environ, OMP_NUM_THREADS="1"), REPO))
-    deadline = time.time() + 120
-    while "iter 2:" not in ((out / "train.log").read_text() if (out / "train.log").exists() else ""):
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out}",
+         "--max_iters=100000", "--checkpoint_interval=100000", "--gradient_accumulation_steps=8"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    wait_for(out, "step", proc, since=2)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
@@ -152,6 +145,8 @@ def test_nonfinite_step_is_skipped_and_never_saved(tmp_path, data_dir):
     out = tmp_path / "nan"
     result = train(out, data_dir, "--max_iters=8", env={"TRAINER_FAULTS": "nan@3"})
     assert "iter 3: non-finite loss nan" in result.stdout and "step skipped" in result.stdout
+    [skipped] = metrics.read(out, "nonfinite")
+    assert skipped["iter"] == 3 and skipped["loss"] is None and 3 not in [r["iter"] for r in metrics.read(out, "step")]
     for k in ckpts(out):
         assert all(torch.isfinite(t).all() for t in weights(out / f"ckpt_{k}.pt").values())
     out = tmp_path / "nan_forever"
@@ -213,10 +208,8 @@ def test_existing_run_guards(tmp_path, data_dir):
 def test_wandb_without_credentials_goes_offline_and_keeps_its_id(tmp_path, data_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), OMP_NUM_THREADS="1")  # no ~/.netrc, no key
-    command = [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
-               f"--out_dir={tmp_path / 'out'}", "--wandb_log=True", "--max_iters=2"]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=300,
-                            stdin=subprocess.DEVNULL)
+    result = python(["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+                     f"--out_dir={tmp_path / 'out'}", "--wandb_log=True", "--max_iters=2"], env=env)
     assert result.returncode == 0, result.stderr
     assert "no wandb credentials" in result.stdout and "logging offline" in result.stdout
     run_id = torch.load(tmp_path / "out" / "ckpt_2.pt", weights_only=True)["wandb_run_id"]
@@ -237,4 +230,4 @@ def test_auto_picks_what_fits_the_budget_and_trains_the_same(tmp_path, data_dir,
     log = (out / "train.log").read_text()
     assert "auto: selective, micro-batch 4 x 3\n" in log
     assert f"memory: estimated peak {memory.size_text(peak['selective'])} of {memory.size_text(budget_gb * 1e9)}" in log
-    assert loss_lines(out, 1, 12) == loss_lines(reference, 1, 12)
+    assert losses(out, 1, 12) == losses(reference, 1, 12)

@@ -1,7 +1,8 @@
 """The trainer's mechanisms, one job per module; train.py, sample.py and scripts/ are their entry points.
 
-Floors, lowest first. A module imports only from its own floor or lower ones, and never in a cycle
-(tests/test_layout.py checks both), so data flows one way: text, bins, model, training, checkpoints, evaluation.
+The modules are stacked in floors (layers), lowest first. A module imports only from its own floor or
+lower ones, and never in a cycle (tests/test_layout.py checks both), so data flows one way: text, bins,
+model, training, checkpoints, evaluation.
   1. elastic, environment, faults, hardware, metrics, runlock, runlog, stopping, tokenizer, wandb_logging: the machine and the run's telemetry
   2. bins, mixture, preparation, checkpoint: bytes on disk: token bins, their mixtures, the prepare job, checkpoints
   3. model.py (top level): the GPT itself, which imports nothing of ours

@@ -18,10 +18,11 @@ def _plain(value):
 
 
 class Metrics:
-    """Appends records to out_dir/metrics.jsonl from rank 0 (the others' calls do nothing)."""
+    """Appends records to out_dir/metrics.jsonl from rank 0 (the others' calls do nothing), and hands each
+    to `forward` where one is set (train.py sets wandb_logging's, so wandb charts the same records)."""
 
     def __init__(self, out_dir, enabled=True):
-        self.file = None
+        self.file, self.forward = None, None
         if enabled:
             path = os.path.join(out_dir, FILE)
             self.file = open(path, "a")
@@ -35,6 +36,8 @@ class Metrics:
                   **{k: _plain(v) for k, v in figures.items()}}
         self.file.write(json.dumps(record) + "\n")  # one write of a whole line, flushed: a kill tears at most one
         self.file.flush()
+        if self.forward:
+            self.forward(record)
 
 
 def _ends_with_newline(path):

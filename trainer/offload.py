@@ -1,29 +1,16 @@
 """
 optimizer_offload=True: AdamW with its state and its step in the host's memory instead of the GPU's.
 
-The GPU keeps only the weights (fp32, or bf16 with master_weights='bfloat16') and their fp32
-gradients: 8 or 6 bytes a parameter instead of 16. The host keeps an fp32 copy of every weight and
-the two fp32 moments, 12 bytes a parameter (90 GB at 6.7B with the pinned allocator's rounding: see
-host_bytes), pinned so the copies run asynchronously.
-Once per optimizer step, after the last micro-batch, the gradient all-reduce and clipping, each
-parameter's gradient goes to the host, PyTorch's fused CPU AdamW updates the host copy, and the new
-weight goes back in the GPU's dtype (round to nearest: behind bf16 weights the fp32 copy is the master,
-so small updates accumulate there and nothing needs stochastic rounding). The copies run on two side
-streams, one for each direction, a parameter ahead of the host's arithmetic, so the two directions of
-PCIe and the CPU work overlap one another; the GPU waits for the step, as it waits for an on-GPU
-optimizer step. The host's arithmetic uses the machine's cores shared among the GPUs' processes
-(torchrun sets OMP_NUM_THREADS=1, which would leave it one core each).
-
-Why not torchao's CPUOffloadOptimizer: it copies every gradient to the host after each micro-batch
-(160 times a step at 6.7B: 4.3 TB of gradient traffic instead of 27 GB), keeps the host weights in the
-GPU's dtype (no fp32 master behind bf16 weights), and refuses to run without CUDA or XPU, so no test
-on a CPU could run it. This is PyTorch's own CPU AdamW kernel with the copies around it; ROCm runs it
-as CUDA (HIP streams, pinned memory). On the CPU (the tests) host and device are the same memory and
-the copies are plain ones (and on Apple's MPS, synchronous ones: its memory is shared anyway).
+The GPU keeps only the weights and their fp32 gradients; the host keeps an fp32 copy of every weight
+and the two moments, pinned. Once per optimizer step each gradient goes to the host, PyTorch's fused
+CPU AdamW updates the host copy (behind bf16 weights, the fp32 master), and the new weight comes back
+in the GPU's dtype, the two directions on side streams so that the copies and the host's arithmetic
+overlap. Written here rather than torchao's CPUOffloadOptimizer, which copies gradients after every
+micro-batch, keeps no fp32 master behind bf16 weights and cannot run on a CPU (so no test could run
+it). Figures and the comparison: docs/configuration.md, "Offload".
 
 The state dict is AdamW's own (step, exp_avg, exp_avg_sq per parameter), plus the fp32 master when the
-weights are bf16: with fp32 weights the master is the weight itself, not saved twice, and a run can
-turn offload on or off at a resume.
+weights are bf16, so a run with fp32 weights can turn offload on or off at a resume.
 """
 import os
 
@@ -34,7 +21,7 @@ IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")  # ho
 
 # PCIe in practice: ~25 GB/s each way on a 4.0 x16 link, ~50 on 5.0; plan.py prices the copies at
 # this (both directions added, as if they did not overlap) and leaves out the host's arithmetic,
-# which depends on its cores (scripts/bench_optim.py --host_step measures it on yours)
+# which depends on its cores (scripts/bench/bench_optim.py --host_step measures it on yours)
 HOST_LINK_BYTES_PER_S = 25e9
 
 

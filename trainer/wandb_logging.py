@@ -38,7 +38,21 @@ def start(project, name, config, run_id=None, log=print):
     return run, run_id
 
 
-def log(run, iter_num, values):
-    """values at iteration iter_num into the run's charts (nothing if wandb is off)."""
-    if run is not None:
-        run.log({"iter": iter_num, **values})
+def log(run, record):
+    """One metrics.jsonl record into the run's charts, each number as `<kind>/<figure>` along `iter`
+    (step/loss, eval/val_loss, eval/sources/web, step/peak_memory/allocated, ...); text, flags and
+    missing figures stay out of the charts."""
+    values = {}
+
+    def add(name, value):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                add(f"{name}/{key}", inner)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            values[name] = value
+
+    for key, value in record.items():
+        if key not in ("kind", "iter", "time"):
+            add(f"{record['kind']}/{key}", value)
+    if values:
+        run.log({"iter": record["iter"], **values})

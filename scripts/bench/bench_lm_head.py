@@ -3,8 +3,8 @@ The LM head's loss, today's way against model.py's chunked one: the peak bytes i
 allocate (PyTorch's MemTracker, on fake tensors: shapes without storage, so the 6.7B shape runs on a
 laptop in seconds), as a ratio, and against the formulas for trainer/memory.py.
 
-    python scripts/bench_lm_head.py                  # micro-batch 4 x 2048 tokens, 4096 wide, vocab 50304
-    python scripts/bench_lm_head.py --batch_size 8 --chunk_rows 2048
+    python scripts/bench/bench_lm_head.py                  # micro-batch 4 x 2048 tokens, 4096 wide, vocab 50304
+    python scripts/bench/bench_lm_head.py --batch_size 8 --chunk_rows 2048
 
 "Full logits" is F.cross_entropy on the (B*T, V) logits of an nn.Linear, as model.py did before the
 chunked head; both run under bf16 autocast over an fp32 weight, as train.py does. The peak counts
@@ -18,7 +18,7 @@ import sys
 import torch
 from torch.nn import functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from model import LOSS_CHUNK_ROWS, lm_head_loss, mask_padding  # noqa: E402
 
 
@@ -46,14 +46,14 @@ def peak_bytes(loss_fn, rows, C, V, chunk_rows):
     return peak["Total"] - (4 * rows * C + 4 * V * C + 8 * rows)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--block_size", type=int, default=2048)
     parser.add_argument("--n_embd", type=int, default=4096)
     parser.add_argument("--vocab_size", type=int, default=50304)
     parser.add_argument("--chunk_rows", type=int, default=LOSS_CHUNK_ROWS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows, C, V = args.batch_size * args.block_size, args.n_embd, args.vocab_size
     print(f"today's logits arithmetic: {rows} x {V} = {rows * V / 1e6:.0f}M logits, {4 * rows * V / 1e9:.2f} GB "
           f"per fp32 copy; 12 B a logit at the start of backward = {12 * rows * V / 1e9:.2f} GB")

@@ -6,18 +6,17 @@ dtype='bfloat16'; compare it against a baseline under the same autocast, --args=
 `+offload` for optimizer_offload=True (adamw only).
 
     python data/quickstart/prepare.py                 # real text: Python's standard library, bytes
-    python scripts/bench_optim.py                     # 4 layers x 256 wide, context 256, 1,000 steps
-    python scripts/bench_optim.py --steps 200 --modes adamw,adamw8bit
-    python scripts/bench_optim.py --args=--dtype=bfloat16 --modes adamw,adamw+bf16,adamw8bit+bf16,adamw4bit+bf16
-    python scripts/bench_optim.py --step_memory       # the step's temporaries per mode (optim.STEP_TEMP_BYTES)
-    python scripts/bench_optim.py --host_step         # offload's AdamW step on this host: seconds at 6.7B
+    python scripts/bench/bench_optim.py                     # 4 layers x 256 wide, context 256, 1,000 steps
+    python scripts/bench/bench_optim.py --steps 200 --modes adamw,adamw8bit
+    python scripts/bench/bench_optim.py --args=--dtype=bfloat16 --modes adamw,adamw+bf16,adamw8bit+bf16,adamw4bit+bf16
+    python scripts/bench/bench_optim.py --step_memory       # the step's temporaries per mode (optim.STEP_TEMP_BYTES)
+    python scripts/bench/bench_optim.py --host_step         # offload's AdamW step on this host: seconds at 6.7B
 
 Not a test: minutes per mode on a CPU. Each run is train.py itself (see --args for the rest).
 """
 import argparse
 import multiprocessing
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -28,13 +27,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
-from trainer import optim  # noqa: E402
+from trainer import metrics, optim  # noqa: E402
 from trainer.optim import OPTIMIZERS  # noqa: E402
 
-EVAL_RE = re.compile(r"eval iter (\d+): val loss ([\d.]+)")
-TIME_RE = re.compile(r"iter \d+: loss [\d.]+, time (\d+)ms")
 
 
 def mode_flags(mode):
@@ -56,9 +53,9 @@ def run(mode, args, out_dir):
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     if result.returncode:
         sys.exit(f"bench_optim: {mode} failed: {(result.stdout + result.stderr).strip().splitlines()[-1]}")
-    curve = {int(i): float(loss) for i, loss in EVAL_RE.findall(result.stdout)}
-    times = sorted(int(t) for t in TIME_RE.findall(result.stdout))
-    return curve, times[len(times) // 2] / 1000  # the median step: robust to the first step's compilation
+    curve = {r["iter"]: r["val_loss"] for r in metrics.read(out_dir, "eval")}
+    times = sorted(r["step_time"] for r in metrics.read(out_dir, "step"))
+    return curve, times[len(times) // 2]  # the median step: robust to the first step's compilation
 
 
 def _memory_kb(field):
@@ -113,7 +110,7 @@ def measure_host_step(shape, n_params=6_657_150_976):
           f"{n_params / rate:.1f} s per step at 6.7B")
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default=",".join(OPTIMIZERS), help="comma-separated (default: %(default)s)")
     p.add_argument("--steps", type=int, default=1000)
@@ -122,7 +119,7 @@ def main():
     p.add_argument("--out", default="optim_parity.png")
     p.add_argument("--step_memory", action="store_true", help="measure the step's temporaries per mode instead")
     p.add_argument("--host_step", action="store_true", help="measure offload's host AdamW step instead")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.step_memory:
         return measure_step_memory((50304, 4096))
     if args.host_step:

@@ -1,11 +1,11 @@
 """
 Weights cast to bf16 once per step (trainer/casting.py) against once per micro-batch (autocast without
-its cache, as before): the bytes the casts move in one optimizer step and the step's peak memory, on
+its cache): the bytes the casts move in one optimizer step and the step's peak memory, on
 fake tensors (shapes without storage: PyTorch's MemTracker counts the bytes), then the same arithmetic
 at GPT-3 6.7B's shape with 160 micro-batches a step.
 
-    python scripts/bench_cast.py
-    python scripts/bench_cast.py --n_layer 8 --micro_steps 8
+    python scripts/bench/bench_cast.py
+    python scripts/bench/bench_cast.py --n_layer 8 --micro_steps 8
 
 A cast reads 4 B and writes 2 B per weight. Compiled blocks are not measured: their graphs cast inside,
 once per call, whatever the cache (casting.py).
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import casting  # noqa: E402
 
@@ -61,7 +61,7 @@ def step(config, batch_size, micro_steps, once):
     return casts.bytes, peak
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n_layer", type=int, default=4)
     parser.add_argument("--n_embd", type=int, default=256)
@@ -69,7 +69,7 @@ def main():
     parser.add_argument("--vocab_size", type=int, default=4096)
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--micro_steps", type=int, default=4)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for policy in ("none", "selective", "full"):
         config = GPTConfig(block_size=args.block_size, vocab_size=args.vocab_size, n_layer=args.n_layer,
                            n_head=8, n_embd=args.n_embd, bias=False, activation_checkpointing=policy)

@@ -4,8 +4,8 @@ the blocks' matmuls in fp8 (trainer/precision.py: torchao's tensorwise and rowwi
 validation loss against bf16's, step time on this machine, and the curves in one PNG.
 
     python data/quickstart/prepare.py            # real text: Python's standard library, bytes
-    python scripts/bench_fp8.py                  # 2 layers x 64 wide, context 32, 1,000 steps each
-    python scripts/bench_fp8.py --steps 200 --modes bf16,tensorwise
+    python scripts/bench/bench_fp8.py                  # 2 layers x 64 wide, context 32, 1,000 steps each
+    python scripts/bench/bench_fp8.py --steps 200 --modes bf16,tensorwise
 
 Not a test: minutes per mode on a CPU, whose fp8 matmuls are emulated by torch._scaled_mm's CPU kernel
 (so the step times say nothing about a GPU's). It trains in this process rather than through train.py,
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import bins, optim, precision  # noqa: E402
@@ -84,7 +84,7 @@ def run(mode, args):
     return curve, sorted(times)[len(times) // 2]
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated, the first the baseline (default: %(default)s)")
     p.add_argument("--steps", type=int, default=1000)
@@ -99,7 +99,7 @@ def main():
     p.add_argument("--out", default="fp8_parity.png")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default: %(default)s: a small model gains "
                    "little from more, and they spin against whatever else runs)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     modes = args.modes.split(",")
     if unknown := [m for m in modes if m not in MODES]:

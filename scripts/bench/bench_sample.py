@@ -2,7 +2,7 @@
 Generation with model.py's KV cache (what sample.py uses) against regenerating from the full
 context at every new token (use_cache=False). Not a test; the target is >= 5x.
 
-    python scripts/bench_sample.py [--new_tokens 256] [--prompt_tokens 256] [--repeat 2]
+    python scripts/bench/bench_sample.py [--new_tokens 256] [--prompt_tokens 256] [--repeat 2]
 
 A randomly initialised 6-layer, 384-wide, 6-head model with a 512-token context and GPT-2's
 padded vocabulary. The prompt plus the new tokens fill the context exactly, so the cache never
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from model import GPT, GPTConfig  # noqa: E402
 
 

@@ -1,8 +1,8 @@
 """
 Prepare throughput against the fastest raw tiktoken encoding of the same text on the same cores.
 
-    python scripts/bench_prepare.py --encoding .cache/gpt2.tiktoken        # offline GPT-2
-    python scripts/bench_prepare.py --input my.jsonl --encoding gpt2
+    python scripts/bench/bench_prepare.py --encoding .cache/gpt2.tiktoken        # offline GPT-2
+    python scripts/bench/bench_prepare.py --input my.jsonl --encoding gpt2
 
 (a) raw: the texts already in memory, encoded to numpy arrays by a pool of --num_proc threads
     (tiktoken's Rust core releases the GIL). This is the strongest in-process setting: tiktoken's own
@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 from trainer.bins import BinWriter  # noqa: E402
 from trainer.preparation import CHUNK_RECORDS, available_cores, is_val  # noqa: E402
@@ -83,14 +83,14 @@ def stage_seconds(lines, texts, encoded, tmp, vocab_size):
     }
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", help="a .jsonl file with a 'text' field (default: Python's stdlib sources)")
     p.add_argument("--megabytes", type=float, default=95, help="size of the generated corpus (default: %(default)s)")
     p.add_argument("--encoding", default="gpt2")
     p.add_argument("--num_proc", type=int, default=available_cores())
     p.add_argument("--repeat", type=int, default=3, help="best of this many runs of each (default: %(default)s)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = args.input or os.path.join(tmp, "corpus.jsonl")

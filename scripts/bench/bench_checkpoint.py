@@ -4,7 +4,7 @@ Not a test. The target is save_checkpoint at >= 0.7x the plain write. Then the t
 save: how long train.py's loop waits in a synchronous save (the whole write) against an asynchronous
 one (checkpoint_async=True: the copy to host memory; the write goes on in the background).
 
-    python scripts/bench_checkpoint.py --mb 1000 --dir /path/on/the/checkpoint/disk
+    python scripts/bench/bench_checkpoint.py --mb 1000 --dir /path/on/the/checkpoint/disk
 """
 import argparse
 import os
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from trainer.checkpoint import Saver, save_checkpoint  # noqa: E402
 
 
@@ -47,13 +47,13 @@ def report(label, seconds, nbytes):
     return gbs
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--mb', type=int, default=1000, help='size of the state in MiB')
     parser.add_argument('--tensors', type=int, default=100, help='number of tensors the state is split into')
     parser.add_argument('--dir', default=None, help='a folder on the disk to measure (default: the temp dir)')
     parser.add_argument('--repeats', type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     state = make_state(args.mb, args.tensors)
     tensors = list(state['model'].values())

@@ -1,0 +1,69 @@
+"""Each study in scripts/bench/ runs for a few seconds at a tiny size, so none can rot unnoticed: the
+figures they print are the docs' measurements at full size (docs/performance.md, docs/configuration.md)."""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+from conftest import REPO
+
+STUDIES = REPO / "scripts" / "bench"
+
+
+def study(name):
+    """scripts/bench/<name>.py as a module (the folder on sys.path: bench_fp8 imports bench_optim)."""
+    if str(STUDIES) not in sys.path:
+        sys.path.insert(0, str(STUDIES))
+    spec = importlib.util.spec_from_file_location(name, STUDIES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_study_is_run_by_some_test():
+    tests = "".join(p.read_text() for p in (REPO / "tests").glob("test_*.py"))
+    assert [p.stem for p in STUDIES.glob("*.py") if f'"{p.stem}"' not in tests] == []
+
+
+CASES = [
+    ("bench_cast", ["--n_layer", "1", "--n_embd", "32", "--block_size", "16", "--vocab_size", "64",
+                    "--batch_size", "1", "--micro_steps", "2"], "6.7B"),
+    ("bench_lm_head", ["--batch_size", "1", "--block_size", "16", "--n_embd", "32", "--vocab_size", "64",
+                       "--chunk_rows", "8"], "chunked"),
+    ("bench_sample", ["--new_tokens", "2", "--prompt_tokens", "2", "--block_size", "8", "--vocab_size", "64",
+                      "--repeat", "1"], "x"),
+    ("bench_checkpoint", ["--mb", "1", "--tensors", "2", "--repeats", "1"], "async save stall"),
+]
+
+
+@pytest.mark.parametrize("name, argv, printed", CASES, ids=[c[0] for c in CASES])
+def test_a_study_runs(name, argv, printed, capsys, tmp_path):
+    if name == "bench_checkpoint":
+        argv = [*argv, "--dir", str(tmp_path)]
+    study(name).main(argv)
+    assert printed in capsys.readouterr().out
+
+
+def test_fp8_study(data_dir, tmp_path, capsys):
+    study("bench_fp8").main(["--modes", "bf16,tensorwise", "--steps", "2", "--n_layer", "1", "--n_embd", "32",
+                             "--block_size", "16", "--batch_size", "2", "--eval_interval", "1", "--eval_iters", "1",
+                             "--data_dir", data_dir, "--out", str(tmp_path / "fp8.png")])
+    assert "tensorwise" in capsys.readouterr().out and (tmp_path / "fp8.png").is_file()
+
+
+@pytest.mark.e2e
+def test_optim_study_reads_its_runs_metrics(data_dir, tmp_path, capsys):
+    tiny = ("--n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --vocab_size=64 --eval_interval=1 --eval_iters=1 "
+            "--log_interval=1 --warmup_iters=1 --device=cpu --dtype=float32 --compile=False")
+    study("bench_optim").main(["--modes", "adamw", "--steps", "2", "--data_dir", data_dir, "--args", tiny,
+                               "--out", str(tmp_path / "optim.png")])
+    out = capsys.readouterr().out
+    assert "adamw            final val loss" in out and (tmp_path / "optim.png").is_file()
+
+
+@pytest.mark.e2e
+def test_prepare_study(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    study("bench_prepare").main(["--megabytes", "0.02", "--encoding", "bytes", "--num_proc", "1", "--repeat", "1"])
+    assert "ratio (b)/(a)" in capsys.readouterr().out
