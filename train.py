@@ -190,6 +190,7 @@ with torch.device("meta"):
     shapes = GPT(GPTConfig(**model_args))  # every shape and no storage: what memory.py's estimates read
 try:  # refuse now rather than after minutes of allocating; auto picks the cheapest setting that fits
     choice = memory.settle(shapes, cfg, budget, world_size, attention)
+    host_memory = memory.settle_host(shapes, cfg, choice, world_size, device_type)  # offload, async staging, ...
 except memory.DoesNotFit as e:
     fail(f"{e}; see python scripts/plan.py {' '.join(sys.argv[1:])}")
 policy, recompute_blocks = choice.activation_checkpointing, choice.recompute_blocks
@@ -197,6 +198,7 @@ cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.grad
 if cfg.activation_checkpointing == "auto":
     log(f"auto: {choice.describe(model_args['n_layer'])}")  # bench.py reads this line
 log(memory.start_up_line(choice, budget))
+log(host_memory)
 gptconf = GPTConfig(**model_args, dropout=cfg.dropout, activation_checkpointing=policy, recompute_blocks=recompute_blocks)
 
 # -----------------------------------------------------------------------------

@@ -105,8 +105,9 @@ def choose_setting(cfg, gpu, gpus, mode=None):
         return choice, e.refused, str(e)
 
 
-def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
-    """Every figure of the plan as a dict (the --json output); sizes in GB."""
+def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_node=GPUS_PER_NODE):
+    """Every figure of the plan as a dict (the --json output); sizes in GB. gpus_per_node: how many of the
+    GPUs' processes share one machine's host memory."""
     gpu = hardware.GPUS[gpu_key]
     choice, setting, refusal = choose_setting(cfg, gpu, gpus)
     policy, batch_size, accumulation = setting.activation_checkpointing, setting.batch_size, setting.gradient_accumulation_steps
@@ -152,9 +153,10 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "optimizer": cfg.optimizer,
         "master_weights": cfg.master_weights,
         "optimizer_offload": cfg.optimizer_offload,
-        # per process; every GPU's process on a node keeps its own
-        "host_memory_gb": offload.host_bytes([p.numel() for p in model.parameters()],
-                                             optim.bytes_per_param(*mode)["weights"]) / 1e9 if mode[2] else 0.0,
+        # on one machine of min(gpus, gpus_per_node) processes, by part (memory.host_estimate)
+        "host_processes": min(gpus, gpus_per_node),
+        "host_memory_gb": {k: v / 1e9 for k, v in memory.host_estimate(model, cfg, batch_size, gpus,
+                                                                       min(gpus, gpus_per_node)).items()},
         "offload_seconds_per_iter": offload_seconds(n_params, mode),
         "modes": mode_table(cfg, gpu, gpus, mfu),
         "fits": setting.fits,
@@ -368,10 +370,13 @@ def report(plan, cfg, config_args):
         f"  if attention falls back to the math kernel (scripts/check_env.py tells), add "
         f"{plan['math_attention_extra_gb']:.1f} GB",
     ]
+    host = plan["host_memory_gb"]
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in host.items() if k != "total" and v >= 0.05)
+    lines.append(f"  host memory: {host['total']:.1f} GB per machine of {plan['host_processes']} GPU process(es) "
+                 f"({parts}; check_env.py compares it with the machine's)")
     if plan["optimizer_offload"]:
-        lines.append(f"  host memory: {plan['host_memory_gb']:.1f} GB pinned per GPU process (fp32 master and moments, "
-                     f"12 B/param before the allocator's rounding); PCIe copies ~{plan['offload_seconds_per_iter']:.1f} s per step "
-                     f"at {offload.HOST_LINK_BYTES_PER_S / 1e9:g} GB/s, plus the host's AdamW step")
+        lines.append(f"  offload: PCIe copies ~{plan['offload_seconds_per_iter']:.1f} s per step at "
+                     f"{offload.HOST_LINK_BYTES_PER_S / 1e9:g} GB/s, plus the host's AdamW step")
     lines += ["", "memory modes on this GPU (optimizer, master_weights, offload), as auto would run each:"]
     best = best_mode(plan, cfg.batch_size)
     for m in plan["modes"]:
@@ -532,7 +537,8 @@ def main(argv=None):
         print(f"plan: error: {problem}", file=sys.stderr)
         sys.exit(2)
     try:
-        plan = make_plan(cfg, args.gpu or default_gpu(), args.mfu, args.price_per_hour, args.gpus, args.simulate)
+        plan = make_plan(cfg, args.gpu or default_gpu(), args.mfu, args.price_per_hour, args.gpus, args.simulate,
+                         args.gpus_per_node)
     except ValueError as e:  # GPTConfig's check of the shapes and of the policy's name
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(2)
