@@ -58,8 +58,8 @@ record = metrics.Metrics(cfg.out_dir, enabled=master)  # what tools read: out_di
 sys.excepthook = run_log.crash
 run_log.explain = lambda error: environment.compile_failure(error) if cfg.compile else None  # one line, not a traceback
 
-if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size:  # one node's GPUs: its fast link carries the sharding
-    cfg.hsdp_shard_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size and distributed:  # one node's GPUs: its fast link shards
+    cfg.hsdp_shard_size = sharding.node_size() or fail(sharding.NODE_SIZE_UNKNOWN)
 if problem := configurator.check(cfg, world_size, distributed) or elastic.restart_problem():
     fail(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
@@ -396,14 +396,6 @@ def evaluate_hellaswag():
     wandb_logging.log(wandb_run, iter_num, {"hellaswag/acc_norm": result["acc_norm"], "hellaswag/acc": result["acc"]})
 
 
-def sync_gradients(on):
-    """DDP all-reduces gradients only on a step's last micro-batch; the others accumulate locally.
-    FSDP reduce-scatters after every micro-batch: skipping it would keep every block's unsharded
-    gradient until the step ends (26.6 GB per GPU at 6.7B), and memory is why one uses FSDP."""
-    if ddp:
-        model.require_backward_grad_sync = on
-
-
 def mean_over_ranks(t):
     if distributed:
         dist.all_reduce(t, op=dist.ReduceOp.AVG)
@@ -497,7 +489,7 @@ while iter_num < cfg.max_iters and not stop_now:
     with step_casts:  # where casting.py applies, the weights' bf16 copies live until the step's last backward
         for micro_step in range(micro_steps):
             last = micro_step == micro_steps - 1
-            sync_gradients(last)
+            sharding.sync_gradients(model, last, ddp, hsdp=fsdp and cfg.strategy == "hsdp")
             with train_autocast:
                 loss = model(x, y)[1] * fault_scale
             if not last:  # fetch the next batch while the GPU works

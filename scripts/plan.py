@@ -436,7 +436,8 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
     Infinity Fabric per GPU); the communication overlaps compute completely, so a step takes the longer of
     the two; gradients are reduced in fp32; FSDP and HSDP gather the blocks' weights in bf16 under
     dtype=bfloat16 (the root group's in fp32), twice per micro-batch (forward and backward), and
-    reduce-scatter every micro-batch, as train.py runs them; DDP all-reduces once per step."""
+    reduce-scatter every micro-batch, as train.py runs them; HSDP all-reduces the shards across nodes, and
+    DDP its gradients, once per step."""
     n, g = nodes * gpus_per_node, gpus_per_node
     model = build_meta_model(cfg, plan["activation_checkpointing"], plan["recomputed_blocks"])
     params = model.get_num_params(non_embedding=False)
@@ -451,8 +452,9 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
     wire = {  # strategy: (bytes per GPU inside a node, between nodes)
         "ddp": over_every_gpu(2 * ring(n, grads)),
         "fsdp": over_every_gpu(micro * ring(n, 2 * gathered + grads)),
-        # the shards' gathers and reductions inside the node; the shard's gradient all-reduced across nodes
-        "hsdp": (micro * ring(g, 2 * gathered + grads), micro * 2 * ring(nodes, grads / g)),
+        # the shards' gathers and reductions inside the node every micro-batch; the shard's gradient, summed
+        # over the micro-batches, all-reduced across nodes once per step (sharding.sync_gradients)
+        "hsdp": (micro * ring(g, 2 * gathered + grads), 2 * ring(nodes, grads / g)),
     }
     compute = plan["seconds_per_iter"]
     budget = card_budget(cfg, hardware.GPUS[plan["gpu"]])
