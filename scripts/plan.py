@@ -38,6 +38,7 @@ from trainer import memory  # noqa: E402
 from trainer import mixture  # noqa: E402
 from trainer import offload  # noqa: E402
 from trainer import optim  # noqa: E402
+from trainer import precision  # noqa: E402
 from model import CHECKPOINTING_POLICIES, GPT, GPTConfig  # noqa: E402
 
 DEFAULT_GPU = "mi300x"
@@ -536,6 +537,10 @@ def main(argv=None):
     if args.nodes and cfg.strategy == "hsdp" and not cfg.hsdp_shard_size:
         cfg.hsdp_shard_size = args.gpus_per_node  # train.py's default: one node's GPUs
     if problem := configurator.check(cfg, args.gpus):  # what train.py would refuse under torchrun with --gpus
+        print(f"plan: error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    gpu = hardware.GPUS[args.gpu or default_gpu()]
+    if cfg.fp8 and (problem := precision.units_problem(gpu.name, gpu.capability, gpu.gfx)):  # as train.py refuses
         print(f"plan: error: {problem}", file=sys.stderr)
         sys.exit(2)
     try:
