@@ -406,7 +406,7 @@ def start_up_line(choice, budget):
 # host memory: what the machine's RAM holds beside the GPUs, per machine (the busiest: rank 0's)
 
 # Python, PyTorch and the GPU runtime's host side, per process: an allowance, not a measurement on a GPU
-# (a CPU process of the tiny config peaks at ~0.5 GB RSS; the CUDA/ROCm libraries and context add more).
+# (train.py on the tiny config, on a CPU, peaks at 0.41 GB RSS; the CUDA/ROCm libraries and context add more).
 RUNTIME_HOST_BYTES = 2e9
 PAGE_BYTES = 4096
 
@@ -418,8 +418,8 @@ def host_estimate(model, cfg, batch_size, world_size=1, processes=1, device_peak
     - optimizer_offload: each process's pinned fp32 master and moments (offload.host_bytes; DDP
       replicates them, so every process on the machine holds the whole model's);
     - checkpoint_staging (checkpoint_async): a .pt save's stager copies rank 0's whole saved state to
-      pinned memory and keeps it for the rest of the run (it reuses its buffers from one save to the
-      next); a sharded save copies each process's shard, freed when the write is done;
+      pinned memory (a stager reused across saves keeps it for the rest of the run); a sharded save
+      copies each process's shard, held while the write goes on;
     - batches: each process's micro-batch and the next one, as int64 arrays and their pinned copies
       (the pinned allocator rounds each to a power of two);
     - loader: the token bins' pages that reads touch, resident until bins.TokenBin re-maps its file
