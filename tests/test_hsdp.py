@@ -1,8 +1,6 @@
 """HSDP (strategy='hsdp'): the shards' gradients are all-reduced across replicas once per optimizer step,
 not once per micro-batch (sharding.sync_gradients); 4 CPU processes as 2 x 2 train as one process does,
 and their checkpoint resumes as FSDP on 2."""
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -15,11 +13,10 @@ from trainer import sharding
 
 
 @pytest.fixture
-def one_rank_group(monkeypatch):
-    """A 1-process gloo group in this process: an HSDP mesh of 1 replica x 1 shard still all-reduces."""
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(29400 + os.getpid() % 500))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+def one_rank_group(tmp_path):
+    """A 1-process gloo group in this process (a file rendezvous: no port to collide on): an HSDP mesh of
+    1 replica x 1 shard still all-reduces."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
