@@ -261,6 +261,27 @@ def lm_head_loss(x, weight, targets, n_tokens, chunk_rows):
                                      chunk_rows)
 
 
+@torch.no_grad()
+def lm_head_scores(x, weight, targets, n_tokens, chunk_rows):
+    """For scoring, without gradients: each position's log-probability of its target under x @ weight^T
+    (padding rows past n_tokens left out of the softmax) and whether the target is the argmax, as two
+    tensors shaped like targets; a target of -1 scores 0 and True. Computed chunk_rows rows of logits at a
+    time, in autocast's dtype as lm_head_loss is: never the whole (B*T, V) logits, which at 32 windows of
+    2048 tokens and 6.7B's vocabulary would be 6.6 GB in bf16 and twice that for each fp32 copy."""
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+    x_c, w_c, flat = x.reshape(-1, x.size(-1)).to(dtype), weight.to(dtype), targets.reshape(-1)
+    logprobs = torch.zeros(flat.shape, dtype=torch.float32, device=x.device)
+    hits = torch.ones(flat.shape, dtype=torch.bool, device=x.device)
+    for start in range(0, len(flat), chunk_rows):
+        rows, t = slice(start, start + chunk_rows), flat[start:start + chunk_rows]
+        logits, scored = _chunk_logits(x_c[rows], w_c, n_tokens), t != -1
+        picked = logits.gather(-1, t.clamp(min=0)[:, None])[:, 0] - logits.logsumexp(-1)
+        logprobs[rows] = torch.where(scored, picked, 0.0)
+        hits[rows] = (logits.argmax(-1) == t) | ~scored
+    return logprobs.view(targets.shape), hits.view(targets.shape)
+
+
 class KVCache:
     """Keys and values of one layer for the tokens seen so far, so generation runs one new token per step."""
 
@@ -313,10 +334,13 @@ class GPT(nn.Module):
             n -= self.transformer.wpe.weight.numel()
         return n
 
-    def forward(self, idx, targets=None, kv_caches=None, every_position=False):
+    def forward(self, idx, targets=None, kv_caches=None, every_position=False, scores=False, n_tokens=None):
         """idx (B, T) token ids → (logits, loss). With targets: (None, the mean cross-entropy), from a
-        head that never holds the (B, T, vocab) logits whole (ChunkedCrossEntropy). Without: (the last
-        position's logits, None), or every position's with every_position (HellaSwag scores them all).
+        head that never holds the (B, T, vocab) logits whole (ChunkedCrossEntropy); with scores=True
+        (evaluation) instead (None, (each target's log-probability, whether it is the argmax)), from the
+        same chunked head (lm_head_scores), its softmax over the first n_tokens rows (default
+        config.n_tokens; an encoding may know them where an older checkpoint's config does not). Without:
+        (the last position's logits, None), or every position's with every_position.
         kv_caches (one KVCache per block) is for generation: idx then holds only the new tokens."""
         B, T = idx.size()
         past = len(kv_caches[0]) if kv_caches is not None else 0
@@ -328,7 +352,9 @@ class GPT(nn.Module):
             x = block(x, kv_caches[i] if kv_caches is not None else None)
         x = self.transformer.ln_f(x)
         if targets is not None:
-            return None, lm_head_loss(x, self.lm_head.weight, targets, self.config.n_tokens, LOSS_CHUNK_ROWS)
+            head = lm_head_scores if scores else lm_head_loss
+            tokens = self.config.n_tokens if n_tokens is None else n_tokens
+            return None, head(x, self.lm_head.weight, targets, tokens, LOSS_CHUNK_ROWS)
         return mask_padding(self.lm_head(x if every_position else x[:, [-1], :]), self.config.n_tokens), None
 
     @torch.no_grad()

@@ -44,8 +44,8 @@ record = metrics.Metrics(cfg.out_dir, enabled=master)  # what tools read: out_di
 sys.excepthook = run_log.crash
 run_log.explain = lambda error: environment.compile_failure(error) if cfg.compile else None  # one line, not a traceback
 
-if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size:  # one node's GPUs: its fast link carries the sharding
-    cfg.hsdp_shard_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size and distributed:  # one node's GPUs: its fast link shards
+    cfg.hsdp_shard_size = sharding.node_size() or fail(sharding.NODE_SIZE_UNKNOWN)
 if problem := configurator.check(cfg, world_size, distributed) or elastic.restart_problem():
     fail(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"

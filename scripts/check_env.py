@@ -4,7 +4,7 @@ Check a machine before spending GPU-hours on it:
     python scripts/check_env.py config/train_gpt3_6b.py [--key=value ...]
 
 The PyTorch features the trainer needs (first: without them nothing else can be checked), the GPU
-PyTorch sees (CUDA or ROCm/HIP, name, gfx arch, memory), bf16, which attention kernel really runs
+PyTorch sees (CUDA or ROCm/HIP, name, gfx arch, memory), host memory for offload and async saves, bf16, which attention kernel really runs
 for the config's shapes, fused AdamW, torch.compile (with compile=True), free disk for the
 checkpoints, and the data bins. Each line starts with ok, WARN, FAIL, or -- for what this machine cannot check (on a
 CPU-only machine: everything about the GPU). Exits 1 if anything FAILs.
@@ -28,6 +28,7 @@ from trainer import bins  # noqa: E402
 from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
 from trainer import hardware  # noqa: E402
+from trainer import memory  # noqa: E402
 from trainer import mixture  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import Block, GPTConfig  # noqa: E402
@@ -89,6 +90,28 @@ def check_device(cfg, needed_gb):
                f"device=cpu: host RAM {gb(ram)}; this config needs about {gb(needed_gb * 1e9)} (scripts/plan.py)")
     else:
         report("ok", f"device={cfg.device}: {device}")
+
+
+def check_host(host_gb):
+    """The host memory plan.py estimates (offload's state, async checkpoint staging, batches, runtime) against
+    this machine's, by train.py's own rule (memory.host_problem); a WARN where other processes hold too much now."""
+    estimate = {k: v * 1e9 for k, v in host_gb.items()}
+    if problem := memory.host_problem(estimate):
+        report("FAIL", problem)
+        return
+    available = available_memory()
+    busy = available is not None and estimate["total"] > available
+    report("WARN" if busy else "ok", memory.host_line(estimate) + (
+        f"; only {gb(available)} is available now (MemAvailable): other processes hold the rest" if busy else ""))
+
+
+def available_memory():
+    """/proc/meminfo's MemAvailable in bytes, or None where there is none (macOS)."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return None
 
 
 def check_attention(cfg, on_gpu, math_extra_gb):
@@ -215,6 +238,7 @@ def main(argv=None):
     check_torch()
     check_device(cfg, p["memory_gb"]["total"])
     on_gpu = check_gpu(cfg, p["memory_gb"]["total"])
+    check_host(p["host_memory_gb"])
     check_attention(cfg, on_gpu, p["math_attention_extra_gb"])
     check_fused_adamw(on_gpu)
     check_compile(cfg, on_gpu)

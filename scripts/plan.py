@@ -38,6 +38,7 @@ from trainer import memory  # noqa: E402
 from trainer import mixture  # noqa: E402
 from trainer import offload  # noqa: E402
 from trainer import optim  # noqa: E402
+from trainer import precision  # noqa: E402
 from model import CHECKPOINTING_POLICIES, GPT, model_config  # noqa: E402
 
 DEFAULT_GPU = "mi300x"
@@ -99,8 +100,9 @@ def choose_setting(cfg, gpu, gpus, mode=None):
         return choice, e.refused, str(e)
 
 
-def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
-    """Every figure of the plan as a dict (the --json output); sizes in GB."""
+def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_node=GPUS_PER_NODE):
+    """Every figure of the plan as a dict (the --json output); sizes in GB. gpus_per_node: how many of the
+    GPUs' processes share one machine's host memory."""
     gpu = hardware.GPUS[gpu_key]
     choice, setting, refusal = choose_setting(cfg, gpu, gpus)
     policy, batch_size, accumulation = setting.activation_checkpointing, setting.batch_size, setting.gradient_accumulation_steps
@@ -146,9 +148,10 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False):
         "optimizer": cfg.optimizer,
         "master_weights": cfg.master_weights,
         "optimizer_offload": cfg.optimizer_offload,
-        # per process; every GPU's process on a node keeps its own
-        "host_memory_gb": offload.host_bytes([p.numel() for p in model.parameters()],
-                                             optim.bytes_per_param(*mode)["weights"]) / 1e9 if mode[2] else 0.0,
+        # on one machine of min(gpus, gpus_per_node) processes, by part (memory.host_estimate)
+        "host_processes": min(gpus, gpus_per_node),
+        "host_memory_gb": {k: v / 1e9 for k, v in memory.host_estimate(model, cfg, batch_size, gpus,
+                                                                       min(gpus, gpus_per_node)).items()},
         "offload_seconds_per_iter": offload_seconds(n_params, mode),
         "modes": mode_table(cfg, gpu, gpus, mfu),
         "fits": setting.fits,
@@ -362,10 +365,13 @@ def report(plan, cfg, config_args):
         f"  if attention falls back to the math kernel (scripts/check_env.py tells), add "
         f"{plan['math_attention_extra_gb']:.1f} GB",
     ]
+    host = plan["host_memory_gb"]
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in host.items() if k != "total" and v >= 0.05)
+    lines.append(f"  host memory: {host['total']:.1f} GB per machine of {plan['host_processes']} GPU process(es) "
+                 f"({parts}; check_env.py compares it with the machine's)")
     if plan["optimizer_offload"]:
-        lines.append(f"  host memory: {plan['host_memory_gb']:.1f} GB pinned per GPU process (fp32 master and moments, "
-                     f"12 B/param before the allocator's rounding); PCIe copies ~{plan['offload_seconds_per_iter']:.1f} s per step "
-                     f"at {offload.HOST_LINK_BYTES_PER_S / 1e9:g} GB/s, plus the host's AdamW step")
+        lines.append(f"  offload: PCIe copies ~{plan['offload_seconds_per_iter']:.1f} s per step at "
+                     f"{offload.HOST_LINK_BYTES_PER_S / 1e9:g} GB/s, plus the host's AdamW step")
     lines += ["", "memory modes on this GPU (optimizer, master_weights, offload), as auto would run each:"]
     best = best_mode(plan, cfg.batch_size)
     for m in plan["modes"]:
@@ -425,7 +431,8 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
     Infinity Fabric per GPU); the communication overlaps compute completely, so a step takes the longer of
     the two; gradients are reduced in fp32; FSDP and HSDP gather the blocks' weights in bf16 under
     dtype=bfloat16 (the root group's in fp32), twice per micro-batch (forward and backward), and
-    reduce-scatter every micro-batch, as train.py runs them; DDP all-reduces once per step."""
+    reduce-scatter every micro-batch, as train.py runs them; HSDP all-reduces the shards across nodes, and
+    DDP its gradients, once per step."""
     n, g = nodes * gpus_per_node, gpus_per_node
     model = build_meta_model(cfg, plan["activation_checkpointing"], plan["recomputed_blocks"])
     params = model.get_num_params(non_embedding=False)
@@ -440,8 +447,9 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
     wire = {  # strategy: (bytes per GPU inside a node, between nodes)
         "ddp": over_every_gpu(2 * ring(n, grads)),
         "fsdp": over_every_gpu(micro * ring(n, 2 * gathered + grads)),
-        # the shards' gathers and reductions inside the node; the shard's gradient all-reduced across nodes
-        "hsdp": (micro * ring(g, 2 * gathered + grads), micro * 2 * ring(nodes, grads / g)),
+        # the shards' gathers and reductions inside the node every micro-batch; the shard's gradient, summed
+        # over the micro-batches, all-reduced across nodes once per step (sharding.sync_gradients)
+        "hsdp": (micro * ring(g, 2 * gathered + grads), 2 * ring(nodes, grads / g)),
     }
     compute = plan["seconds_per_iter"]
     budget = card_budget(cfg, hardware.GPUS[plan["gpu"]])
@@ -525,8 +533,13 @@ def main(argv=None):
     if problem := configurator.check(cfg, args.gpus):  # what train.py would refuse under torchrun with --gpus
         print(f"plan: error: {problem}", file=sys.stderr)
         sys.exit(2)
+    gpu = hardware.GPUS[args.gpu or default_gpu()]
+    if cfg.fp8 and (problem := precision.units_problem(gpu.name, gpu.capability, gpu.gfx)):  # as train.py refuses
+        print(f"plan: error: {problem}", file=sys.stderr)
+        sys.exit(2)
     try:
-        plan = make_plan(cfg, args.gpu or default_gpu(), args.mfu, args.price_per_hour, args.gpus, args.simulate)
+        plan = make_plan(cfg, args.gpu or default_gpu(), args.mfu, args.price_per_hour, args.gpus, args.simulate,
+                         args.gpus_per_node)
     except ValueError as e:  # GPTConfig's check of the shapes and of the policy's name
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -28,14 +29,16 @@ def gpu_check(out, runs, **settings):
 
 def test_a_whole_run_writes_every_line(tmp_path):
     out = tmp_path / "check.json"
-    proc = gpu_check(out, [f"{TINY} --sweep --batch_sizes=2 --recompute=all", f"{TINY} --save_resume"])
+    # the line naming its policy is the one that simulates
+    proc = gpu_check(out, [f"{TINY} --batch_size=2 --activation_checkpointing=full", f"{TINY} --save_resume"])
     stdout = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, stdout
     report = json.loads(out.read_text())
     assert report["finished"] and report["seconds"] <= report["budget_s"] == 540
     assert report["env_report"] and isinstance(report["env_exit"], int)  # check_env.py's lines and status
     sweep, save_resume = report["runs"]
-    assert sweep["exit"] == 0 and sweep["seconds"] >= 0 and sweep["skipped"] is None
+    assert sweep["exit"] == 0 and sweep["status"] == "ok" and sweep["seconds"] >= 0 and sweep["skipped"] is None
+    assert sweep["args"].endswith(" --simulate") and not save_resume["args"].endswith(" --simulate")
     [setting] = sweep["bench"]["settings"]
     assert setting["label"] == "batch 2, recompute all" and setting["status"] == "ok" and setting["fits"]
     assert setting["compared"] == "allocated" and setting["estimated_gb"] > 0 and "simulated_gb" in setting
@@ -76,3 +79,61 @@ def test_a_budget_too_small_skips_every_line_saying_why(tmp_path):
     assert report["finished"] and report["env_exit"] is None  # no time for the environment check either
     assert all(r["exit"] is None and r["bench"] is None and r["skipped"].startswith("skipped: out of time (")
                for r in report["runs"])
+
+
+def stand_in_python(tmp_path):
+    """PYTHON for gpu_check.sh: the real one, except that bench.py answers at once (an empty result) but
+    hangs on a --save_resume line, and check_env.py answers ok. gpu_check.sh's own logic (the order, the
+    estimate's verdicts, the budget, the timeout) runs as it would; bench.py's own runs are tested above."""
+    calls = tmp_path / "bench_calls.txt"
+    script = tmp_path / "python"
+    script.write_text(f"""#!/usr/bin/env bash
+case "$1" in
+    scripts/bench.py) echo "$*" >> {calls}
+        case " $* " in *" --save_resume "*) exec sleep 600 ;; esac
+        echo '{{"settings": [], "best": null}}'; exit 0 ;;
+    scripts/check_env.py) echo "ok    stand-in"; exit 0 ;;
+esac
+exec {sys.executable} "$@"
+""")
+    script.chmod(0o755)
+    return str(script), calls
+
+
+def test_fp8_comes_second_and_third_and_a_line_cut_by_the_budget_says_timeout(tmp_path):
+    """The default lines on a tiny model: auto compiled, fp8 tensorwise, fp8 rowwise, then the save and resume,
+    which the budget cuts (it hangs here): reported as a timeout, the lines after it out of time."""
+    out, (python, calls) = tmp_path / "check.json", stand_in_python(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=python, GPU_CHECK_BUDGET="45", GPU_CHECK_MIN_S="5",
+               GPU_CHECK_MODEL=f"{TINY} --dtype=bfloat16")
+    env.pop("GPU_CHECK_RUNS", None)
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["args"].split(TINY)[1].split() for r in runs[:5]] == [
+        ["--dtype=bfloat16", "--compile=True"], ["--dtype=bfloat16", "--compile=True", "--fp8=tensorwise"],
+        ["--dtype=bfloat16", "--compile=True", "--fp8=rowwise"], ["--dtype=bfloat16", "--save_resume"],
+        ["--dtype=bfloat16", "--compile=False"]]
+    assert [r["status"] for r in runs[:3]] == ["ok"] * 3
+    cut = runs[3]
+    assert cut["status"] == "timeout" and cut["exit"] in (124, 137) and cut["bench"] is None
+    assert "timeout: killed after" in proc.stdout
+    assert all(r["status"] == "skipped" and r["skipped"].startswith("skipped: out of time") for r in runs[4:])
+    # the sweep follows, and its first line, naming its policy, is the one line that would simulate
+    assert "--activation_checkpointing=none" in runs[5]["args"]
+    assert [r["args"].endswith("--simulate") for r in runs].count(True) == 1 and runs[5]["args"].endswith("--simulate")
+    assert "--simulate" not in calls.read_text()  # the lines that ran did not simulate
+
+
+def test_the_estimate_drops_what_it_refuses_before_running_it(tmp_path):
+    out, (python, calls) = tmp_path / "check.json", stand_in_python(tmp_path)
+    refused = f"{TINY} --activation_checkpointing=none --memory_budget_gb=0.000001"
+    proc = gpu_check(out, [refused, f"{TINY} --activation_checkpointing=full"], PYTHON=python)
+    stdout = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, stdout
+    dropped, kept = json.loads(out.read_text())["runs"]
+    assert dropped["status"] == "skipped" and dropped["skipped"].startswith("skipped: the estimate refuses it: ")
+    assert "memory_budget_gb" in dropped["skipped"] and dropped["bench"] is None
+    assert kept["status"] == "ok" and kept["args"].endswith("--simulate")  # the first line that runs simulates
+    assert calls.read_text().count("scripts/bench.py") == 1 and "memory_budget_gb" not in calls.read_text()

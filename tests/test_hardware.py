@@ -57,8 +57,7 @@ def test_the_smaller_cards_of_the_lean_recipes_are_known():
 
 def test_unknown_gpu_is_not_guessed():
     assert hardware.identify_gpu("NVIDIA GeForce RTX 3090") is None
-    assert hardware.identify_gpu("NVIDIA H100 NVL") is None  # lower clocks than the SXM part
-    assert hardware.identify_gpu("NVIDIA H200 NVL") is None
+    assert hardware.identify_gpu("NVIDIA H800 NVL") is None  # an NVL part the table lacks
     assert hardware.identify_gpu("AMD Radeon Graphics", "gfx1100", 48) is None
     assert hardware.utilisation(1e9, 1e4, 0.0) is None
 

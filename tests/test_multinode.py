@@ -109,7 +109,7 @@ def test_nccl_settings_fill_in_only_what_the_user_left_unset(tmp_path, monkeypat
 
 def test_plan_for_a_cluster_prices_each_strategys_traffic(capsys):
     """6.7B on 4 nodes x 8: DDP all-reduces fp32 gradients once per step, 2(n-1)/n x 4P per GPU between
-    nodes; HSDP sends 1/8 of that per micro-batch between nodes (its shards' gradients), the rest inside."""
+    nodes; HSDP sends 1/8 of that once per step between nodes (its shards' gradients), the rest inside."""
     sys.path.insert(0, str(REPO / "scripts"))
     import plan
     plan.main([str(REPO / "config" / "train_gpt3_6b.py"), "--gpu", "mi300x", "--nodes", "4", "--interconnect", "50",
@@ -119,7 +119,7 @@ def test_plan_for_a_cluster_prices_each_strategys_traffic(capsys):
     assert micro == 160 // 32 and list(rows) == ["ddp", "fsdp", "hsdp"]
     assert rows["ddp"]["internode_gb"] == pytest.approx(2 * 31 / 32 * 4 * p / 1e9)
     assert rows["ddp"]["comm_seconds"] == pytest.approx(rows["ddp"]["internode_gb"] / (50 * 0.8))
-    assert rows["hsdp"]["internode_gb"] == pytest.approx(micro * 2 * 3 / 4 * 4 * p / 8 / 1e9)
+    assert rows["hsdp"]["internode_gb"] == pytest.approx(2 * 3 / 4 * 4 * p / 8 / 1e9)
     assert rows["fsdp"]["internode_gb"] > 5 * rows["hsdp"]["internode_gb"] and rows["fsdp"]["intranode_gb"] == 0
     assert rows["hsdp"]["memory_gb"] > rows["fsdp"]["memory_gb"]  # shards over 8 GPUs, not 32
     assert all(r["days"] * 24 * 2 * 32 == pytest.approx(r["cost_usd"]) for r in rows.values())

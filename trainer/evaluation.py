@@ -7,9 +7,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch.nn import functional as F
 
-from model import mask_padding
 
 # The GPT-3 paper's zero-shot figures (Brown et al. 2020, "Language Models are Few-Shot Learners", table
 # H.1), in % (LAMBADA's perplexity as it is), by model size: {(lm-eval task, the lm-eval metric closest to
@@ -103,12 +101,10 @@ def continuation_logprobs(model, pairs, block_size, device, autocast, n_tokens=0
     """(summed log-probability of each continuation given its context, whether greedy decoding would
     produce every one of its tokens) for a batch of (context ids, continuation ids) pairs, in one
     forward under autocast: two (len(pairs),) tensors, float32 and bool. n_tokens, the encoding's
-    token count, leaves the rows of a padded vocabulary past it out of the softmax, as an export
-    (which drops them) does."""
+    token count (0: the model config's), leaves the rows of a padded vocabulary past it out of the
+    softmax, as an export (which drops them) does. The logits exist LOSS_CHUNK_ROWS positions at a time
+    (model.lm_head_scores), so a batch of 32 windows of 2048 tokens holds 0.2 GB of them, not 33 GB."""
     x, y, mask = (t.to(device) for t in _rows(pairs, block_size))
-    with autocast:
-        logits = model(x, every_position=True)[0]
-    logprobs = F.log_softmax(mask_padding(logits.float(), n_tokens), -1)
-    summed = torch.where(mask, logprobs.gather(-1, y[..., None])[..., 0], 0).sum(1)
-    greedy = ((logprobs.argmax(-1) == y) | ~mask).all(1)
-    return summed, greedy
+    with autocast:  # through model.py's chunked head: never the whole (rows, T, vocab) logits
+        logprobs, hits = model(x, torch.where(mask, y, -1), scores=True, n_tokens=n_tokens or None)[1]
+    return logprobs.sum(1), hits.all(1)

@@ -22,30 +22,44 @@ class GPU:
     peak_tflops: float  # dense bf16, no sparsity
     memory_gb: float  # as the vendor names it: "192 GB", "141 GB"
     fp8_tflops: float | None = None  # dense fp8, no sparsity; None: no FP8 matrix units, or no published peak
+    capability: tuple | None = None  # NVIDIA's compute capability (major, minor); precision.py's fp8 rule reads it
+    gfx: str | None = None  # or AMD's gfx architecture
+    memory_bytes: float | None = None  # what the card reports (nvidia-smi's MiB), where known
 
     @property
     def capacity_gb(self):
-        """What the device holds in GB of 1e9 bytes. The vendors' GB of HBM are GiB: an H200's
-        "141 GB" is 143,771 MiB = 150.8e9 bytes to nvidia-smi, an MI300X's "192 GB" 205.8e9."""
-        return self.memory_gb * 2**30 / 1e9
+        """What the device holds in GB of 1e9 bytes: memory_bytes where the card's report is known (an H200's
+        "141 GB" is 143,771 MiB = 150.75e9 bytes to nvidia-smi), else the vendor's GB read as GiB (an
+        MI300X's "192 GB" 205.8e9)."""
+        return (self.memory_bytes or self.memory_gb * 2**30) / 1e9
 
 
-# Keys are what plan.py's --gpu accepts. Peaks from the vendors' data sheets, dense (NVIDIA's sheets
-# print sparse peaks, twice these). fp8 is twice bf16 on all of them: MI300X's 304 CUs x 4,096 fp8
-# FLOPs a clock x 2.1 GHz = 2614.9, MI300A's 228 CUs 1961.2 (AMD's data sheet), H100's 1978.9.
+H200_BYTES = 143_771 * 2**20  # nvidia-smi's total on an H200 SXM and an H200 NVL: 150.75e9
+
+# Keys are what plan.py's --gpu accepts. Peaks from the vendors' data sheets, dense: NVIDIA's sheets print
+# the peaks with 2:4 sparsity, twice these, so the table holds them halved. fp8 is twice bf16 on all of
+# them: MI300X's 304 CUs x 4,096 fp8 FLOPs a clock x 2.1 GHz = 2614.9, MI300A's 228 CUs 1961.2 (AMD's
+# data sheet), H100's 1978.9.
+# The NVL parts (PCIe cards, lower clocks): NVIDIA's H200 Tensor Core GPU datasheet (November 2024, the
+# edition with the H200 NVL column) and its H100 Tensor Core GPU datasheet (the edition with the 94 GB H100
+# NVL column, 2023-2024) print 1,671 TFLOPS bf16 and 3,341 fp8 with sparsity for each: 835.5 and 1670.5 dense.
+# These were not found in this project's offline search corpus and are quoted from those documents as
+# published; check them against the sheet before relying on an MFU to the percent.
 GPUS = {
-    "mi325x": GPU("AMD Instinct MI325X", 1307.4, 256, fp8_tflops=2614.9),
-    "mi300x": GPU("AMD Instinct MI300X", 1307.4, 192, fp8_tflops=2614.9),
-    "mi300a": GPU("AMD Instinct MI300A", 980.6, 128, fp8_tflops=1961.2),
-    "mi250x": GPU("AMD Instinct MI250X (one GCD)", 191.5, 64),  # PyTorch sees each half as a device
-    "h200": GPU("NVIDIA H200", 989.4, 141, fp8_tflops=1978.9),
-    "h100": GPU("NVIDIA H100 SXM", 989.4, 80, fp8_tflops=1978.9),
-    "h100-pcie": GPU("NVIDIA H100 PCIe", 756.0, 80, fp8_tflops=1513.0),
-    "a100": GPU("NVIDIA A100 80GB", 312.0, 80),
-    "a100-40gb": GPU("NVIDIA A100 40GB", 312.0, 40),
-    "l40s": GPU("NVIDIA L40S", 362.05, 45),  # "48 GB" of GDDR6, 46,068 MiB usable with ECC on
-    "a6000": GPU("NVIDIA RTX A6000", 154.8, 48),
-    "rtx4090": GPU("NVIDIA GeForce RTX 4090", 165.2, 24),
+    "mi325x": GPU("AMD Instinct MI325X", 1307.4, 256, fp8_tflops=2614.9, gfx="gfx942"),
+    "mi300x": GPU("AMD Instinct MI300X", 1307.4, 192, fp8_tflops=2614.9, gfx="gfx942"),
+    "mi300a": GPU("AMD Instinct MI300A", 980.6, 128, fp8_tflops=1961.2, gfx="gfx942"),
+    "mi250x": GPU("AMD Instinct MI250X (one GCD)", 191.5, 64, gfx="gfx90a"),  # PyTorch sees each half as a device
+    "h200": GPU("NVIDIA H200", 989.4, 141, fp8_tflops=1978.9, capability=(9, 0), memory_bytes=H200_BYTES),
+    "h200-nvl": GPU("NVIDIA H200 NVL", 835.5, 141, fp8_tflops=1670.5, capability=(9, 0), memory_bytes=H200_BYTES),
+    "h100": GPU("NVIDIA H100 SXM", 989.4, 80, fp8_tflops=1978.9, capability=(9, 0)),
+    "h100-nvl": GPU("NVIDIA H100 NVL", 835.5, 94, fp8_tflops=1670.5, capability=(9, 0)),
+    "h100-pcie": GPU("NVIDIA H100 PCIe", 756.0, 80, fp8_tflops=1513.0, capability=(9, 0)),
+    "a100": GPU("NVIDIA A100 80GB", 312.0, 80, capability=(8, 0)),
+    "a100-40gb": GPU("NVIDIA A100 40GB", 312.0, 40, capability=(8, 0)),
+    "l40s": GPU("NVIDIA L40S", 362.05, 45, capability=(8, 9)),  # "48 GB" of GDDR6, 46,068 MiB usable with ECC on
+    "a6000": GPU("NVIDIA RTX A6000", 154.8, 48, capability=(8, 6)),
+    "rtx4090": GPU("NVIDIA GeForce RTX 4090", 165.2, 24, capability=(8, 9)),
 }
 GPUS["a100-80gb"] = GPUS["a100"]
 
@@ -59,7 +73,7 @@ for _chip in ("mi300x", "mi325x"):
     for _mode, _n in _PARTITION_MODES.items():
         _whole = GPUS[_chip]
         GPUS[f"{_chip}-{_mode}"] = GPU(f"{_whole.name} ({_mode.upper()} partition, 1/{_n})", _whole.peak_tflops / _n,
-                                       _whole.memory_gb / _n, fp8_tflops=_whole.fp8_tflops / _n)
+                                       _whole.memory_gb / _n, fp8_tflops=_whole.fp8_tflops / _n, gfx=_whole.gfx)
 
 # ROCm names are not always informative ('AMD Instinct MI300X VF', or a generic
 # 'AMD Radeon Graphics'), so the gfx architecture and compute-unit count decide:
@@ -67,10 +81,10 @@ for _chip in ("mi300x", "mi325x"):
 _GFX_CUS = {("gfx942", 304): "mi300x", ("gfx942", 228): "mi300a", ("gfx90a", 110): "mi250x"}
 
 # Substrings of the device name, most specific first. None: a variant with another peak that
-# the table lacks (the NVL parts run at lower clocks), so MFU says n/a rather than guess.
+# the table lacks (other NVL parts run at other clocks), so MFU says n/a rather than guess.
 _NAME_PATTERNS = [
     ("mi325x", "mi325x"), ("mi300x", "mi300x"), ("mi300a", "mi300a"), ("mi250x", "mi250x"),
-    ("nvl", None), ("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100"),
+    ("h200 nvl", "h200-nvl"), ("h100 nvl", "h100-nvl"), ("nvl", None), ("h200", "h200"), ("h100 pcie", "h100-pcie"), ("h100", "h100"),
     ("a100-sxm4-40gb", "a100-40gb"), ("a100-pcie-40gb", "a100-40gb"), ("a100", "a100"),
     ("l40s", "l40s"), ("rtx a6000", "a6000"), ("4090", "rtx4090"),
 ]

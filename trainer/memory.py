@@ -12,6 +12,8 @@ What a training step holds in GPU memory, three ways:
 Whether a peak fits a budget is one rule, fits(); what the budget is, device_budget(); the setting a
 run trains with, or why it cannot, settle(). plan.py, bench.py and train.py ask this file; model.py
 holds only the policies themselves.
+Host memory beside it: host_estimate() by part (offload's state, async checkpoint staging, batches,
+the loader, each process's runtime), and whether that fits the machine, host_problem().
 Sizes are bytes; GB in what people read are 1e9 bytes, as GPU vendors count.
 """
 import contextlib
@@ -23,7 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from model import GPT, LOSS_CHUNK_ROWS
-from trainer import hardware, optim, precision
+from trainer import bins, hardware, offload, optim, precision
 
 # The caching allocator rounds every block up (to 512 B, large ones to 2 MB segments) and splits
 # cached blocks, so what it reserves at the peak runs above what tensors hold: typically 2-5% over a
@@ -397,7 +399,7 @@ def settle(model, cfg, budget, gpus=1, attention="flash"):
 def settle_run(shapes, cfg, device, world_size, log):
     """train.py's settle at start-up: the attention kernel this device runs (the math one's T x T matrices are
     priced, and warned of), the device's budget (after init_process_group: NCCL's buffers are a fixed cost),
-    then settle(); logs the choice. Raises DoesNotFit."""
+    then settle() and the host's check (settle_host); logs the choice. Raises DoesNotFit."""
     attention = hardware.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
                                            cfg.n_head, cfg.n_embd // cfg.n_head, cfg.block_size)
     if attention == "math":
@@ -405,9 +407,11 @@ def settle_run(shapes, cfg, device, world_size, log):
             "memory estimate below; slower too); see python scripts/check_env.py")
     budget = device_budget(device, cfg.memory_budget_gb)
     choice = settle(shapes, cfg, budget, world_size, attention)
+    host = settle_host(shapes, cfg, choice, world_size, device.type)  # offload, async staging, batches, loader
     if cfg.activation_checkpointing == "auto":
         log(f"auto: {choice.describe(cfg.n_layer)}")
     log(start_up_line(choice, budget))
+    log(host)
     return choice
 
 
@@ -415,6 +419,102 @@ def start_up_line(choice, budget):
     """What train.py logs once it has settled: the estimate against the budget, whatever the policy."""
     line = f"memory: estimated peak {size_text(choice.peak_gb * 1e9)} of {budget.text()}"
     return line if choice.fits else f"{line}: does not fit, starting anyway (ignore_memory_estimate=True)"
+
+
+# -----------------------------------------------------------------------------
+# host memory: what the machine's RAM holds beside the GPUs, per machine (the busiest: rank 0's)
+
+# Python, PyTorch and the GPU runtime's host side, per process: an allowance, not a measurement on a GPU
+# (train.py on the tiny config, on a CPU, peaks at 0.41 GB RSS; the CUDA/ROCm libraries and context add more).
+RUNTIME_HOST_BYTES = 2e9
+PAGE_BYTES = 4096
+
+
+def host_estimate(model, cfg, batch_size, world_size=1, processes=1, device_peak=0.0):
+    """Bytes of host memory on rank 0's machine, by part, and their "total". processes: this machine's
+    share of the world_size processes (torchrun's LOCAL_WORLD_SIZE); device_peak: a CPU run's training
+    step (estimate()'s total), which lives in the same memory; 0 on a GPU.
+    - optimizer_offload: each process's pinned fp32 master and moments (offload.host_bytes; DDP
+      replicates them, so every process on the machine holds the whole model's);
+    - checkpoint_staging (checkpoint_async): a .pt save's stager copies rank 0's whole saved state to
+      pinned memory (a stager reused across saves keeps it for the rest of the run); a sharded save
+      copies each process's shard, held while the write goes on;
+    - batches: each process's micro-batch and the next one, as int64 arrays and their pinned copies
+      (the pinned allocator rounds each to a power of two);
+    - loader: the token bins' pages that reads touch, resident until bins.TokenBin re-maps its file
+      (the page cache holds them anyway; reclaimable, but in RSS);
+    - runtime: RUNTIME_HOST_BYTES per process;
+    - training_step: device_peak per process with the fragmentation margin (a CPU run only)."""
+    T = model.config.block_size
+    numels = [p.numel() for p in model.parameters()]
+    mode = optim.mode_of(vars(cfg))
+    sharded = world_size > 1 and cfg.strategy in ("fsdp", "hsdp")
+    saved = optim.checkpoint_bytes(sum(numels), mode)
+    staging = 0.0
+    if cfg.checkpoint_async and cfg.checkpoint_interval > 0:
+        staging = processes * saved / world_size if sharded else saved
+    batch = batch_size * (T + 1) * 8  # int64 windows of T + 1 tokens
+    pages = -(-2 * (T + 1) // PAGE_BYTES) + 1  # a window's uint16 tokens, across at most this many pages
+    parts = {
+        "optimizer_offload": processes * offload.host_bytes(numels, optim.bytes_per_param(*mode)["weights"])
+        if cfg.optimizer_offload else 0.0,
+        "checkpoint_staging": staging,
+        "batches": processes * 2 * (batch + offload.pinned_bytes(batch)),
+        "loader": processes * bins.TokenBin.REMAP_EVERY * batch_size * pages * PAGE_BYTES,
+        "runtime": processes * RUNTIME_HOST_BYTES,
+        "training_step": processes * needed_bytes(device_peak) if device_peak else 0.0,
+    }
+    return {**parts, "total": sum(parts.values())}
+
+
+def host_capacity():
+    """(bytes, where from) of this machine's memory: the physical memory, or a smaller cgroup limit (a
+    container's). Not MemAvailable: what other processes hold now is no property of the machine."""
+    physical = hardware.memory_capacity("cpu")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+    except OSError:
+        limit = "max"
+    if limit.isdigit() and int(limit) < physical:
+        return int(limit), "the container's memory limit"
+    return physical, "the machine's memory"
+
+
+HOST_PART_ADVICE = {"optimizer_offload": "optimizer_offload=False (or a leaner on-GPU mode: plan.py lists them)",
+                    "checkpoint_staging": "checkpoint_async=False", "training_step": "a smaller model or batch_size"}
+
+
+def host_problem(estimate, capacity=None):
+    """The one rule for "host memory fits": None when estimate's total fits the machine's memory
+    (host_capacity(), or capacity=(bytes, source)), else the refusal as one line naming the parts and
+    what to change."""
+    capacity, source = capacity or host_capacity()
+    if estimate["total"] <= capacity:
+        return None
+    parts = sorted((k for k in estimate if k != "total" and estimate[k]), key=lambda k: -estimate[k])
+    listed = ", ".join(f"{k.replace('_', ' ')} {size_text(estimate[k])}" for k in parts)
+    advice = "; ".join(HOST_PART_ADVICE[k] for k in parts if k in HOST_PART_ADVICE) or "a machine with more memory"
+    return (f"host memory: the estimate is {size_text(estimate['total'])} per machine ({listed}), over {source}, "
+            f"{size_text(capacity)}: {advice}. To try anyway: ignore_memory_estimate=True")
+
+
+def host_line(estimate, capacity=None):
+    """The host estimate against the machine's memory, for the log and check_env.py."""
+    capacity, source = capacity or host_capacity()
+    return f"host memory: estimated {size_text(estimate['total'])} of {size_text(capacity)} ({source})"
+
+
+def settle_host(model, cfg, choice, world_size, device_type, environ=os.environ, capacity=None):
+    """train.py's host check, after settle(): the line to log, or DoesNotFit (host_problem's line) unless
+    ignore_memory_estimate. This machine runs torchrun's LOCAL_WORLD_SIZE processes (1 without torchrun)."""
+    estimate = host_estimate(model, cfg, choice.batch_size, world_size, int(environ.get("LOCAL_WORLD_SIZE", 1)),
+                             0.0 if device_type == "cuda" else choice.peak_gb * 1e9)
+    if problem := host_problem(estimate, capacity):
+        if not cfg.ignore_memory_estimate:
+            raise DoesNotFit(problem, choice)
+        return f"{host_line(estimate, capacity)}: does not fit, starting anyway (ignore_memory_estimate=True)"
+    return host_line(estimate, capacity)
 
 
 # -----------------------------------------------------------------------------

@@ -62,11 +62,16 @@ def device_problem(device):
     if not device.startswith("cuda"):
         return f"fp8 runs on CUDA and ROCm GPUs and on the CPU, not on device={device}: set fp8='' to train in bf16"
     props = torch.cuda.get_device_properties(device)
-    gfx = props.gcnArchName if torch.version.hip else None
-    if has_fp8_units((props.major, props.minor), gfx):
+    return units_problem(props.name, (props.major, props.minor), props.gcnArchName if torch.version.hip else None)
+
+
+def units_problem(name, capability=None, gfx_arch=None):
+    """Why a GPU of this compute capability or gfx architecture cannot train in fp8, as one line, or None:
+    the rule train.py applies to its device (device_problem) and plan.py to a card of hardware.GPUS."""
+    if has_fp8_units(capability, gfx_arch):
         return None
-    arch = gfx.split(":")[0] if gfx else f"sm_{props.major}{props.minor}"
-    return (f"fp8: the {props.name} ({arch}) has no FP8 matrix units (NVIDIA's start at sm_89, Ada and Hopper; "
+    arch = gfx_arch.split(":")[0] if gfx_arch else f"sm_{capability[0]}{capability[1]}"
+    return (f"fp8: the {name} ({arch}) has no FP8 matrix units (NVIDIA's start at sm_89, Ada and Hopper; "
             f"AMD's at gfx942, the MI300 series): set fp8='' to train in bf16")
 
 

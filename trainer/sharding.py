@@ -12,14 +12,16 @@ memory.py prices). A block's weights are gathered in bf16 (half the traffic, wha
 to), the embeddings and final LayerNorm stay fp32 in the root group, and gradients are reduce-scattered
 in fp32 into the fp32 shards the optimizer updates. A block's LayerNorm gains arrive bf16-rounded: an
 fp32 group of their own would break a selectively checkpointed block's recompute (docs/distributed.md).
-HSDP is the same FSDP2 over a (replicate, shard) mesh: shard within a node, replicate across nodes.
+HSDP is the same FSDP2 over a (replicate, shard) mesh: shard within a node (on its fast link), replicate
+across nodes, whose link carries only the shards' gradients, all-reduced once per optimizer step.
 """
 import datetime
+import os
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -83,12 +85,21 @@ def wrap(model, cfg, how, world_size, device_type, local_rank, log):
     return DDP(model, device_ids=[local_rank] if device_type == "cuda" else None, gradient_as_bucket_view=True)
 
 
-def sync_gradients(model, on):
-    """DDP all-reduces gradients only on a step's last micro-batch; the others accumulate locally.
-    FSDP reduce-scatters after every micro-batch: skipping it would keep every block's unsharded
-    gradient until the step ends (26.6 GB per GPU at 6.7B), and memory is why one uses FSDP."""
+def sync_gradients(model, last):
+    """Before each micro-batch's backward: whether it syncs gradients across replicas (last: the step's
+    last micro-batch).
+    - DDP all-reduces only on the last; the others accumulate locally.
+    - FSDP reduce-scatters after every micro-batch: skipping it would keep every block's unsharded
+      gradient until the step ends (26.6 GB per GPU at 6.7B), and memory is why one uses FSDP.
+    - HSDP reduce-scatters inside the shard group (the node) after every micro-batch, as FSDP, and
+      all-reduces the shards across the replicas (the nodes) only on the last: FSDP adds the micro-batches'
+      reduce-scattered shards in fp32 buffers of a shard's size meanwhile, so one inter-node all-reduce a
+      step instead of one per micro-batch (160 at 6.7B). set_requires_all_reduce recurses into every
+      FSDPModule (each block and the root); on a 1-D mesh (FSDP) there is no all-reduce for it to skip."""
     if isinstance(model, DDP):
-        model.require_backward_grad_sync = on
+        model.require_backward_grad_sync = last
+    elif isinstance(model, FSDPModule):
+        model.set_requires_all_reduce(last)
 
 
 def agree(flag, device):
@@ -138,3 +149,13 @@ def shard(model, dtype, device_mesh=None):
     for block in model.transformer.h:
         fully_shard(block, mesh=device_mesh, mp_policy=blocks)
     fully_shard(model, mesh=device_mesh, mp_policy=MixedPrecisionPolicy(cast_forward_inputs=False))  # fp32, as on one GPU
+
+
+NODE_SIZE_UNKNOWN = ("strategy='hsdp' with hsdp_shard_size=0 shards over one node's processes, but LOCAL_WORLD_SIZE "
+                     "is not set (not launched by torchrun): set hsdp_shard_size to the GPUs per node")
+
+
+def node_size(environ=os.environ):
+    """hsdp_shard_size=0's group: one node's processes, as torchrun's LOCAL_WORLD_SIZE says; None where no
+    launcher said (the ranks cannot know which of them share a node, and all of them would be plain FSDP)."""
+    return int(environ["LOCAL_WORLD_SIZE"]) if environ.get("LOCAL_WORLD_SIZE") else None

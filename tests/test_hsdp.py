@@ -1,0 +1,67 @@
+"""HSDP (strategy='hsdp'): the shards' gradients are all-reduced across replicas once per optimizer step,
+not once per micro-batch (sharding.sync_gradients); 4 CPU processes as 2 x 2 train as one process does,
+and their checkpoint resumes as FSDP on 2."""
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.fsdp._fully_shard import _fsdp_collectives
+
+from model import GPT, GPTConfig
+from test_distributed import assert_close, final_weights, losses, run
+from trainer import sharding
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A 1-process gloo group in this process (a file rendezvous: no port to collide on): an HSDP mesh of
+    1 replica x 1 shard still all-reduces."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_all_reduce_only_on_the_last_micro_batch(one_rank_group, monkeypatch):
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+    torch.manual_seed(0)
+    plain = GPT(config)
+    hsdp = GPT(config)
+    hsdp.load_state_dict(plain.state_dict())
+    sharding.shard(hsdp, "float32", sharding.mesh("hsdp", "cpu", 1, 1))
+    groups = [g for m in hsdp.modules() if isinstance(m, FSDPModule) for g in m._get_fsdp_state()._fsdp_param_groups]
+    all_reduces, real = [], _fsdp_collectives.dist.all_reduce
+    monkeypatch.setattr(_fsdp_collectives.dist, "all_reduce", lambda *a, **k: all_reduces.append(1) or real(*a, **k))
+    micro_batches = [torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    per_micro_batch = []
+    for i, x in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        sharding.sync_gradients(hsdp, last)
+        assert all(g.all_reduce_grads == last for g in groups) and all(g.reduce_grads for g in groups)
+        before = len(all_reduces)
+        (hsdp(x, x)[1] / 3).backward()
+        per_micro_batch.append(len(all_reduces) - before)
+        (plain(x, x)[1] / 3).backward()
+    assert per_micro_batch == [0, 0, len(groups)]  # one per parameter group (each block, the root), on the last
+    for (name, p), q in zip(plain.named_parameters(), hsdp.parameters()):  # the accumulated sum, nothing lost
+        torch.testing.assert_close(q.grad.full_tensor(), p.grad, msg=name)
+
+
+def test_hsdp_outside_torchrun_is_refused_not_plain_fsdp():
+    assert sharding.node_size({"LOCAL_WORLD_SIZE": "8"}) == 8
+    assert sharding.node_size({}) is None and "hsdp_shard_size" in sharding.NODE_SIZE_UNKNOWN
+
+
+@pytest.mark.e2e
+def test_hsdp_on_2x2_matches_one_process_and_resumes_as_fsdp_on_2(tmp_path, data_dir):
+    """2 micro-batches per rank, so the all-reduce skipped on the first counts; then FSDP over 2 ranks
+    takes the HSDP checkpoint over (DCP reshards) and goes on as one process does."""
+    steps = ["--gradient_accumulation_steps=8", "--checkpoint_interval=2", "--eval_interval=0"]
+    run(tmp_path / "one", data_dir, *steps, "--max_iters=4")
+    run(tmp_path / "hsdp", data_dir, *steps, "--max_iters=2", "--strategy=hsdp", "--hsdp_shard_size=2", nproc=4)
+    one = losses(tmp_path / "one")
+    assert losses(tmp_path / "hsdp") == pytest.approx(one[:2], abs=2e-4)
+    assert_close(final_weights(tmp_path / "hsdp", 2), final_weights(tmp_path / "one", 2))
+    resumed = run(tmp_path / "hsdp", data_dir, *steps, "--max_iters=4", "--strategy=fsdp", nproc=2)
+    assert "resuming after 2" in resumed.stdout
+    assert losses(tmp_path / "hsdp") == pytest.approx(one, abs=2e-4)
+    assert_close(final_weights(tmp_path / "hsdp", 4), final_weights(tmp_path / "one", 4))
