@@ -407,7 +407,7 @@ def settle_run(shapes, cfg, device, world_size, log):
             "memory estimate below; slower too); see python scripts/check_env.py")
     budget = device_budget(device, cfg.memory_budget_gb)
     choice = settle(shapes, cfg, budget, world_size, attention)
-    host = settle_host(shapes, cfg, choice, world_size, device.type)  # offload, async staging, batches, loader
+    host = settle_host(shapes, cfg, choice, world_size, torch.device(device).type)  # offload, async staging, batches, loader
     if cfg.activation_checkpointing == "auto":
         log(f"auto: {choice.describe(cfg.n_layer)}")
     log(start_up_line(choice, budget))
