@@ -35,7 +35,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
-from trainer import bins, checkpoint, evaluation, harness, hf, tokenizer  # noqa: E402
+from trainer import bins, checkpoint, evaluation, harness, hf, stopping, tokenizer  # noqa: E402
 
 WATCH_LOG = "eval.jsonl"
 GPT2_TOKENS = 50257
@@ -122,6 +122,8 @@ def table(results, params):
 def watch(args):
     """Score each checkpoint of args.watch not yet in its eval.jsonl, oldest first, until the run's last step."""
     log_path = os.path.join(args.watch, WATCH_LOG)
+    print(f"watch: {args.watch}: {len(evaluation.read_watch_log(log_path))} checkpoint(s) scored before; "
+          "Ctrl-C (SIGINT) stops, and the same command carries on", flush=True)
     while True:
         done = evaluation.read_watch_log(log_path)
         if any(record["iter"] >= record["max_iters"] for record in done.values()):
@@ -154,7 +156,13 @@ def main(argv=None):
     if args.watch:
         if world_size > 1:
             sample.fail("--watch runs in one process: start it with python, not torchrun")
-        return watch(args)
+        stopping.hear_sigint()  # started with `&` from a script, it would otherwise ignore Ctrl-C and kill -INT
+        try:
+            return watch(args)
+        except KeyboardInterrupt:  # a checkpoint half scored is scored again by the next watch
+            print(f"watch: stopped by SIGINT; {os.path.join(args.watch, WATCH_LOG)} has every checkpoint scored "
+                  "so far, and the same command carries on", flush=True)
+            sys.exit(130)
     if world_size > 1:
         device, _ = sample.device_and_autocast(args, local_rank)
         if device.startswith("cuda"):
