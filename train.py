@@ -207,7 +207,8 @@ if cfg.data_mixture and cfg.data_dir != os.path.join("data", cfg.dataset):
 try:
     tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
     vocab_from = origin if saved_args else None  # whose vocabulary it is, for the advice on a mismatch
-    sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, vocab_from)
+    sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, vocab_from,
+                                   mixed=bool(cfg.data_mixture))
 except (bins.BinError, mixture.MixtureError) as e:
     fail(str(e))
 described = next((s for s in sampler.sources if s.meta), sampler.sources[0])  # open_mixture checked they agree

@@ -84,6 +84,11 @@ def load(args, source, local_rank=0):
         except ValueError as e:
             sample.fail(str(e))
         return model, encoding, device, autocast, {"iter": None, "max_iters": None, "out": source.rstrip("/") + ".eval.json"}
+    if not is_checkpoint and not checkpoint.list_checkpoints(source):  # sample.py's advice names its own flags
+        what = "holds no checkpoint (ckpt_<N>.pt or ckpt_<N>/) and no Hugging Face config.json" \
+            if os.path.isdir(source) else "does not exist"
+        sample.fail(f"{source} {what}: give eval.py a checkpoint, a run's out_dir or a Hugging Face folder, e.g. "
+                    "python train.py config/train_tiny.py (which writes out/tiny), then python scripts/eval.py out/tiny")
     where = SimpleNamespace(**vars(args), init_from=source if is_checkpoint else None, out_dir=source)
     model, state, encoding, device, autocast = sample.load_model(where, local_rank)
     step = state.get("iter_num")

@@ -97,13 +97,15 @@ class Source:
         return self.sampler.epoch * self.sampler.num_windows + self.sampler.position
 
 
-def open_mixture(shares, block_size, vocab_size, seed, vocab_from=None):
+def open_mixture(shares, block_size, vocab_size, seed, vocab_from=None, mixed=False):
     """The Mixture of {path: share}, every folder checked as open_split checks one; raises bins.BinError
-    for a folder that cannot be trained on and MixtureError for folders made with different encodings."""
+    for a folder that cannot be trained on and MixtureError for folders made with different encodings.
+    mixed: the folders are a data_mixture's (not data_dir), which the advice for a missing one names."""
+    key = "data_mixture" if mixed else None
     sources = []
     for path in sorted(shares, key=source_name):
-        train = bins.open_split(path, "train", block_size, vocab_size, vocab_from)
-        val = bins.open_split(path, "val", block_size, vocab_size, vocab_from)
+        train = bins.open_split(path, "train", block_size, vocab_size, vocab_from, key)
+        val = bins.open_split(path, "val", block_size, vocab_size, vocab_from, key)
         sources.append(Source(path, shares[path], train, val, seed, block_size))
     described = [s for s in sources if s.meta]  # a folder without meta.json (nanoGPT's) is guarded per batch
     for s in described[1:]:
