@@ -234,8 +234,6 @@ if cfg.hellaswag_interval > 0:
         log(f"warning: {e}; HellaSwag evaluation is off for this run")
     if hellaswag_examples and (note := hellaswag.truncation_note(hellaswag_examples, gptconf.block_size)):
         log(note)
-for line in sampler.describe(tokens_per_iter, cfg.max_iters):
-    log(line)
 
 
 def get_batch(read, indices):
@@ -332,6 +330,10 @@ if master:
 record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params,
        world_size=world_size, batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
        activation_checkpointing=policy, recompute_blocks=recompute_blocks)
+for line in sampler.describe(tokens_per_iter, cfg.max_iters, iter_num):  # after the resume: what was drawn counts
+    log(line)
+if sampler.changes:  # the val loss is weighted otherwise from here on (its best was reset: resume.py)
+    record("weights_changed", iter_num, changes=sampler.changes, weights={s.name: s.share for s in sampler.sources})
 
 # MFU against the peak of the GPU we really have; unknown hardware says so instead of guessing.
 gpu_description, gpu_key = hardware.local_gpu(local_rank) if device_type == "cuda" else (None, None)
