@@ -75,6 +75,8 @@ allocator = memory.use_expandable_segments()  # before the device initialises, w
 device, device_type = hardware.resolve_device(cfg.device, local_rank)
 if problem := hardware.device_problem(device):
     fail(problem)
+if device_type == "cpu":  # threads the machine has free, not one a core whatever the load (environment.py)
+    log(environment.use_cpu_threads())
 if device_type == "cuda":
     torch.cuda.set_device(device)  # first: under torchrun nothing may touch GPU 0 from another rank
     torch.backends.cuda.matmul.allow_tf32 = True
