@@ -128,3 +128,24 @@ def test_a_rank_killed_with_sigkill_is_named_at_the_restart(tmp_path, data_dir):
         assert "elastic: restart 1 of 1; the attempt before ended with: rank 1 left no line: killed (kill -9" in stdout
     finally:
         job.kill()
+
+
+@pytest.mark.parametrize("cores, load, default, threads", [(2, 13.7, 2, 1), (4, 1.6, 4, 2), (4, 0.3, 4, 4), (16, 0.0, 8, 8)])
+def test_a_cpu_run_takes_the_idle_cores_at_most_one_a_physical_core(monkeypatch, cores, load, default, threads):
+    """The cores less the 1-minute load average (rounded), never above torch's default of one a physical core."""
+    from trainer import environment
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(environment.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(environment.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(environment.torch, "get_num_threads", lambda: default)
+    chosen = []
+    monkeypatch.setattr(environment.torch, "set_num_threads", chosen.append)
+    assert environment.use_cpu_threads().startswith(f"CPU: {threads} thread(s) ({cores} cores, load average {load:.1f}")
+    assert chosen == [threads]
+
+
+def test_omp_num_threads_decides_where_set(monkeypatch):
+    from trainer import environment
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(environment.torch, "set_num_threads", lambda n: pytest.fail("OMP_NUM_THREADS was overridden"))
+    assert environment.use_cpu_threads() == f"CPU: {environment.torch.get_num_threads()} thread(s), as OMP_NUM_THREADS says"
