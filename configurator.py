@@ -198,6 +198,10 @@ class Config(types.SimpleNamespace):
     __slots__ = ("sources",)
 
 
+# the form of a key whose type is not obvious from a value, for its type error
+EXAMPLES = {"data_mixture": "{'data/pile': 0.7, 'data/dclm': 0.3}"}
+
+
 class ConfigError(Exception):
     """A config problem, described in one line the user can act on."""
 
@@ -208,9 +212,12 @@ def _check_type(key, value, source, current):
     if expected is float and type(value) is int:
         return float(value)
     if type(value) is not expected:
+        example = EXAMPLES.get(key)
+        form = "" if example is None else f'; write it as --{key}="{example}" (quoted for the shell)' \
+            if source == "command line" else f"; write it as {key} = {example}"
         raise ConfigError(
             f"{source}: {key} must be {expected.__name__} like its value so far ({current!r}), "
-            f"got {type(value).__name__} {value!r}"
+            f"got {type(value).__name__} {value!r}{form}"
         )
     return value
 

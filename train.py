@@ -61,6 +61,8 @@ device, device_type, problem = hardware.use_device(cfg.device, local_rank)
 if problem := problem or (cfg.fp8 and precision.device_problem(device)) or (
         device_type == "cuda" and environment.compiler_problem(cfg.compile)):
     fail(problem)
+if device_type == "cpu":  # threads the machine has free, not one a core whatever the load (environment.py)
+    log(environment.use_cpu_threads())
 timeout = sharding.init_processes(cfg, device_type, log) if distributed else None
 
 # -----------------------------------------------------------------------------
@@ -93,7 +95,8 @@ if cfg.data_mixture and cfg.data_dir != os.path.join("data", cfg.dataset):
     log(f"note: data_mixture is set, so the training and validation data do not come from data_dir {cfg.data_dir}")
 try:
     tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
-    sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, start.origin)
+    sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, start.origin,
+                                   mixed=bool(cfg.data_mixture))
     encoding = sampler.encoding(fallback=start.encoding)  # saved in checkpoints, so sample.py can decode
 except (bins.BinError, mixture.MixtureError) as e:
     fail(str(e))
@@ -105,8 +108,6 @@ try:
     hellaswag_examples = hellaswag.for_run(cfg, encoding or "gpt2", gptconf.block_size, log)
 except hellaswag.EncodingMismatch as e:
     fail(f"hellaswag_file: {e}")
-for line in sampler.describe(tokens_per_iter, cfg.max_iters):
-    log(line)
 
 
 def get_batch(read, indices):
@@ -170,6 +171,10 @@ if master:
 record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params,
        world_size=world_size, batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
        activation_checkpointing=gptconf.activation_checkpointing, recompute_blocks=gptconf.recompute_blocks)
+for line in sampler.describe(tokens_per_iter, cfg.max_iters, iter_num):  # after the resume: what was drawn counts
+    log(line)
+if sampler.changes:  # the val loss is weighted otherwise from here on (its best was reset: resume.py)
+    record("weights_changed", iter_num, changes=sampler.changes, weights={s.name: s.share for s in sampler.sources})
 
 # MFU against the peak of the GPU we really have
 peak_tflops, fp8_tflops, gpu_line = hardware.peaks(cfg.peak_tflops, device_type, local_rank)

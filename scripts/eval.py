@@ -35,7 +35,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
-from trainer import bins, checkpoint, evaluation, harness, hf, tokenizer  # noqa: E402
+from trainer import bins, checkpoint, evaluation, harness, hf, stopping, tokenizer  # noqa: E402
 
 WATCH_LOG = "eval.jsonl"
 GPT2_TOKENS = 50257
@@ -84,6 +84,11 @@ def load(args, source, local_rank=0):
         except ValueError as e:
             sample.fail(str(e))
         return model, encoding, device, autocast, {"iter": None, "max_iters": None, "out": source.rstrip("/") + ".eval.json"}
+    if not is_checkpoint and not checkpoint.list_checkpoints(source):  # sample.py's advice names its own flags
+        what = "holds no checkpoint (ckpt_<N>.pt or ckpt_<N>/) and no Hugging Face config.json" \
+            if os.path.isdir(source) else "does not exist"
+        sample.fail(f"{source} {what}: give eval.py a checkpoint, a run's out_dir or a Hugging Face folder, e.g. "
+                    "python train.py config/train_tiny.py (which writes out/tiny), then python scripts/eval.py out/tiny")
     where = SimpleNamespace(**vars(args), init_from=source if is_checkpoint else None, out_dir=source)
     model, state, encoding, device, autocast = sample.load_model(where, local_rank)
     step = state.get("iter_num")
@@ -122,6 +127,8 @@ def table(results, params):
 def watch(args):
     """Score each checkpoint of args.watch not yet in its eval.jsonl, oldest first, until the run's last step."""
     log_path = os.path.join(args.watch, WATCH_LOG)
+    print(f"watch: {args.watch}: {len(evaluation.read_watch_log(log_path))} checkpoint(s) scored before; "
+          "Ctrl-C (SIGINT) stops, and the same command carries on", flush=True)
     while True:
         done = evaluation.read_watch_log(log_path)
         if any(record["iter"] >= record["max_iters"] for record in done.values()):
@@ -154,7 +161,13 @@ def main(argv=None):
     if args.watch:
         if world_size > 1:
             sample.fail("--watch runs in one process: start it with python, not torchrun")
-        return watch(args)
+        stopping.hear_sigint()  # started with `&` from a script, it would otherwise ignore Ctrl-C and kill -INT
+        try:
+            return watch(args)
+        except KeyboardInterrupt:  # a checkpoint half scored is scored again by the next watch
+            print(f"watch: stopped by SIGINT; {os.path.join(args.watch, WATCH_LOG)} has every checkpoint scored "
+                  "so far, and the same command carries on", flush=True)
+            sys.exit(130)
     if world_size > 1:
         device, _ = sample.device_and_autocast(args, local_rank)
         if device.startswith("cuda"):

@@ -183,7 +183,7 @@ def test_an_unexpected_crash_is_written_to_train_log(tmp_path, data_dir):
     assert last_line(log).startswith("error: train.py crashed: ZeroDivisionError: division by zero")
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: scripts/launch.sh runs training in a tmux session (apt install tmux)")
 def test_launch_reports_a_run_that_dies_at_start(tmp_path, data_dir):
     env = {k: v for k, v in ENV.items() if k != "TMUX"}
     env.update(TMUX_TMPDIR=str(tmp_path), LAUNCH_WAIT="60")  # it reports as soon as the run dies; a busy machine is slow to start

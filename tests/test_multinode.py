@@ -86,8 +86,11 @@ def test_a_restart_says_what_ended_the_attempt_before(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "3")
     assert "restart 1 of 3; the attempt before ended with: no rank left a message: one was killed (kill -9" in \
         elastic.restart_line(str(tmp_path))
+    monkeypatch.setenv("WORLD_SIZE", "2")
     elastic.leave_note(str(tmp_path), 1, "out of memory")
-    assert elastic.restart_line(str(tmp_path)).endswith("ended with: rank 1: out of memory")
+    assert elastic.restart_line(str(tmp_path)).endswith("ended with: rank 0 left no line: killed (kill -9, the OOM "
+        "killer, or torchrun stopping it after another rank failed) or its node went away, torchrun's output names "
+        "its exit code; then rank 1: out of memory")
     assert not (tmp_path / elastic.FAILURES).exists()  # each note is told once
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
     assert elastic.restart_line(str(tmp_path)) is None

@@ -114,7 +114,7 @@ def test_shell_scripts_parse_and_launch_usage(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: scripts/launch.sh runs training in a tmux session (apt install tmux)")
 def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
     env = {k: v for k, v in ENV.items() if k != "TMUX"}
     env.update(TMUX_TMPDIR=str(tmp_path), SESSION="test_run")  # a tmux server of its own
@@ -151,7 +151,7 @@ def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: scripts/launch.sh runs training in a tmux session (apt install tmux)")
 def test_launch_reports_a_start_up_death_in_whole_lines(tmp_path):
     """The pane is 80 columns wide and train.log's first line, the command, is longer: the report must
     not begin with the tail of it, wrapped."""

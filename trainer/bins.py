@@ -129,15 +129,21 @@ def data_folders():
     return found
 
 
-def missing_bins_advice(data_dir, meta):
+def missing_bins_advice(data_dir, meta, key=None):
     """What to do about a data_dir without bins: prepare it, or, where no data/<name>/prepare.py has its
-    name (a typo is likelier than the Pile), the folders that could be meant."""
+    name (a typo is likelier than the Pile), the folders that could be meant. key: the setting that named
+    the folder where not data_dir (a data_mixture's key)."""
     name = os.path.basename(os.path.normpath(data_dir))
     if (meta and meta.get("command")) or os.path.isfile(os.path.join(REPO, "data", name, "prepare.py")):
         return f"prepare the data first with: {prepare_hint(data_dir, meta)}"
     return (f"there is no data/{name}/prepare.py to make it; data folders here: {', '.join(data_folders())}; "
-            f"set data_dir (or dataset) to one of them, or prepare into {data_dir} with one of their "
+            f"{key_advice(data_dir, key)} to one of them, or prepare into {data_dir} with one of their "
             f"prepare.py scripts and --data_dir {data_dir}")
+
+
+def key_advice(data_dir, key):
+    """How to point the run at another folder: data_dir's setting, or the data_mixture key that named it."""
+    return f"change the data_mixture key {data_dir!r}" if key == "data_mixture" else "set data_dir (or dataset)"
 
 
 def vocab_advice(vocab_from):
@@ -149,16 +155,17 @@ def vocab_advice(vocab_from):
             f"the encoding {vocab_from} was trained with")
 
 
-def open_split(data_dir, split, block_size, vocab_size, vocab_from=None):
+def open_split(data_dir, split, block_size, vocab_size, vocab_from=None, key=None):
     """The TokenBin of one split, checked without scanning it (bins reach 600 GB).
 
     Raises BinError when the data dir cannot be trained on with this block_size and vocab_size.
-    vocab_from names where vocab_size comes from when not the config (a checkpoint, pretrained weights).
+    vocab_from names where vocab_size comes from when not the config (a checkpoint, pretrained weights);
+    key='data_mixture' where a data_mixture key named data_dir, for the advice.
     """
     path = bin_path(data_dir, split)
     meta = read_meta(data_dir) if os.path.isdir(data_dir) else None
     if not os.path.isfile(path):
-        raise BinError(f"no {split}.bin in {data_dir}: {missing_bins_advice(data_dir, meta)}")
+        raise BinError(f"no {split}.bin in {data_dir}: {missing_bins_advice(data_dir, meta, key)}")
     if meta is not None:
         if not meta.get("complete"):
             raise BinError(f"preparation of {data_dir} is unfinished: re-run {prepare_hint(data_dir, meta)} "

@@ -11,8 +11,8 @@ under `torchrun --max-restarts=N` comes back on its own from the newest complete
   writes each rank's last collectives to out_dir/nccl_trace_rank_<R>: the hung rank's lags behind.
 - A dead rank. Every rank that fails leaves its one line in out_dir/FAILURES as it exits
   (RunLog.fail, RunLog.crash). torchrun then stops the others and starts them again, and the new
-  rank 0 logs "restart K of N" with those lines, or, when there are none, that a rank died without
-  a word (kill -9, the OOM killer, a lost node). A half-written checkpoint is never loaded: its temp
+  rank 0 logs "restart K of N" with those lines, naming first the ranks that left none (kill -9, the
+  OOM killer, a lost node). A start that is not a torchrun restart only clears the file. A half-written checkpoint is never loaded: its temp
   name is one discovery skips (checkpoint.py).
 """
 import datetime
@@ -53,8 +53,9 @@ def nccl_settings(out_dir):
 
 
 def restart_line(out_dir):
-    """Rank 0 at start-up: which restart this is and what ended the attempt before, or None on a first
-    start with nothing to report. Takes out_dir/FAILURES away, so each line is told once."""
+    """Rank 0 at start-up: under a torchrun restart, which restart this is and what ended the attempt before;
+    None otherwise. Takes out_dir/FAILURES away in either case, so each line is told once, and the note of a
+    run outside torchrun (a config error, say) or of an earlier job is never told as this job's restart."""
     path = os.path.join(out_dir, FAILURES)
     try:
         with open(path) as f:
@@ -63,13 +64,28 @@ def restart_line(out_dir):
     except FileNotFoundError:
         notes = []
     restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-    if restart == 0 and not notes:
+    if restart == 0:
         return None
-    died = "; ".join(notes) if notes else ("no rank left a message: one was killed (kill -9, the OOM killer) "
-                                           "or its node went away; torchrun's output names its exit code")
-    which = f"restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}" if restart else \
-        "the previous run"
-    return f"elastic: {which}; the attempt before ended with: {died}"
+    return (f"elastic: restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}; the attempt before "
+            f"ended with: {died(notes, int(os.environ.get('WORLD_SIZE', 1)))}")
+
+
+def died(notes, world_size):
+    """What the notes of a failed attempt say, the ranks that left none named first. torchrun's agent keeps
+    the exit codes to itself (it logs them; a restarted worker gets only its restart count, and its error
+    files hold only what a worker wrote), so a rank without a line is the trace of a kill -9: the others,
+    whose collectives then failed (gloo's "Connection reset by peer"), each leave theirs in the out_dir
+    every node shares (as sharded checkpoints need)."""
+    spoke = {int(m.group(1)) for m in map(re.compile(r"rank ([0-9]+): ").match, notes) if m}
+    silent = [str(r) for r in range(world_size) if r not in spoke]
+    if not notes:
+        return ("no rank left a message: one was killed (kill -9, the OOM killer) or its node went away; "
+                "torchrun's output names its exit code")
+    if not silent:
+        return "; ".join(notes)
+    return (f"rank {', '.join(silent)} left no line: killed (kill -9, the OOM killer, or torchrun stopping it after "
+            f"another rank failed) or its node went away, torchrun's output names its exit code; then "
+            + "; ".join(notes))
 
 
 def restart_problem():

@@ -106,3 +106,19 @@ def compile_failure(e):
 
 def _first_line(e):
     return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+
+
+def use_cpu_threads():
+    """For a run on the CPU: set torch's intra-op threads and return the line saying how many. OMP_NUM_THREADS,
+    where set (torchrun sets 1 per process), decides. Otherwise the cores not already busy, by the 1-minute
+    load average, and at most torch's default of one per physical core: on a loaded machine every op's
+    threads wait for the slowest of them, descheduled behind other work, so a tiny model's step gets slower
+    with threads it cannot have (measured in docs/performance.md, "CPU threads")."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return f"CPU: {torch.get_num_threads()} thread(s), as OMP_NUM_THREADS says"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    threads = max(1, min(torch.get_num_threads(), int(cores - load + 0.5)))
+    torch.set_num_threads(threads)
+    return (f"CPU: {threads} thread(s) ({cores} cores, load average {load:.1f}: the idle ones, at most one a physical "
+            "core); OMP_NUM_THREADS=N chooses")

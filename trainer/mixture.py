@@ -98,13 +98,15 @@ class Source:
         return self.sampler.epoch * self.sampler.num_windows + self.sampler.position
 
 
-def open_mixture(shares, block_size, vocab_size, seed, vocab_from=None):
+def open_mixture(shares, block_size, vocab_size, seed, vocab_from=None, mixed=False):
     """The Mixture of {path: share}, every folder checked as open_split checks one; raises bins.BinError
-    for a folder that cannot be trained on and MixtureError for folders made with different encodings."""
+    for a folder that cannot be trained on and MixtureError for folders made with different encodings.
+    mixed: the folders are a data_mixture's (not data_dir), which the advice for a missing one names."""
+    key = "data_mixture" if mixed else None
     sources = []
     for path in sorted(shares, key=source_name):
-        train = bins.open_split(path, "train", block_size, vocab_size, vocab_from)
-        val = bins.open_split(path, "val", block_size, vocab_size, vocab_from)
+        train = bins.open_split(path, "train", block_size, vocab_size, vocab_from, key)
+        val = bins.open_split(path, "val", block_size, vocab_size, vocab_from, key)
         sources.append(Source(path, shares[path], train, val, seed, block_size))
     described = [s for s in sources if s.meta]  # a folder without meta.json (nanoGPT's) is guarded per batch
     for s in described[1:]:
@@ -122,6 +124,7 @@ class Mixture:
         self.sources, self.seed, self.block_size = sources, seed, block_size
         self.drawn = [0] * len(sources)  # windows per source since the schedule (re)started
         self.dormant = {}  # sampler states of sources a checkpoint had and this run dropped
+        self.changes = []  # what the last load_state_dict changed, as its phrases
 
     def encoding(self, fallback=None):
         """The name to load the bins' encoding by (tokenizer.find: a rank file by path, else by its hash), saved
@@ -181,14 +184,17 @@ class Mixture:
         s = next(s for s in self.sources if s.name == name)
         return s.windows_drawn() * self.block_size, s.windows_drawn() / s.sampler.num_windows
 
-    def describe(self, tokens_per_iter, max_iters):
-        """train.py's data lines: per source its tokens and the epochs it reaches at max_iters (and a warning)."""
-        lines = []
+    def describe(self, tokens_per_iter, max_iters, iter_num=0):
+        """train.py's data lines: per source its tokens, its own share of a step's and the epochs it reaches at
+        max_iters (and a warning). Called after a resume at iter_num: what each source gave before counts as
+        drawn, at whatever weights it was drawn (a resume may change them), and only the steps to come at its
+        share now."""
+        lines, windows_to_come = [], max(0, max_iters - iter_num) * tokens_per_iter / self.block_size
         for s in self.sources:
             share = f" (weight {s.share:.3g})" if len(self.sources) > 1 else ""
-            epochs = s.share * max_iters * tokens_per_iter / s.train.num_tokens
-            lines.append(f"data: {s.path}{share}: {s.train.num_tokens:,} train tokens ({tokens_per_iter:,} per step, "
-                         f"{epochs:.2f} epochs to max_iters), {s.val.num_tokens:,} val")
+            epochs = (s.windows_drawn() + s.share * windows_to_come) / s.sampler.num_windows
+            lines.append(f"data: {s.path}{share}: {s.train.num_tokens:,} train tokens ({s.share * tokens_per_iter:,.0f} "
+                         f"per step, {epochs:.2f} epochs to max_iters), {s.val.num_tokens:,} val")
             if warning := repeat_warning(s.name, epochs):
                 lines.append(warning)
         return lines
@@ -228,6 +234,7 @@ class Mixture:
                     if s.name in state["shares"] and state["shares"][s.name] != s.share]
         same = not changes and state["shares"] == {s.name: s.share for s in self.sources}
         self.drawn = [int(state["drawn"][s.name]) if same else 0 for s in self.sources]
+        self.changes = changes
         return changes
 
 

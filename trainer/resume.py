@@ -6,6 +6,7 @@ and optimizer, and `restore(...)` puts a loaded checkpoint back into the live ru
 position, RNGs and spike statistics. Both sides live here, so a field added to one cannot be forgotten by
 the other. Problems are raised as ResumeError, one line each, for train.py to print.
 """
+import math
 import os
 import types
 
@@ -149,9 +150,14 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
         changes = sampler.load_state_dict(state["sampler"])
     except mixture.MixtureError as e:
         raise ResumeError(str(e)) from None
+    best_val_loss = state["best_val_loss"]
     if changes and not after_rollback:
         log(f"note: the data mixture changed since the checkpoint ({', '.join(changes)}): from iter "
             f"{state['iter_num']} on the draws follow the new weights, each kept source going on from its own position")
+        if math.isfinite(best_val_loss):
+            log(f"note: best val loss {best_val_loss:.4f} was a mean under the old weights: reset, the next eval sets it")
+    if changes:  # the val loss is the sources' mean weighted by their shares: a best of other shares is no bar
+        best_val_loss = math.inf
     rngs = state["rng"]  # one per rank of the run that saved it
     if len(rngs) != world_size:
         log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
@@ -167,7 +173,7 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
     if changed and not after_rollback:
         log(f"note: the schedule changed since the checkpoint ({', '.join(changed)}): the learning rate follows the "
             f"new values from iter {state['iter_num']} on")
-    return state["iter_num"], state["best_val_loss"], state["wandb_run_id"]
+    return state["iter_num"], best_val_loss, state["wandb_run_id"]
 
 
 def roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master, saver, load, log):

@@ -38,6 +38,13 @@ class StopSignal:
         return signal.Signals(self.signum).name if self.signum else "a signal to another rank"
 
 
+def hear_sigint():
+    """For a tool whose work may stop anywhere (scripts/eval.py --watch: a result is written only once it is
+    whole): SIGINT raises KeyboardInterrupt again, as Python's own handler does, even where the process
+    inherited it ignored (`cmd &` in a script), which Python otherwise keeps."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class StopVote:
     """A signal on any rank, agreed without stalling the GPU (as an all-reduce read back with .item()
     on a GPU tensor would): each micro-batch posts its flag in a non-blocking all-reduce on a CPU (gloo)
