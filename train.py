@@ -33,7 +33,7 @@ import configurator
 from model import GPT, GPTConfig
 from trainer import (
     bins, casting, checkpoint, elastic, evaluation, hardware, hellaswag, hf, memory, metrics, mixture, optim, precision,
-    resume, runlock, runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
+    resume, runlock, runlog, schedule, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
@@ -47,6 +47,8 @@ local_rank = int(os.environ.get("LOCAL_RANK", 0))
 world_size = int(os.environ.get("WORLD_SIZE", 1))
 master = rank == 0  # only rank 0 writes train.log, config.json, wandb and .pt checkpoints
 
+if problem := resume.fork_problem(cfg):  # before the lock and train.log: a fork's source is only read
+    sys.exit(f"error: {problem}")
 if master:
     try:  # one run per out_dir: a second one would interleave train.log and overwrite checkpoints
         out_dir_lock = runlock.hold(cfg.out_dir, "training run")
@@ -126,6 +128,9 @@ def agree(flag):
 # what to start from: a checkpoint (resume, roll back) or scratch
 # init_from='gpt2' etc. or init_weights=PATH: a new run from those weights, resumed like 'auto' once it has checkpoints
 pretrained = cfg.init_weights or (cfg.init_from if cfg.init_from in hf.GPT2_MODELS else "")
+continuing_fork = resume.continues_fork(cfg)  # the same fork command again: on from the fork's own checkpoints
+if continuing_fork:
+    cfg.init_from = "resume"
 init_from_path = cfg.init_from not in ("auto", "resume", "scratch", *hf.GPT2_MODELS)  # continue or roll back
 if cfg.init_weights and cfg.init_from not in ("auto", "scratch"):
     fail(f"init_weights starts a new run, init_from={cfg.init_from!r} continues one: drop one of them")
@@ -154,8 +159,12 @@ try:
                 and checkpoint.roll_back_to(init_path, log=log):
             log("rolled back: once this run is going, drop --init_from to continue it later "
                 "(running this same command again would roll back again)")
-except checkpoint.CheckpointError as e:
+    cooldown_from = resume.cooldown_from(cfg, resume_state, continuing_fork) if resume_state else None
+except (checkpoint.CheckpointError, resume.ResumeError) as e:
     fail(str(e))
+if cooldown_from is not None:  # a cooldown fork stops after its cooldown
+    cfg.max_iters = cooldown_from + cfg.cooldown_iters
+log(schedule.describe(cfg, cooldown_from))
 
 weights, weights_encoding, saved_args = None, None, None
 if resume_state is not None:
@@ -314,6 +323,8 @@ iter_num, best_val_loss, wandb_run_id = 0, float("inf"), None
 if resume_state is not None:
     iter_num = load_training_state(resume_state)
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
+    if cooldown_from is not None and not continuing_fork:  # a fork is a run of its own, wandb's too
+        wandb_run_id = None
     del resume_state  # the mmap'd tensors have been copied into the model and optimizer
 if ddp:
     # Gradients made before the wrap become views of DDP's buckets; without them the first step's
@@ -357,18 +368,6 @@ if cfg.wandb_log and master:
 
 # -----------------------------------------------------------------------------
 # helpers of the loop
-def get_lr(it):
-    """Linear warmup, then cosine decay to min_lr at lr_decay_iters, then min_lr."""
-    if not cfg.decay_lr:
-        return cfg.learning_rate
-    if it < cfg.warmup_iters:
-        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
-    if it >= cfg.lr_decay_iters:
-        return cfg.min_lr
-    ratio = (it - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
-
-
 def evaluate():
     """The val loss, the sources' weighted mean; with a data_mixture also one line per source and val/<name>."""
     losses = {s.name: evaluation.val_loss(model, lambda k, s=s: get_batch(s.val.windows, val_windows[s.name][k]),
@@ -420,7 +419,7 @@ def save(step_start):
         fail(f"weights are not finite after step {iter_num}; not saving. Roll back with "
              f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
     trainer_state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id,
-                                     encoding, guard)
+                                     encoding, guard, cooldown_from)
     try:
         saver.wait()  # the previous save is complete (one at a time), and had it failed, the run stops here
         if fsdp:
@@ -484,7 +483,7 @@ step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(devic
 stop_vote = stopping.StopVote(stop_signal, timeout)
 stop_now = agree(stop_signal.received)
 while iter_num < cfg.max_iters and not stop_now:
-    lr = get_lr(iter_num)
+    lr = schedule.learning_rate(iter_num, cfg, cooldown_from)
     optim.set_lr(optimizer, lr)
     t0 = time.time()
     loss_sum = torch.zeros((), device=device)

@@ -5,20 +5,25 @@ checkpoint back into the live run: weights, optimizer, data position, RNGs and s
 Both sides live here, so a field added to one cannot be forgotten by the other (tests/test_train.py
 resumes runs bit-exactly). Problems are raised as ResumeError, one line each, for train.py to print.
 """
-from trainer import checkpoint, mixture, optim, spikes
+import os
+
+from trainer import checkpoint, hf, mixture, optim, spikes
 
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
-SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters")
+SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters", "lr_schedule",
+                 "lr_decay_fraction", "lr_decay_shape")
 
 
 class ResumeError(Exception):
     """A checkpoint that cannot continue this run, with what to do about it."""
 
 
-def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard):
+def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard, cooldown_from=None):
     """Everything but weights and optimizer that a resume needs. step_start holds the sampler (mixture.py:
-    every source's position) and RNG states from the start of the step after iter_num, where a resumed run begins."""
+    every source's position) and RNG states from the start of the step after iter_num, where a resumed run begins.
+    cooldown_from: a cooldown fork's starting iteration, which its schedule needs after the source has moved on."""
     return {
+        "cooldown_from": cooldown_from,
         "model_args": model_args,
         "iter_num": iter_num,
         "best_val_loss": best_val_loss,
@@ -98,3 +103,41 @@ def roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master, lo
     log(f"rolled back to iter {restored} ({len(rollbacks)} of max {cfg.max_rollbacks}) after a burst of skipped "
         f"steps from iter {first_spike}; the data goes on {cfg.spike_skip_batches} global batches past the spike's")
     return restored
+
+
+# Cooldown forks: `--init_from=OUT/ckpt_N.pt --out_dir=FORK --cooldown_iters=K` anneals a copy of the run at N
+# in FORK (schedule.py gives its learning rates) and stops at N+K. The source's out_dir is only read: nothing
+# there is locked, logged, tidied or rolled back, so its run can go on meanwhile and rotate ckpt_N away.
+
+def fork_problem(cfg):
+    """Why this cooldown fork must not start, in one line, or None. Checked before anything opens out_dir,
+    which for a fork into the source's own out_dir would be the source's."""
+    if cfg.cooldown_iters <= 0:
+        return None
+    if cfg.init_from in ("auto", "resume", "scratch", *hf.GPT2_MODELS):
+        return (f"cooldown_iters={cfg.cooldown_iters} needs --init_from=OUT/ckpt_N.pt, the checkpoint to cool down "
+                f"from, not init_from={cfg.init_from!r}")
+    source = os.path.realpath(os.path.dirname(os.path.abspath(cfg.init_from)))
+    if source == os.path.realpath(cfg.out_dir):
+        return (f"cooldown_iters={cfg.cooldown_iters} into {cfg.out_dir}, the source checkpoint's own out_dir, would "
+                f"overwrite that run's checkpoints: give the fork a new --out_dir")
+    return None
+
+
+def continues_fork(cfg):
+    """A cooldown fork whose out_dir already holds checkpoints: the same command again goes on from the fork's
+    own newest checkpoint, not back to the source's (which may be gone by now)."""
+    return cfg.cooldown_iters > 0 and bool(checkpoint.list_checkpoints(cfg.out_dir))
+
+
+def cooldown_from(cfg, state, continuing):
+    """The iteration a cooldown fork's decay starts from (None for any other run): the source checkpoint's
+    iteration, kept in each of the fork's own checkpoints."""
+    if cfg.cooldown_iters <= 0:
+        return None
+    if not continuing:
+        return state["iter_num"]
+    if state.get("cooldown_from") is None:
+        raise ResumeError(f"{cfg.out_dir} holds checkpoints of a run that is not a cooldown fork: give the fork a "
+                          f"new --out_dir")
+    return state["cooldown_from"]
