@@ -32,8 +32,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, casting, checkpoint, elastic, evaluation, hardware, hellaswag, hf, memory, metrics, mixture, optim, precision,
-    resume, runlock, runlog, schedule, sharding, spikes, stopping, tokenizer, wandb_logging)
+    bins, casting, checkpoint, elastic, evaluation, forecast, hardware, hellaswag, hf, memory, metrics, mixture, optim,
+    precision, resume, runlock, runlog, schedule, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
@@ -364,6 +364,8 @@ step_casts, train_autocast = casting.once_per_step(device_type) if casting.appli
 wandb_run = None
 if cfg.wandb_log and master:
     wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), wandb_run_id, log)
+forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, cooldown_from) for it in range(cfg.max_iters)],
+                                 cfg.warmup_iters) if master and cfg.eval_interval > 0 else None
 
 
 # -----------------------------------------------------------------------------
@@ -595,6 +597,8 @@ while iter_num < cfg.max_iters and not stop_now:
         val_loss = evaluate()
         best_val_loss = min(best_val_loss, val_loss)
         log(f"eval iter {iter_num}: val loss {val_loss:.4f}, best {best_val_loss:.4f} ({time.time() - t_eval:.1f}s)")
+        if forecaster:  # the val loss at max_iters, fitted to the evaluations so far (forecast.py)
+            forecast.report(forecaster, cfg.out_dir, iter_num, cfg.max_iters, log, record)
         wandb_logging.log(wandb_run, iter_num, {"val/loss": val_loss})
     if hellaswag_examples and (iter_num % cfg.hellaswag_interval == 0 or iter_num == cfg.max_iters):
         evaluate_hellaswag()

@@ -28,7 +28,7 @@ def _remaining(progress, shape):
 
 def learning_rate(it, cfg, cooldown_from=None):
     """The learning rate of step it (0-based). cooldown_from: the iteration a cooldown fork started from."""
-    if cooldown_from is not None:
+    if cooldown_from is not None and it >= cooldown_from:
         peak = learning_rate(cooldown_from, cfg)
         progress = (it - cooldown_from) / max(1, cfg.cooldown_iters)
         return cfg.min_lr + _remaining(progress, cfg.lr_decay_shape) * (peak - cfg.min_lr)
