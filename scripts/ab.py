@@ -5,8 +5,8 @@
 
 Each side trains once per seed (seeds 1337, 1338, ...) in OUT/a_SEED and OUT/b_SEED, checkpoints off unless a
 side turns them on; a run already done is not repeated. In B's settings "{a}" stands for A's out_dir of the same
-seed, so B can be a cooldown fork of A: --a "--checkpoint_interval=100" --b "--init_from={a}/ckpt_100.pt
---cooldown_iters=20". From each run's metrics.jsonl it reports:
+seed, so B can be a cooldown fork of A: --common "--lr_schedule=wsd" --a "--checkpoint_interval=100"
+--b "--init_from={a}/ckpt_100.pt --cooldown_iters=20". From each run's metrics.jsonl it reports:
   - each side's final val loss, mean ± standard deviation over the seeds (and the range);
   - A's val loss at the tokens B ended with (for a fork: the run it forked from, at the fork's end);
   - tokens-to-target: the tokens B's mean curve needs to reach A's mean final val loss (interpolated between

@@ -54,7 +54,14 @@ class Forecaster:
         self.warmup_iters, self.end = warmup_iters, len(lrs)
 
     def predict(self, points):
-        """(val_loss, error) at the end of the schedule, or a one-line reason there is none."""
+        """(val_loss, error) at the end of the schedule, or a one-line reason there is none to print."""
+        result = self.fit(points)
+        if isinstance(result, str) or result[1] <= MAX_RELATIVE_ERROR * result[0]:
+            return result
+        return f"the fit's error (±{result[1]:.3f} on {result[0]:.3f}) is still over {MAX_RELATIVE_ERROR:.0%} of it"
+
+    def fit(self, points):
+        """(val_loss, error) at the end of the schedule however wide the error, or why the law cannot be fitted."""
         points = [(it, loss) for it, loss in points if self.warmup_iters < it <= self.end and math.isfinite(loss)]
         if len(points) < MIN_POINTS:
             return f"{len(points)} evaluation(s) after warmup so far, the fit needs {MIN_POINTS}"
@@ -80,8 +87,6 @@ class Forecaster:
         error = float(math.sqrt(max(grad @ cov @ grad, 0.0))) if np.isfinite(cov).all() else math.inf
         if not math.isfinite(value) or not math.isfinite(error):
             return "the fit is not determined by the points so far"
-        if error > MAX_RELATIVE_ERROR * value:
-            return f"the fit's error (±{error:.3f} on {value:.3f}) is still over {MAX_RELATIVE_ERROR:.0%} of it"
         return value, error
 
 

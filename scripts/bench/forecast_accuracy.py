@@ -3,9 +3,9 @@
     OMP_NUM_THREADS=1 python scripts/bench/forecast_accuracy.py --seeds 1337 1338 --schedules cosine wsd
 
 Trains the tiny config once per (schedule, seed) for --iters steps, evaluating every --eval_interval steps,
-then makes the forecast train.py prints at 25% and 50% of the run (forecast.Forecaster over the eval records
-of its metrics.jsonl up to there) and sets each beside the final measured val loss. Where train.py prints no
-forecast (too few points, a WSD run's stable phase, too wide an error) the table gives its reason. Prints a markdown table and writes it as JSON to --out.
+then fits the law train.py fits at 25% and 50% of the run (forecast.Forecaster over the eval records of its
+metrics.jsonl up to there) and sets its forecast beside the final measured val loss, with whether train.log
+printed it or why not (too few points, a WSD run's stable phase, an error over 2% of the forecast). Prints a markdown table and writes it as JSON to --out.
 """
 import argparse
 import json
@@ -47,17 +47,20 @@ def main():
             cfg = configurator.load_config([args.config, f"--max_iters={args.iters}", f"--lr_decay_iters={args.iters}",
                                             f"--lr_schedule={schedule}"])
             forecaster = forecast.Forecaster([learning_rate(it, cfg) for it in range(args.iters)], cfg.warmup_iters)
-            for share in (0.25, 0.5):  # what train.py printed there: the same fit of the same points
-                made = forecaster.predict([(it, loss) for it, loss in evals if it <= share * args.iters])
+            for share in (0.25, 0.5):  # the fit train.py makes there, printed or not
+                points = [(it, loss) for it, loss in evals if it <= share * args.iters]
+                made, printed = forecaster.fit(points), forecaster.predict(points)
                 value, bar = (None, made) if isinstance(made, str) else made
                 rows.append({"schedule": schedule, "seed": seed, "at": share, "final_val_loss": final,
-                             "forecast": value, "error_bar": bar, "error": value and value - final})
-    print("| schedule | seed | forecast made at | forecast (±E) | final val loss | forecast − final |")
-    print("|---|---|---|---|---|---|")
+                             "forecast": value, "error_bar": bar, "error": value and value - final,
+                             "printed": printed if isinstance(printed, str) else "printed"})
+    print("| schedule | seed | fit made at | fit's forecast (±E) | final val loss | forecast − final | train.log |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         made = f"{r['forecast']:.4f} (±{r['error_bar']:.4f})" if r["forecast"] is not None else f"none: {r['error_bar']}"
         diff = f"{r['error']:+.4f}" if r["error"] is not None else "—"
-        print(f"| {r['schedule']} | {r['seed']} | {r['at']:.0%} of {args.iters} | {made} | {r['final_val_loss']:.4f} | {diff} |")
+        print(f"| {r['schedule']} | {r['seed']} | {r['at']:.0%} of {args.iters} | {made} | {r['final_val_loss']:.4f} "
+              f"| {diff} | {r['printed']} |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
 
