@@ -5,7 +5,8 @@
 Trains the tiny config once per (schedule, seed) for --iters steps, evaluating every --eval_interval steps,
 then fits the law train.py fits at 25% and 50% of the run (forecast.Forecaster over the eval records of its
 metrics.jsonl up to there) and sets its forecast beside the final measured val loss, with whether train.log
-printed it or why not (too few points, a WSD run's stable phase, an error over 2% of the forecast). Prints a markdown table and writes it as JSON to --out.
+printed it or why not (too few points, a WSD run's stable phase, an error over 2% of the forecast), and the
+first forecast train.log printed. Prints a markdown table and writes it as JSON to --out.
 """
 import argparse
 import json
@@ -54,6 +55,13 @@ def main():
                 rows.append({"schedule": schedule, "seed": seed, "at": share, "final_val_loss": final,
                              "forecast": value, "error_bar": bar, "error": value and value - final,
                              "printed": printed if isinstance(printed, str) else "printed"})
+            for it, _ in evals:  # and the first forecast train.log printed
+                made = forecaster.predict([(i, loss) for i, loss in evals if i <= it])
+                if not isinstance(made, str) and it < args.iters:
+                    rows.append({"schedule": schedule, "seed": seed, "at": it / args.iters, "final_val_loss": final,
+                                 "forecast": made[0], "error_bar": made[1], "error": made[0] - final,
+                                 "printed": "the first printed"})
+                    break
     print("| schedule | seed | fit made at | fit's forecast (±E) | final val loss | forecast − final | train.log |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
