@@ -84,6 +84,10 @@ DEFAULTS = dict(
     warmup_iters=715,
     lr_decay_iters=572205,
     min_lr=6e-5,
+    lr_schedule="cosine",
+    lr_decay_fraction=0.2,
+    lr_decay_shape="sqrt",
+    cooldown_iters=0,
     # system
     strategy="ddp",
     hsdp_shard_size=0,
@@ -168,8 +172,12 @@ HELP = {
     "learning-rate schedule": dict(
         decay_lr="linear warmup then cosine decay to min_lr; False: a constant learning_rate",
         warmup_iters="steps of linear warmup (715: 375M tokens, as GPT-3)",
-        lr_decay_iters="the step the cosine decay reaches min_lr",
+        lr_decay_iters="the step the decay (cosine or wsd) reaches min_lr",
         min_lr="the learning rate at and after lr_decay_iters",
+        lr_schedule="'cosine' (GPT-3's) or 'wsd': warmup, constant learning_rate, decay over the last lr_decay_fraction",
+        lr_decay_fraction="wsd: the share of lr_decay_iters spent decaying to min_lr, in (0, 1]",
+        lr_decay_shape="wsd's and a cooldown's decay: 'sqrt' (Hagele et al.'s 1-sqrt) or 'linear'",
+        cooldown_iters="> 0 with init_from=CKPT and a new out_dir: a cooldown fork, decaying to min_lr over this many steps",
     ),
     "system": dict(
         strategy="under torchrun: 'ddp' (each GPU holds everything), 'fsdp' (FSDP2 shards it all) or 'hsdp'",
@@ -327,6 +335,7 @@ def check(cfg, world_size, distributed=None):
     from trainer.mixture import weights_problem
     from trainer.optim import MASTER_WEIGHTS, OPTIMIZERS
     from trainer.precision import RECIPES
+    from trainer.schedule import problem as schedule_problem
     if cfg.dtype not in ("bfloat16", "float32"):
         return f"dtype must be 'bfloat16' or 'float32', got {cfg.dtype!r}"
     if cfg.fp8 not in ("", *RECIPES):
@@ -343,7 +352,7 @@ def check(cfg, world_size, distributed=None):
                 "max_rollbacks", "hellaswag_interval", "hellaswag_limit"):
         if getattr(cfg, key) < 0:
             return f"{key} must be 0 or more, got {getattr(cfg, key)}"
-    if problem := weights_problem(cfg.data_mixture):
+    if problem := weights_problem(cfg.data_mixture) or schedule_problem(cfg):
         return problem
     if cfg.n_embd % cfg.n_head:
         return f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}"

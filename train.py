@@ -25,8 +25,8 @@ import torch.distributed as dist
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
 from trainer import (
-    bins, casting, checkpoint, elastic, evaluation, faults, hardware, hellaswag, memory, metrics, mixture, optim,
-    precision, resume, runlock, runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
+    bins, casting, checkpoint, elastic, evaluation, faults, forecast, hardware, hellaswag, memory, metrics, mixture, optim,
+    precision, resume, runlock, runlog, schedule, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config (configurator.py: every key, its default and help, and where each value came from)
@@ -36,6 +36,8 @@ cfg = configurator.load_config_or_exit(sys.argv[1:])
 # processes: one, or one per GPU under torchrun
 distributed, rank, local_rank, world_size = elastic.ranks()
 master = rank == 0  # only rank 0 writes train.log, config.json, wandb and .pt checkpoints
+if problem := resume.fork_problem(cfg):  # before the lock and train.log: a fork's source is only read
+    sys.exit(f"error: {problem}")
 # one run per out_dir: a second one would interleave train.log and overwrite checkpoints
 out_dir_lock = runlock.hold_or_exit(cfg.out_dir, "training run") if master else None
 run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
@@ -71,6 +73,7 @@ try:
     start = resume.start_point(cfg, configurator.DEFAULTS, master, log)
 except resume.ResumeError as e:
     fail(str(e))
+log(schedule.describe(cfg, start.cooldown_from))
 with torch.device("meta"):
     shapes = GPT(model_config(cfg, start.saved_args))  # every shape and no storage: what memory.py's estimates read
 save_group = sharding.save_group(cfg, shapes.get_num_params(non_embedding=False), timeout, log) if distributed else None
@@ -164,6 +167,8 @@ iter_num, best_val_loss, wandb_run_id = 0, float("inf"), None
 if start.state is not None:
     iter_num = load_training_state(start.state)
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
+    if start.cooldown_from is not None and not start.continuing_fork:  # a fork is a run of its own, wandb's too
+        wandb_run_id = None
     start.state = None  # the mmap'd tensors have been copied into the model and optimizer
 
 if master:
@@ -194,22 +199,12 @@ wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_n
     if cfg.wandb_log and master else (None, wandb_run_id)
 if wandb_run:
     record.forward = lambda r: wandb_logging.log(wandb_run, r)  # wandb charts the records metrics.jsonl gets
+forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, start.cooldown_from) for it in range(cfg.max_iters)],
+                                 cfg.warmup_iters) if master and cfg.eval_interval > 0 else None
 
 
 # -----------------------------------------------------------------------------
 # helpers of the loop
-def get_lr(it):
-    """Linear warmup, then cosine decay to min_lr at lr_decay_iters, then min_lr."""
-    if not cfg.decay_lr:
-        return cfg.learning_rate
-    if it < cfg.warmup_iters:
-        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
-    if it >= cfg.lr_decay_iters:
-        return cfg.min_lr
-    ratio = (it - cfg.warmup_iters) / max(1, cfg.lr_decay_iters - cfg.warmup_iters)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
-
-
 def evaluate():
     """The val loss (the sources' weighted mean) logged and recorded, and the best so far; with a data_mixture
     also one line per source and val/<name>."""
@@ -239,7 +234,8 @@ def evaluate_hellaswag():
 
 def save(step_start):
     """Save the state after iter_num steps; step_start: the data and RNG states where a resumed run begins."""
-    state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard)
+    state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard,
+                             start.cooldown_from)
     try:
         resume.save(saver, state, raw_model, optimizer, cfg, iter_num, fsdp, master, device)
     except (resume.ResumeError, checkpoint.CheckpointError) as e:
@@ -276,7 +272,7 @@ step_start = resume.step_start(sampler, device_type)
 stop_vote = stopping.StopVote(stop_signal, timeout)
 stop_now = sharding.agree(stop_signal.received, device)
 while iter_num < cfg.max_iters and not stop_now:
-    lr = get_lr(iter_num)
+    lr = schedule.learning_rate(iter_num, cfg, start.cooldown_from)
     optim.set_lr(optimizer, lr)
     t0 = time.time()
     loss_sum = torch.zeros((), device=device)
@@ -350,6 +346,8 @@ while iter_num < cfg.max_iters and not stop_now:
 
     if cfg.eval_interval > 0 and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
         evaluate()
+        if forecaster:  # the val loss at max_iters, fitted to the evaluations so far (forecast.py)
+            forecast.report(forecaster, cfg.out_dir, iter_num, cfg.max_iters, log, record)
     if hellaswag_examples and (iter_num % cfg.hellaswag_interval == 0 or iter_num == cfg.max_iters):
         evaluate_hellaswag()
 

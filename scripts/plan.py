@@ -505,6 +505,8 @@ def parse_args(argv):
     parser.add_argument("--simulate", action="store_true",
                         help="also run the training step on fake tensors and print its measured peak by category "
                              "beside the estimate (about 20 s at 6.7B; one GPU)")
+    parser.add_argument("--beside", metavar="CONFIG", help="also plan this config on the same GPU, MFU and price, "
+                                                            "and print both runs' tokens, days and dollars")
     parser.add_argument("--nodes", type=int, default=0, help="plan DDP, FSDP and HSDP on this many nodes")
     parser.add_argument("--gpus_per_node", type=int, default=GPUS_PER_NODE, help="with --nodes (default 8)")
     parser.add_argument("--interconnect", type=float, default=50.0,
@@ -545,8 +547,24 @@ def main(argv=None):
         sys.exit(2)
     if args.nodes:
         plan["cluster"] = cluster_plan(cfg, plan, args.nodes, args.gpus_per_node, args.interconnect, args.intranode)
-    print(json.dumps(plan, indent=1) if args.json else report(plan, cfg, config_args) + cluster_text(plan.get("cluster")))
+    if args.beside:  # e.g. a faster recipe beside the one it shortens
+        other = make_plan(configurator.load_config_or_exit([args.beside]), plan["gpu"], args.mfu, args.price_per_hour,
+                          args.gpus)
+        plan["beside"] = {"config": args.beside, **{k: other[k] for k in ("total_tokens", "days", "cost_usd")}}
+    print(json.dumps(plan, indent=1) if args.json else report(plan, cfg, config_args) + cluster_text(plan.get("cluster"))
+          + beside_text(plan))
     budget_note(cfg, config_args)
+
+
+def beside_text(plan):
+    """Both runs' tokens, days and dollars, for --beside."""
+    if "beside" not in plan:
+        return ""
+    other = plan["beside"]
+    return (f"\n\nbeside {other['config']} on the same GPU, MFU and price:\n"
+            f"  this run  {plan['total_tokens'] / 1e9:,.1f}B tokens, {plan['days']:,.1f} days, ${plan['cost_usd']:,.0f}\n"
+            f"  that run  {other['total_tokens'] / 1e9:,.1f}B tokens, {other['days']:,.1f} days, ${other['cost_usd']:,.0f}"
+            f"  (this run takes {plan['days'] / other['days']:.2f}x its days; the quality each reaches is not planned)")
 
 
 def budget_note(cfg, config_args):

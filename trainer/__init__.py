@@ -6,7 +6,7 @@ model, training, checkpoints, evaluation.
   1. elastic, environment, faults, hardware, metrics, runlock, runlog, stopping, tokenizer, wandb_logging: the machine and the run's telemetry
   2. bins, mixture, preparation, checkpoint: bytes on disk: token bins, their mixtures, the prepare job, checkpoints
   3. model.py (top level): the GPT itself, which imports nothing of ours
-  4. casting, precision, offload, optim, memory, sharding, spikes: how a model is trained, and what it costs
+  4. casting, precision, offload, optim, memory, schedule, forecast, sharding, spikes: how a model is trained, and what it costs
   5. resume, evaluation, hellaswag, hf, harness: a run's state going back in, evaluation, Hugging Face's layout,
      lm-evaluation-harness over the model
 """

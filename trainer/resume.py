@@ -16,7 +16,8 @@ from model import ARCHITECTURE_KEYS, GPTConfig
 from trainer import checkpoint, hf, mixture, optim, sharding, spikes
 
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
-SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters")
+SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters", "lr_schedule",
+                 "lr_decay_fraction", "lr_decay_shape")
 
 
 class ResumeError(Exception):
@@ -30,7 +31,12 @@ def start_point(cfg, defaults, master, log):
     checkpoint, else starts from scratch (or init_weights / a GPT-2 name); a path continues that checkpoint,
     setting newer ones of out_dir aside (a roll back). The architecture keys of cfg become the weights' own
     (their provenance 'from <origin>'); one the config sets to another value than its default
-    (configurator.DEFAULTS) and the weights' is a ResumeError."""
+    (configurator.DEFAULTS) and the weights' is a ResumeError. A cooldown fork (cooldown_iters) also gets
+    cooldown_from, the iteration its decay starts at, and max_iters its end; continuing_fork says the same
+    fork command ran before and goes on from the fork's own newest checkpoint."""
+    continuing_fork = continues_fork(cfg)
+    if continuing_fork:
+        cfg.init_from = "resume"
     pretrained = cfg.init_weights or (cfg.init_from if cfg.init_from in hf.GPT2_MODELS else "")
     from_path = cfg.init_from not in ("auto", "resume", "scratch", *hf.GPT2_MODELS)
     if cfg.init_weights and cfg.init_from not in ("auto", "scratch"):
@@ -42,7 +48,7 @@ def start_point(cfg, defaults, master, log):
     if dist.is_initialized():
         dist.barrier()  # the others look at out_dir only once rank 0 has tidied it
     start = types.SimpleNamespace(state=None, weights=None, encoding=None, saved_args=None, origin=None,
-                                  pretrained=pretrained)
+                                  pretrained=pretrained, continuing_fork=continuing_fork, cooldown_from=None)
     try:
         start.state = _checkpoint_to_continue(cfg, from_path, master, log)
     except checkpoint.CheckpointError as e:
@@ -57,6 +63,10 @@ def start_point(cfg, defaults, master, log):
         start.origin = pretrained
     if start.saved_args is not None:
         take_architecture(cfg, defaults, start.saved_args, start.origin)
+    if start.state is not None:
+        start.cooldown_from = cooldown_from(cfg, start.state, continuing_fork)
+    if start.cooldown_from is not None:  # a cooldown fork stops after its cooldown
+        cfg.max_iters = start.cooldown_from + cfg.cooldown_iters
     return start
 
 
@@ -97,10 +107,12 @@ def take_architecture(cfg, defaults, saved_args, origin):
             sources[key] = f"from {origin}"
 
 
-def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard):
+def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard, cooldown_from=None):
     """Everything but weights and optimizer that a resume needs. step_start holds the sampler (mixture.py:
-    every source's position) and RNG states from the start of the step after iter_num, where a resumed run begins."""
+    every source's position) and RNG states from the start of the step after iter_num, where a resumed run begins.
+    cooldown_from: a cooldown fork's starting iteration, which its schedule needs after the source has moved on."""
     return {
+        "cooldown_from": cooldown_from,
         "model_args": model_args,
         "iter_num": iter_num,
         "best_val_loss": best_val_loss,
@@ -207,3 +219,41 @@ def roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master, sa
     log(f"rolled back to iter {restored} ({len(rollbacks)} of max {cfg.max_rollbacks}) after a burst of skipped "
         f"steps from iter {first_spike}; the data goes on {cfg.spike_skip_batches} global batches past the spike's")
     return restored
+
+
+# Cooldown forks: `--init_from=OUT/ckpt_N.pt --out_dir=FORK --cooldown_iters=K` anneals a copy of the run at N
+# in FORK (schedule.py gives its learning rates) and stops at N+K. The source's out_dir is only read: nothing
+# there is locked, logged, tidied or rolled back, so its run can go on meanwhile and rotate ckpt_N away.
+
+def fork_problem(cfg):
+    """Why this cooldown fork must not start, in one line, or None. Checked before anything opens out_dir,
+    which for a fork into the source's own out_dir would be the source's."""
+    if cfg.cooldown_iters <= 0:
+        return None
+    if cfg.init_from in ("auto", "resume", "scratch", *hf.GPT2_MODELS):
+        return (f"cooldown_iters={cfg.cooldown_iters} needs --init_from=OUT/ckpt_N.pt, the checkpoint to cool down "
+                f"from, not init_from={cfg.init_from!r}")
+    source = os.path.realpath(os.path.dirname(os.path.abspath(cfg.init_from)))
+    if source == os.path.realpath(cfg.out_dir):
+        return (f"cooldown_iters={cfg.cooldown_iters} into {cfg.out_dir}, the source checkpoint's own out_dir, would "
+                f"overwrite that run's checkpoints: give the fork a new --out_dir")
+    return None
+
+
+def continues_fork(cfg):
+    """A cooldown fork whose out_dir already holds checkpoints: the same command again goes on from the fork's
+    own newest checkpoint, not back to the source's (which may be gone by now)."""
+    return cfg.cooldown_iters > 0 and bool(checkpoint.list_checkpoints(cfg.out_dir))
+
+
+def cooldown_from(cfg, state, continuing):
+    """The iteration a cooldown fork's decay starts from (None for any other run): the source checkpoint's
+    iteration, kept in each of the fork's own checkpoints."""
+    if cfg.cooldown_iters <= 0:
+        return None
+    if not continuing:
+        return state["iter_num"]
+    if state.get("cooldown_from") is None:
+        raise ResumeError(f"{cfg.out_dir} holds checkpoints of a run that is not a cooldown fork: give the fork a "
+                          f"new --out_dir")
+    return state["cooldown_from"]

@@ -1,0 +1,29 @@
+"""config/train_gpt3_6b_fast.py keeps GPT-3 6.7B's architecture and plans beside the GPT-3 recipe (plan.py --beside)."""
+import json
+import subprocess
+import sys
+
+import configurator
+from conftest import REPO
+
+ARCHITECTURE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "activation")
+
+
+def test_the_fast_recipe_is_gpt3_6b_with_the_levers():
+    fast, gpt3 = (configurator.load_config([str(REPO / f"config/{name}.py")]) for name in ("train_gpt3_6b_fast",
+                                                                                           "train_gpt3_6b"))
+    assert all(getattr(fast, k) == getattr(gpt3, k) for k in ARCHITECTURE)
+    assert (fast.optimizer, fast.lr_schedule, fast.fp8) == ("muon", "wsd", "tensorwise")
+    tokens = fast.max_iters * fast.batch_size * fast.gradient_accumulation_steps * fast.block_size
+    assert abs(tokens - 20 * 6_657_150_976) < fast.batch_size * fast.gradient_accumulation_steps * fast.block_size
+    assert set(fast.data_mixture) == {"data/dclm", "data/climbmix", "data/fineweb_edu", "data/pile"}
+
+
+def test_plan_prints_days_and_dollars_beside_another_recipe():
+    # optimizer='muon' is refused until the muon branch is merged: plan the recipe's AdamW twin meanwhile
+    result = subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b_fast.py", "--optimizer=adamw",
+                             "--gpu", "h200", "--beside", "config/train_gpt3_6b.py", "--json"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["beside"]["total_tokens"] > 2 * plan["total_tokens"] and plan["beside"]["days"] > plan["days"]

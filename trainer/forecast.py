@@ -1,0 +1,106 @@
+"""The val loss a run will end with, forecast from its val losses so far and the learning-rate schedule ahead.
+
+The form is Tissue et al.'s scaling law with learning-rate annealing (arXiv 2408.11029):
+
+    L(s) = L0 + A * S1(s)^-alpha - C * S2(s)
+
+S1 is the area under the learning-rate curve up to step s (the "forward area": how far the weights have
+travelled), S2 the annealing area: each step's drop in learning rate, carried on with momentum lambda = 0.999
+(m_i = lambda * m_{i-1} + (lr_{i-1} - lr_i), S2 = sum of m_i). The learning rates are taken relative to the
+schedule's peak, so the four fitted numbers stay near 1. The law's point is that one fit covers any schedule:
+fitted on the steps so far, it is read off at max_iters under the rest of the schedule.
+
+A forecast needs MIN_POINTS evaluations after warmup, and at least one learning-rate drop among them:
+with none (a WSD run's stable phase) C, the gain of the decay still ahead, is not measured, so the log says
+so rather than guessing it (a cooldown fork measures that gain directly). E is one standard deviation of
+the prediction from the fit's covariance; a fit whose E is not finite, or over MAX_RELATIVE_ERROR of the
+forecast, gives no forecast either (docs/time_to_quality.md measures how far off the printed ones are).
+"""
+import math
+
+import numpy as np
+from scipy.optimize import curve_fit
+
+from trainer import metrics
+
+MIN_POINTS = 5
+MOMENTUM = 0.999  # Tissue et al.'s lambda for the annealing area
+MAX_RELATIVE_ERROR = 0.02  # a forecast whose error is wider than this share of it says too little to print
+
+
+def areas(lrs, warmup_iters, momentum=MOMENTUM):
+    """(S1, S2) after each number of completed steps (index k: after k steps, k = 0..len(lrs))."""
+    eta = np.asarray(lrs, dtype=float) / max(lrs)
+    drops = np.concatenate([[0.0], eta[:-1] - eta[1:]])
+    drops[: warmup_iters + 1] = 0.0  # warmup's rise is not annealing
+    m, momenta = 0.0, np.empty_like(drops)
+    for i, d in enumerate(drops):
+        m = momentum * m + d
+        momenta[i] = m
+    zero = np.zeros(1)
+    return np.concatenate([zero, np.cumsum(eta)]), np.concatenate([zero, np.cumsum(momenta)])
+
+
+def law(s1s2, l0, a, alpha, c):
+    s1, s2 = s1s2
+    return l0 + a * np.power(s1, -alpha) - c * s2
+
+
+class Forecaster:
+    """Fits the law to (iteration, val loss) points of a run whose steps have the learning rates lrs."""
+
+    def __init__(self, lrs, warmup_iters):
+        self.s1, self.s2 = areas(lrs, warmup_iters)
+        self.warmup_iters, self.end = warmup_iters, len(lrs)
+
+    def predict(self, points):
+        """(val_loss, error) at the end of the schedule, or a one-line reason there is none to print."""
+        result = self.fit(points)
+        if isinstance(result, str) or result[1] <= MAX_RELATIVE_ERROR * result[0]:
+            return result
+        return f"the fit's error (±{result[1]:.3f} on {result[0]:.3f}) is still over {MAX_RELATIVE_ERROR:.0%} of it"
+
+    def fit(self, points):
+        """(val_loss, error) at the end of the schedule however wide the error, or why the law cannot be fitted."""
+        points = [(it, loss) for it, loss in points if self.warmup_iters < it <= self.end and math.isfinite(loss)]
+        if len(points) < MIN_POINTS:
+            return f"{len(points)} evaluation(s) after warmup so far, the fit needs {MIN_POINTS}"
+        iters = np.array([it for it, _ in points])
+        losses = np.array([loss for _, loss in points])
+        x = (self.s1[iters], self.s2[iters])
+        if self.s2[iters].max() <= 1e-3 * max(self.s2[-1], 1e-12):
+            return "the learning rate has not decayed yet, so the fit cannot measure the decay's gain"
+        p0 = [0.5 * losses.min(), losses.max() - 0.5 * losses.min(), 0.5, 0.1 / max(self.s2[-1], 1.0)]
+        try:
+            params, cov = curve_fit(law, x, losses, p0=p0, bounds=([0, 0, 0, 0], [np.inf, np.inf, 5, np.inf]),
+                                    maxfev=20000)
+        except (RuntimeError, ValueError) as e:
+            return f"the fit did not converge ({e})"
+        end = (self.s1[-1:], self.s2[-1:])
+        value = float(law(end, *params)[0])
+        grad = np.empty(len(params))  # the prediction's sensitivity to each parameter, for its error
+        for i, p in enumerate(params):
+            h = 1e-6 * max(abs(p), 1e-3)
+            bumped = params.copy()
+            bumped[i] = p + h
+            grad[i] = (law(end, *bumped)[0] - value) / h
+        error = float(math.sqrt(max(grad @ cov @ grad, 0.0))) if np.isfinite(cov).all() else math.inf
+        if not math.isfinite(value) or not math.isfinite(error):
+            return "the fit is not determined by the points so far"
+        return value, error
+
+
+def report(forecaster, out_dir, iter_num, max_iters, log, record):
+    """After an evaluation: train.log's forecast line (or why there is none) and a "forecast" metrics record.
+    The points are out_dir's eval records up to iter_num (metrics.jsonl: a resumed run keeps its history)."""
+    if iter_num >= max_iters:
+        return
+    evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
+    result = forecaster.predict([(r["iter"], r["val_loss"]) for r in evals if r["iter"] <= iter_num
+                                 and r.get("val_loss") is not None])
+    if isinstance(result, str):
+        log(f"forecast: none yet, {result}")
+        return
+    value, error = result
+    log(f"forecast: val loss {value:.4f} at iter {max_iters} (±{error:.4f})")
+    record("forecast", iter_num, at_iter=max_iters, val_loss=value, error=error)
