@@ -288,6 +288,8 @@ if fsdp:  # shard parameters, gradients and optimizer state block by block, keep
             f"{world_size // cfg.hsdp_shard_size} times")
 optimizer = optim.build(model, cfg.optimizer, cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2), device_type,
                         cfg.master_weights, cfg.optimizer_offload)
+if isinstance(optimizer, optim.MuonAdamW):
+    log(optimizer.describe())
 
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 

@@ -195,10 +195,9 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     peaks = activation_peaks(model, config, batch_size, act_bytes, residual_bytes, attention, fp8)
     peaks = [{**p, "optimizer_step": 0} for p in peaks]
     # the third moment: the optimizer step, activations gone, the low-bit step's temporaries there
-    largest = max(p.numel() for p in model.parameters())
-    peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.STEP_TEMP_BYTES[optimizer] * largest / shards})
+    peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.step_temp_bytes(model, optimizer, shards)})
     moment = max(peaks, key=lambda p: sum(p.values()))
-    per_param = optim.bytes_per_param(optimizer, master_weights, offload)
+    per_param = optim.bytes_per_param(optimizer, master_weights, offload, optim.muon_share(model))
     m = {
         "weights": per_param["weights"] * n_params / shards,  # the master weights
         "grads": per_param["grads"] * n_params / shards,  # fp32, accumulated across micro-batches

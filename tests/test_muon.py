@@ -1,0 +1,91 @@
+"""optimizer='muon' (optim.MuonAdamW): torch's Muon on the blocks' matrices and AdamW on the rest, as one
+optimizer that steps as the two would apart, resumes bit-exactly, is refused where it cannot compose,
+is priced by memory.py and plan.py, and under torchrun (DDP, FSDP2) gives one process's losses."""
+import copy
+import json
+import shutil
+
+import pytest
+import torch
+
+import configurator
+import warm_python
+from conftest import REPO
+from model import GPT, GPTConfig
+from test_train import assert_same_weights, train
+from trainer import memory, optim
+
+MUON = ["--optimizer=muon", "--max_iters=8", "--eval_interval=0"]
+
+
+def tiny_gpt():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, bias=True))
+
+
+def test_muon_on_the_blocks_matrices_steps_as_torchs_muon_and_adamw_apart_and_reloads():
+    ours_model, apart_model, reloaded_model = tiny_gpt(), tiny_gpt(), tiny_gpt()
+    ours = optim.build(ours_model, "muon", 0.1, 1e-3, (0.9, 0.95), "cpu")
+    names = {p: n for n, p in ours_model.named_parameters()}
+    assert {n: sorted(ours.state[p]) for p, n in names.items()} == {  # made at build, as AdamW's is
+        n: ["momentum_buffer"] if optim.is_muon_matrix(n, p) else ["exp_avg", "exp_avg_sq", "step"]
+        for n, p in ours_model.named_parameters()}
+    under_muon = sorted(names[p] for p in ours.muon.param_groups[0]["params"])
+    assert under_muon == sorted(f"transformer.h.{i}.{m}.weight" for i in range(2)
+                                for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
+    n_muon = sum(p.numel() for p in ours.muon.param_groups[0]["params"])
+    assert n_muon == 2 * (3 + 1 + 4 + 4) * 32 * 32
+    assert ours.describe() == f"muon: {n_muon:,} parameters under Muon (8 matrices), " \
+                              f"{ours_model.get_num_params(False) - n_muon:,} under AdamW"
+    # the same steps as torch's two optimizers side by side, with Moonshot's lr adjustment
+    params = dict(apart_model.named_parameters())
+    matrices = [p for n, p in params.items() if optim.is_muon_matrix(n, p)]
+    rest = [p for n, p in params.items() if not optim.is_muon_matrix(n, p)]
+    muon = torch.optim.Muon(matrices, lr=1e-3, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    adamw = torch.optim.AdamW([{"params": [p for p in rest if p.dim() == 2], "weight_decay": 0.1},
+                               {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}],
+                              lr=1e-3, betas=(0.9, 0.95), foreach=False)
+    x = torch.randint(0, 64, (4, 16))
+
+    def step(model, *optimizers):
+        model.zero_grad()
+        model(x, x)[1].backward()
+        for o in optimizers:
+            o.step()
+    for _ in range(3):
+        step(ours_model, ours)
+        step(apart_model, muon, adamw)
+    assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), apart_model.parameters()))
+    # through a state dict into a fresh one (as a resume does): the next steps are the same
+    reloaded_model.load_state_dict(ours_model.state_dict())
+    reloaded = optim.build(reloaded_model, "muon", 0.1, 1e-3, (0.9, 0.95), "cpu")
+    reloaded.load_state_dict(copy.deepcopy(ours.state_dict()))  # a copy: a loaded state dict shares tensors
+    optim.set_lr(reloaded, 2e-3)
+    optim.set_lr(ours, 2e-3)
+    for _ in range(2):
+        step(ours_model, ours)
+        step(reloaded_model, reloaded)
+    assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), reloaded_model.parameters()))
+
+
+def test_what_muon_does_not_compose_with_is_refused_in_one_line():
+    def check(*overrides):
+        return configurator.check(configurator.load_config(["config/train_tiny.py", "--optimizer=muon", *overrides]), 1)
+    assert check() is None and check("--fp8=tensorwise", "--dtype=bfloat16") is None
+    for refused in (["--master_weights=bfloat16", "--dtype=bfloat16"], ["--optimizer_offload=True"]):
+        assert check(*refused).startswith("optimizer='muon' steps fp32 weights on the device: set "
+                                          "master_weights='float32' and optimizer_offload=False")
+
+
+@pytest.mark.e2e
+def test_a_muon_run_resumes_bit_exactly_and_refuses_another_optimizer(tmp_path, data_dir):
+    whole = train(tmp_path / "whole", data_dir, *MUON).stdout
+    assert "muon: 24,576 parameters under Muon (8 matrices), 2,720 under AdamW" in whole
+    (tmp_path / "split").mkdir()  # the whole run's checkpoint of step 4 (TINY saves every 4), resumed
+    shutil.copy(tmp_path / "whole" / "ckpt_4.pt", tmp_path / "split")
+    assert "resuming after 4" in train(tmp_path / "split", data_dir, *MUON).stdout
+    assert_same_weights(tmp_path / "whole" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
+    refused = train(tmp_path / "split", data_dir, *MUON, "--optimizer=adamw", "--max_iters=9", check=False)
+    assert refused.returncode == 1 and refused.stdout.strip().splitlines()[-1].startswith(
+        "error: the checkpoint holds Muon on the blocks' matrices and AdamW on the rest, fp32 weights state but "
+        "this config asks for AdamW, fp32 weights: resume with optimizer='muon'")
