@@ -108,6 +108,17 @@ def step_temp_bytes(model, optimizer, shards=1):
     return STEP_TEMP_BYTES[optimizer] * max(p.numel() for p in model.parameters()) / shards
 
 
+def newton_schulz_flops(model, ns_steps=_muon.DEFAULT_NS_STEPS):
+    """FLOPs of Muon's orthogonalisation per optimizer step: on each m x n matrix (m <= n, transposed if not)
+    each iteration makes A = X X^T (2 m^2 n), B = bA + cA^2 (2 m^3) and aX + BX (2 m^2 n)."""
+    flops = 0
+    for name, p in model.named_parameters():
+        if is_muon_matrix(name, p):
+            m, n = sorted(p.shape)
+            flops += ns_steps * (4 * m * m * n + 2 * m ** 3)
+    return flops
+
+
 def is_muon_matrix(name, p):
     """Muon's parameters: the blocks' 2-D weights (qkv, attention's and the MLP's projections, the MLP's fc).
     The embeddings (and the LM head tied to wte) and the 1-D gains and biases stay with AdamW."""
@@ -323,7 +334,8 @@ def _orthogonalise_on_owner(update, owner, ns_coefficients, ns_steps, eps):
     if mine:
         full = torch.cat(pieces)[:rows]
         result = _muon._zeropower_via_newtonschulz(full, ns_coefficients, ns_steps, eps)
-        pieces = list(torch.nn.functional.pad(result, (0, 0, 0, chunk * size - rows)).chunk(size))
+        # contiguous: a tall matrix comes back transposed, and the collectives send memory as it lies
+        pieces = [piece.contiguous() for piece in torch.nn.functional.pad(result, (0, 0, 0, chunk * size - rows)).chunk(size)]
     dist.scatter(padded, pieces, src=owner_rank, group=group)
     return padded[:local.shape[0]]
 
