@@ -108,3 +108,36 @@ def test_muon_under_ddp_and_fsdp_matches_one_process(tmp_path, data_dir):
         # (lr x 0.2 sqrt(96) x 2^-8 ~ 2e-5 a step here), more than test_distributed's fp32 tolerance
         for name, weight in final_weights(tmp_path / out, 4).items():
             torch.testing.assert_close(weight, one[name], rtol=0, atol=2e-4, msg=f"{out}: {name}")
+
+
+def test_memory_prices_muons_momentum_and_its_step():
+    with torch.device("meta"):
+        model = GPT(GPTConfig(n_layer=32, n_head=32, n_embd=4096, block_size=2048, vocab_size=50304, bias=False))
+    n, matrices = model.get_num_params(non_embedding=False), 32 * 12 * 4096 ** 2
+    assert optim.muon_share(model) == matrices / n
+    assert memory.estimate(model, 4, optimizer="muon")["optimizer"] == pytest.approx(4 * matrices + 8 * (n - matrices))
+    assert optim.checkpoint_bytes(n, ("muon", "float32", False), optim.muon_share(model)) == \
+        pytest.approx(4 * n + 4 * matrices + 8 * (n - matrices))
+    # a step-dominated toy (one token row, wide matrices): the estimate's step temporaries match the simulation's
+    config = GPTConfig(n_layer=1, n_head=4, n_embd=512, block_size=8, vocab_size=64, activation_checkpointing="none")
+    with torch.device("meta"):
+        toy = GPT(config)
+    estimated, simulated = memory.estimate(toy, 1, optimizer="muon"), memory.simulate(config, 1, optimizer="muon")
+    assert estimated["optimizer"] == pytest.approx(simulated["optimizer"], rel=1e-4)  # AdamW's step counters
+    assert estimated["total"] == pytest.approx(simulated["total"], rel=0.05)
+
+
+def test_plan_shows_what_muons_state_buys_at_6_7b_on_an_h200():
+    def plan(*overrides):
+        result = warm_python.run(["scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h200", "--json", *overrides],
+                                 cwd=REPO, timeout=120)
+        return json.loads(result.stdout)
+    adamw, muon = plan(), plan("--optimizer=muon")
+    saved = 4 * 32 * 12 * 4096 ** 2 / 1e9  # 4 bytes a matrix value: Muon's one momentum for AdamW's two
+    assert adamw["memory_gb"]["optimizer"] - muon["memory_gb"]["optimizer"] == pytest.approx(saved)
+    for policy, total in adamw["total_gb_by_policy"].items():
+        assert total - muon["total_gb_by_policy"][policy] == pytest.approx(saved), policy
+    # what it buys: no recompute at all, where AdamW needs selective checkpointing
+    assert (adamw["activation_checkpointing"], muon["activation_checkpointing"]) == ("selective", "none")
+    assert 0 < muon["muon_seconds_per_iter"] < 0.02 * muon["seconds_per_iter"] and adamw["muon_seconds_per_iter"] == 0
+    assert muon["checkpoint_gb"] == pytest.approx(adamw["checkpoint_gb"] - saved)

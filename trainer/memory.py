@@ -434,7 +434,8 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     fused = optimizer == "adamw" and master_weights == "float32" and not offload
-    if not fused and not offload:  # on real tensors first: torchao computes its quantization tables once, from values
+    steps = fused or optimizer == "muon"  # Muon's matmuls run on fake tensors, its AdamW half fused
+    if not steps and not offload:  # on real tensors first: torchao computes its quantization tables once, from values
         optim.build(nn.Linear(64, 64), optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights)
     with FakeTensorMode() if fake else contextlib.nullcontext():
         model = GPT(config)
@@ -459,7 +460,7 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
                     loss = model(idx, idx)[1]
                 (loss / micro_batches).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            if fused:
+            if steps:
                 optimizer.step()
             model.zero_grad(set_to_none=True)
         peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
