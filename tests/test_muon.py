@@ -141,3 +141,14 @@ def test_plan_shows_what_muons_state_buys_at_6_7b_on_an_h200():
     assert (adamw["activation_checkpointing"], muon["activation_checkpointing"]) == ("selective", "none")
     assert 0 < muon["muon_seconds_per_iter"] < 0.02 * muon["seconds_per_iter"] and adamw["muon_seconds_per_iter"] == 0
     assert muon["checkpoint_gb"] == pytest.approx(adamw["checkpoint_gb"] - saved)
+
+
+@pytest.mark.e2e
+def test_spike_rollback_restores_muons_momentum_bit_exactly(tmp_path, data_dir):
+    """A burst of spikes rolls a Muon run back to a checkpoint (its momentum with it); stopped in the middle of
+    the burst and resumed, the run ends where the uninterrupted one does, bit for bit."""
+    from test_spikes import spiky
+    assert "rolled back to iter 6" in spiky(tmp_path / "whole", data_dir, "--optimizer=muon").stdout
+    spiky(tmp_path / "split", data_dir, "--optimizer=muon", "--max_iters=10")
+    assert "rolled back to iter 6" in spiky(tmp_path / "split", data_dir, "--optimizer=muon").stdout
+    assert_same_weights(tmp_path / "whole" / "ckpt_16.pt", tmp_path / "split" / "ckpt_16.pt")
