@@ -92,17 +92,19 @@ def test_a_muon_run_resumes_bit_exactly_and_refuses_another_optimizer(tmp_path, 
 
 
 @pytest.mark.e2e
-def test_muon_under_ddp_and_fsdp_matches_one_process(tmp_path, data_dir):
-    """DDP steps torch's Muon on the all-reduced gradients; FSDP2 orthogonalises each matrix on its owner rank
-    and scatters the shards back; both follow one process's losses and weights, and FSDP's resume is exact."""
+def test_muon_under_ddp_fsdp_and_hsdp_matches_one_process(tmp_path, data_dir):
+    """DDP steps torch's Muon on the all-reduced gradients; FSDP2 and HSDP orthogonalise each matrix on its owner
+    rank and scatter the shards back; all follow one process's losses and weights, through an FSDP resume."""
     from test_distributed import final_weights, losses, run
     args = ["--optimizer=muon", "--max_iters=4", "--eval_interval=0"]
     run(tmp_path / "one", data_dir, *args)
     run(tmp_path / "ddp", data_dir, *args, nproc=2)
     run(tmp_path / "fsdp", data_dir, *args, "--strategy=fsdp", "--max_iters=2", nproc=2)
     assert "resuming after 2" in run(tmp_path / "fsdp", data_dir, *args, "--strategy=fsdp", nproc=2).stdout
+    # HSDP's 2-D mesh (1 replica x 2 shards): the owner is found on the mesh's shard dimension
+    run(tmp_path / "hsdp", data_dir, *args, "--strategy=hsdp", "--hsdp_shard_size=2", nproc=2)
     one = final_weights(tmp_path / "one", 4)
-    for out in ("ddp", "fsdp"):
+    for out in ("ddp", "fsdp", "hsdp"):
         assert losses(tmp_path / out) == pytest.approx(losses(tmp_path / "one"), abs=2e-4), out
         # Newton-Schulz runs in bf16: a gradient summed in another order can move an update by a bf16 step
         # (lr x 0.2 sqrt(96) x 2^-8 ~ 2e-5 a step here), more than test_distributed's fp32 tolerance
