@@ -149,7 +149,7 @@ HELP = {
         ignore_memory_estimate="True: start even when memory.py's estimate says the setting cannot fit",
     ),
     "optimizer": dict(
-        optimizer="'adamw' (fp32 moments, 8 B/param), or torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B)",
+        optimizer="'adamw' (fp32 moments, 8 B/param), torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B), 'muon' (docs/optimizers.md)",
         master_weights="'float32', or 'bfloat16': 2 B/param weights, stochastically rounded steps, fp32 gradients",
         optimizer_offload="True: AdamW's fp32 state and step on the host (12 B/param of host memory), not the GPU",
         learning_rate="the peak learning rate, reached after warmup_iters",
@@ -362,6 +362,10 @@ def check(cfg, world_size, distributed=None):
         return f"master_weights must be one of {', '.join(MASTER_WEIGHTS)}, got {cfg.master_weights!r}"
     if cfg.master_weights == "bfloat16" and cfg.dtype != "bfloat16":
         return "master_weights='bfloat16' needs dtype='bfloat16'"
+    if cfg.optimizer == "muon" and (cfg.master_weights == "bfloat16" or cfg.optimizer_offload):
+        # torch's Muon rounds bf16 weights to nearest (small updates vanish); offload's host step is AdamW's alone
+        return (f"optimizer='muon' steps fp32 weights on the device: set master_weights='float32' and "
+                f"optimizer_offload=False (its momentum already takes half AdamW's memory on the matrices)")
     if cfg.optimizer_offload and cfg.optimizer != "adamw":
         return (f"optimizer_offload=True runs PyTorch's AdamW on the host, not {cfg.optimizer!r}: set optimizer='adamw' "
                 f"(low-bit moments would only save host memory)")

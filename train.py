@@ -146,6 +146,8 @@ torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 model = sharding.wrap(raw_model, cfg, how, world_size, device_type, local_rank, log)  # DDP, FSDP2, compile
 optimizer = optim.build(raw_model, cfg.optimizer, cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
                         device_type, cfg.master_weights, cfg.optimizer_offload)
+if isinstance(optimizer, optim.MuonAdamW):
+    log(optimizer.describe())
 guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
 fp8_all_gather = cfg.fp8 and fsdp  # each weight's scale then comes from one all-reduce after each change of the weights
 

@@ -42,6 +42,7 @@ from trainer import precision  # noqa: E402
 from model import CHECKPOINTING_POLICIES, GPT, model_config  # noqa: E402
 
 DEFAULT_GPU = "mi300x"
+MUON_MODE = ("muon", "float32", False)  # shown beside the AdamW modes: what Muon's smaller state buys
 LONG_RUN_DAYS = 365
 GPUS_PER_NODE = 8
 
@@ -66,6 +67,16 @@ def compute_seconds(cfg, flops_per_token, gpus, mfu, gpu):
     tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
     seconds = tokens_per_iter * flops_per_token / (gpus * mfu * gpu.peak_tflops * 1e12)
     return seconds / FP8_ASSUMED_SPEEDUP if cfg.fp8 else seconds
+
+
+def muon_seconds(cfg, model, gpus, mfu, gpu):
+    """Muon's Newton-Schulz matmuls once per optimizer step (optim.newton_schulz_flops) at `mfu` of the bf16 peak,
+    shared among the ranks that own the matrices under FSDP (each matrix once per shard group); every DDP rank
+    repeats them all. 0 for AdamW."""
+    if cfg.optimizer != "muon":
+        return 0.0
+    owners = {"fsdp": gpus, "hsdp": cfg.hsdp_shard_size or gpus}.get(cfg.strategy, 1) if gpus > 1 else 1
+    return optim.newton_schulz_flops(model) / (owners * mfu * gpu.peak_tflops * 1e12)
 
 
 def offload_seconds(n_params, mode):
@@ -117,7 +128,8 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     mode = optim.mode_of(vars(cfg))
     n_params = model.get_num_params(non_embedding=False)
     # the recompute is extra work the GPU does at the same time (HFU); offload's copies are time it waits
-    seconds_per_iter = compute_seconds(cfg, flops, gpus, mfu, gpu) + offload_seconds(n_params, mode)
+    seconds_per_iter = compute_seconds(cfg, flops, gpus, mfu, gpu) + offload_seconds(n_params, mode) \
+        + muon_seconds(cfg, model, gpus, mfu, gpu)
     days = cfg.max_iters * seconds_per_iter / 86400
     estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode, fp8=cfg.fp8)
     plan = {
@@ -146,6 +158,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "total_gb_by_policy": {p: memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, (p, -1),
                                                   *mode, fp8=cfg.fp8)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
         "optimizer": cfg.optimizer,
+        "muon_share": optim.muon_share(model),  # the parameters Muon would step (the blocks' matrices)
         "master_weights": cfg.master_weights,
         "optimizer_offload": cfg.optimizer_offload,
         # on one machine of min(gpus, gpus_per_node) processes, by part (memory.host_estimate)
@@ -153,6 +166,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "host_memory_gb": {k: v / 1e9 for k, v in memory.host_estimate(model, cfg, batch_size, gpus,
                                                                        min(gpus, gpus_per_node)).items()},
         "offload_seconds_per_iter": offload_seconds(n_params, mode),
+        "muon_seconds_per_iter": muon_seconds(cfg, model, gpus, mfu, gpu),
         "modes": mode_table(cfg, gpu, gpus, mfu),
         "fits": setting.fits,
         "refusal": refusal,  # train.py's one-line refusal on this budget, or None
@@ -166,7 +180,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "days": days,
         "price_per_hour": price_per_hour,
         "cost_usd": days * 24 * price_per_hour * gpus,
-        "checkpoint_gb": optim.checkpoint_bytes(n_params, mode) / 1e9,
+        "checkpoint_gb": optim.checkpoint_bytes(n_params, mode, optim.muon_share(model)) / 1e9,
         "keep_last_n": cfg.keep_last_n,
         "math_attention_extra_gb": (memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode,
                                                     attention="math", fp8=cfg.fp8)["total"] - estimate["total"]) / 1e9,
@@ -193,7 +207,7 @@ def mode_table(cfg, gpu, gpus, mfu):
     needs to fit, and offload's PCIe copies (offload_seconds; the host's arithmetic is left out). The
     on-GPU optimizer step runs once per gradient_accumulation_steps micro-batches and is not counted."""
     # the recipes train.py would run here (bf16 weights need bf16 autocast; neither they nor offload run under FSDP)
-    recipes = [mode for mode in optim.RECIPES if configurator.check(with_mode(cfg, mode), gpus) is None]
+    recipes = [mode for mode in [*optim.RECIPES, MUON_MODE] if configurator.check(with_mode(cfg, mode), gpus) is None]
     table = []
     for mode in recipes:
         choice, setting, _ = choose_setting(cfg, gpu, gpus, mode)
@@ -207,7 +221,8 @@ def mode_table(cfg, gpu, gpus, mfu):
                       "fits": choice is not None, "activation_checkpointing": policy, "recompute_blocks": k,
                       "batch_size": batch_size, "total_gb": total / 1e9,
                       "step_time": (flops + recompute) / flops
-                      + offload_seconds(model.get_num_params(non_embedding=False), mode)
+                      + (offload_seconds(model.get_num_params(non_embedding=False), mode)
+                         + muon_seconds(with_mode(cfg, mode), model, gpus, mfu, gpu))
                       / compute_seconds(cfg, flops, gpus, mfu, gpu)})
     return table
 
@@ -215,8 +230,9 @@ def mode_table(cfg, gpu, gpus, mfu):
 def best_mode(plan, config_batch_size):
     """The mode that fits with the fewest FLOPs a step, then one that keeps at least the config's
     micro-batch (a smaller one costs weight casts and gradient accumulations per token), then the most
-    precise (the first of optim.RECIPES); or None."""
-    fitting = [m for m in plan["modes"] if m["fits"]]
+    precise (the first of optim.RECIPES); or None. Muon is another training recipe, not a memory saving
+    to switch to: suggested only to a config that already uses it."""
+    fitting = [m for m in plan["modes"] if m["fits"] and (m["optimizer"] == "muon") == (plan["optimizer"] == "muon")]
     return min(fitting, key=lambda m: (round(m["step_time"], 3), m["batch_size"] < config_batch_size)) \
         if fitting else None
 
@@ -344,12 +360,16 @@ def report(plan, cfg, config_args):
     lines += ["", f"memory per GPU on {plan['gpu_name']} ({hardware.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
                   f"{plan['gpu_memory_gb']:.1f}e9 bytes), {setup}:"]
     mode = (plan["optimizer"], plan["master_weights"], plan["optimizer_offload"])
-    per_param = optim.bytes_per_param(*mode)
+    per_param = optim.bytes_per_param(*mode, plan["muon_share"])
     mode_notes = {"weights": f"{plan['master_weights']}, {per_param['weights']} B/param",
                   "optimizer": f"{optim.describe(*mode).split(',')[0]}, ~{per_param['optimizer']:.3g} B/param"}
     for key, label, note in MEMORY_ROWS:
         if mem[key]:
             note = mode_notes.get(key) or note or act_note
+            if key == "optimizer" and plan["optimizer"] == "muon":
+                label = "Muon momentum, AdamW moments"
+            elif key == "optimizer_step" and plan["optimizer"] == "muon":
+                note = "Muon's Newton-Schulz on the largest matrix, whole (its owner's, under FSDP)"
             lines.append(f"  {label:<29} {mem[key]:7.1f} GB  {note}")
     spare, budget = plan["budget_gb"] - plan["needed_gb"], f"the {plan['budget_gb']:.1f} GB budget"
     verdict = f"fits {budget}, {spare:.1f} GB to spare" if plan["fits"] else f"DOES NOT FIT {budget}: {-spare:.1f} GB over"
@@ -388,7 +408,9 @@ def report(plan, cfg, config_args):
         f"time at {plan['mfu']:.0%} MFU of {plan['peak_tflops']:g} TFLOPS per GPU"
         + (f" (HFU {plan['hfu']:.0%} with the recompute)" if plan["recompute_flops_per_token"] else "")
         + (f", fp8 {plan['fp8']} assumed {FP8_ASSUMED_SPEEDUP:g}x bf16's speed (unmeasured)" if plan["fp8"] else "") + ":",
-        f"  {plan['seconds_per_iter']:,.1f} s per iteration, {plan['tokens_per_second']:,.0f} tokens/s",
+        f"  {plan['seconds_per_iter']:,.1f} s per iteration, {plan['tokens_per_second']:,.0f} tokens/s"
+        + (f" (Muon's Newton-Schulz {plan['muon_seconds_per_iter']:.2f} s of it, at the same MFU: an estimate)"
+           if plan["muon_seconds_per_iter"] else ""),
         f"  {plan['days']:,.1f} days, ${plan['cost_usd']:,.0f} at ${plan['price_per_hour']:g} per GPU-hour",
         f"checkpoints: {plan['checkpoint_gb']:.1f} GB each (weights + optimizer state); "
         + (f"keep_last_n={cfg.keep_last_n} plus the save in progress: "

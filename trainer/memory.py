@@ -197,10 +197,9 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     peaks = activation_peaks(model, config, batch_size, act_bytes, residual_bytes, attention, fp8)
     peaks = [{**p, "optimizer_step": 0} for p in peaks]
     # the third moment: the optimizer step, activations gone, the low-bit step's temporaries there
-    largest = max(p.numel() for p in model.parameters())
-    peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.STEP_TEMP_BYTES[optimizer] * largest / shards})
+    peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.step_temp_bytes(model, optimizer, shards)})
     moment = max(peaks, key=lambda p: sum(p.values()))
-    per_param = optim.bytes_per_param(optimizer, master_weights, offload)
+    per_param = optim.bytes_per_param(optimizer, master_weights, offload, optim.muon_share(model))
     m = {
         "weights": per_param["weights"] * n_params / shards,  # the master weights
         "grads": per_param["grads"] * n_params / shards,  # fp32, accumulated across micro-batches
@@ -552,7 +551,8 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     fused = optimizer == "adamw" and master_weights == "float32" and not offload
-    if not fused and not offload:  # on real tensors first: torchao computes its quantization tables once, from values
+    steps = fused or optimizer == "muon"  # Muon's matmuls run on fake tensors, its AdamW half fused
+    if not steps and not offload:  # on real tensors first: torchao computes its quantization tables once, from values
         optim.build(nn.Linear(64, 64), optimizer, 0.0, 1e-4, (0.9, 0.95), "cpu", master_weights)
     with FakeTensorMode() if fake else contextlib.nullcontext():
         model = GPT(config)
@@ -577,7 +577,7 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
                     loss = model(idx, idx)[1]
                 (loss / micro_batches).backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            if fused:
+            if steps:
                 optimizer.step()
             model.zero_grad(set_to_none=True)
         peak = next(iter(tracker.get_tracker_snapshot("peak").values()))

@@ -22,20 +22,29 @@ tensor subclass that torch.save / torch.load(weights_only=True) handle once torc
 `optimizer_offload=True` (offload.py) keeps AdamW's state and runs its step on the host: the GPU holds
 only the weights and their gradients. With bf16 weights the host's fp32 copy is the master.
 
+'muon' is PyTorch's Muon (torch.optim.Muon) on the blocks' weight matrices (attention's qkv and
+projection, the MLP's two), AdamW on everything else (the embeddings and the tied LM head, LayerNorm
+gains, biases), as Moonshot (arXiv 2502.16982), nanochat and modded-nanogpt split it, in one
+optimizer object (MuonAdamW). Muon's lr is adjusted with 'match_rms_adamw' (0.2 sqrt(max(A, B))), so
+`learning_rate` means what it means for AdamW; its state is one fp32 momentum, 4 bytes a parameter.
+
 A memory mode is the triple (optimizer, master_weights, optimizer_offload), in that order everywhere.
 """
 import inspect
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.optim import _muon  # Muon's Newton-Schulz and lr adjustment, for the FSDP path (MuonAdamW)
 
 from trainer.offload import IMPLEMENTATION_KEYS, HostAdamW
 
-OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit")
+OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit", "muon")
 MASTER_WEIGHTS = ("float32", "bfloat16")
 BLOCK = 256  # values per quantization scale
 # bytes of optimizer state per parameter: two moments, plus a 4-byte scale per block for each
 STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2 * (1 + 4 / BLOCK), "adamw4bit": 2 * (0.5 + 4 / BLOCK)}
+MUON_STATE_BYTES = 4.0  # Muon's one fp32 momentum per matrix value; the rest of a 'muon' run keeps AdamW's 8
 
 
 # torchao's quantized step makes fp32 temporaries of the parameter it updates, one parameter at a
@@ -43,6 +52,11 @@ STATE_BYTES = {"adamw": 8.0, "adamw8bit": 2 * (1 + 4 / BLOCK), "adamw4bit": 2 * 
 # (python scripts/bench_optim.py --step_memory); PyTorch's fused AdamW and torchao's unquantized one
 # make none worth counting
 STEP_TEMP_BYTES = {"adamw": 0, "adamw8bit": 8, "adamw4bit": 26}
+# Muon's step, one matrix at a time, peaks on the largest: the fp32 Nesterov update, the bf16 iterate and
+# the next one, then the bf16 result and its fp32 promotion in the weight's add_, ~10 bytes a value, plus
+# two bf16 Gram matrices of its smaller side (memory.simulate() runs the step on fake tensors: 10.3 B/value
+# with the Gram matrices on a 512 x 2048 matrix; tests/test_muon.py checks the two agree)
+MUON_STEP_BYTES = 10
 # from the fastest step to the leanest: what plan.py tries on a card, in this order
 RECIPES = [("adamw", "float32", False), ("adamw8bit", "float32", False), ("adamw4bit", "float32", False),
            ("adamw", "float32", True), ("adamw", "bfloat16", False), ("adamw8bit", "bfloat16", False),
@@ -55,28 +69,67 @@ def mode_of(config):
     return tuple(config.get(key, default) for key, default in MODE_KEYS)
 
 
-def bytes_per_param(optimizer, master_weights="float32", offload=False):
+def bytes_per_param(optimizer, master_weights="float32", offload=False, matrix_share=0.0):
     """What a mode keeps per parameter on the GPU for the whole run: {'weights', 'grads', 'optimizer'} bytes
-    (offload's state is in the host's memory: offload.host_bytes)."""
+    (offload's state is in the host's memory: offload.host_bytes). matrix_share: the fraction of the
+    parameters under Muon (muon_share(model)), for 'muon': 4 bytes for those, AdamW's 8 for the rest."""
     weights = 2 if master_weights == "bfloat16" else 4
     if offload:
         return {"weights": weights, "grads": 4, "optimizer": 0}
-    return {"weights": weights, "grads": 4, "optimizer": 2 * weights if optimizer == "adamw" else STATE_BYTES[optimizer]}
+    if optimizer == "muon":
+        state = MUON_STATE_BYTES * matrix_share + STATE_BYTES["adamw"] * (1 - matrix_share)
+    else:
+        state = 2 * weights if optimizer == "adamw" else STATE_BYTES[optimizer]
+    return {"weights": weights, "grads": 4, "optimizer": state}
 
 
-def saved_bytes_per_param(optimizer, master_weights="float32", offload=False):
+def saved_bytes_per_param(optimizer, master_weights="float32", offload=False, matrix_share=0.0):
     """A checkpoint's bytes per parameter: the weights and the optimizer state (offload's fp32 moments,
     and its fp32 master behind bf16 weights)."""
-    per_param = bytes_per_param(optimizer, master_weights, offload)
+    per_param = bytes_per_param(optimizer, master_weights, offload, matrix_share)
     if offload:  # fp32 moments, and the fp32 master where it is not the weight itself
         return per_param["weights"] + STATE_BYTES["adamw"] + (4 if master_weights == "bfloat16" else 0)
     return per_param["weights"] + per_param["optimizer"]
 
 
-def checkpoint_bytes(n_params, mode=("adamw", "float32", False)):
+def checkpoint_bytes(n_params, mode=("adamw", "float32", False), matrix_share=0.0):
     """A saved checkpoint of a mode (optimizer, master_weights, offload): the weights and the optimizer
-    state; the sampler, RNG and config add kilobytes. plan.py shows it, train.py sizes its timeout by it."""
-    return saved_bytes_per_param(*mode) * n_params
+    state; the sampler, RNG and config add kilobytes. plan.py shows it, train.py sizes its timeout by it
+    (for 'muon' without matrix_share, as if AdamW's: an upper bound)."""
+    return saved_bytes_per_param(*mode, matrix_share) * n_params
+
+
+def step_temp_bytes(model, optimizer, shards=1):
+    """The optimizer step's temporaries at its peak, per GPU. Muon's are a whole matrix's even under FSDP:
+    its owner gathers it; AdamW's (fused) beside it make none."""
+    if optimizer == "muon":
+        rows, cols = max((p.shape for n, p in model.named_parameters() if is_muon_matrix(n, p)),
+                         key=lambda shape: shape.numel())
+        return MUON_STEP_BYTES * rows * cols + 2 * 2 * min(rows, cols) ** 2
+    return STEP_TEMP_BYTES[optimizer] * max(p.numel() for p in model.parameters()) / shards
+
+
+def newton_schulz_flops(model, ns_steps=_muon.DEFAULT_NS_STEPS):
+    """FLOPs of Muon's orthogonalisation per optimizer step: on each m x n matrix (m <= n, transposed if not)
+    each iteration makes A = X X^T (2 m^2 n), B = bA + cA^2 (2 m^3) and aX + BX (2 m^2 n)."""
+    flops = 0
+    for name, p in model.named_parameters():
+        if is_muon_matrix(name, p):
+            m, n = sorted(p.shape)
+            flops += ns_steps * (4 * m * m * n + 2 * m ** 3)
+    return flops
+
+
+def is_muon_matrix(name, p):
+    """Muon's parameters: the blocks' 2-D weights (qkv, attention's and the MLP's projections, the MLP's fc).
+    The embeddings (and the LM head tied to wte) and the 1-D gains and biases stay with AdamW."""
+    return p.dim() == 2 and ".h." in f".{name}"
+
+
+def muon_share(model):
+    """The fraction of model's parameters (shapes suffice: meta tensors) that 'muon' puts under Muon."""
+    params = dict(model.named_parameters())
+    return sum(p.numel() for n, p in params.items() if is_muon_matrix(n, p)) / sum(p.numel() for p in params.values())
 
 
 def describe(optimizer, master_weights="float32", offload=False):
@@ -84,7 +137,8 @@ def describe(optimizer, master_weights="float32", offload=False):
     if offload:
         weights = "bf16 weights (fp32 master on the host)" if master_weights == "bfloat16" else "fp32 weights"
         return f"AdamW on the host (offload), {weights}"
-    kind = {"adamw": "AdamW", "adamw8bit": "8-bit AdamW (torchao)", "adamw4bit": "4-bit AdamW (torchao)"}[optimizer]
+    kind = {"adamw": "AdamW", "adamw8bit": "8-bit AdamW (torchao)", "adamw4bit": "4-bit AdamW (torchao)",
+            "muon": "Muon on the blocks' matrices and AdamW on the rest"}[optimizer]
     return f"{kind}, {'bf16 weights (stochastic rounding)' if master_weights == 'bfloat16' else 'fp32 weights'}"
 
 
@@ -164,27 +218,148 @@ def param_groups(model, weight_decay):
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
+def _keep_implementation(optimizer):
+    """A loaded state dict brings the saving optimizer's way of running (a CPU run's foreach, offload's
+    fused=None): keep this one's, fused on a GPU, whose step the memory estimate prices. Registered before
+    the load, so that torch places `step` for the way it runs: on the parameters' device for fused or
+    capturable, else where it was saved (a CPU tensor after torch.load(map_location='cpu'))."""
+    running = [{k: group[k] for k in IMPLEMENTATION_KEYS if k in group} for group in optimizer.param_groups]
+
+    def run_as_built(_, state_dict):
+        groups = [{**saved, **keys} for saved, keys in zip(state_dict["param_groups"], running)]
+        return {**state_dict, "param_groups": groups}
+    optimizer.register_load_state_dict_pre_hook(run_as_built)
+
+
+def _torch_adamw(groups, learning_rate, betas, device_type):
+    """PyTorch's AdamW, fused on a GPU."""
+    fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+    extra = {"fused": True} if fused else {"foreach": device_type != "cpu"}
+    return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """torch.optim.Muon over `matrices` and torch.optim.AdamW over `adamw_groups`, as one Optimizer: its
+    param_groups are theirs (Muon's first) and its state is theirs too (one dict, keyed by parameter),
+    so state_dict, load_state_dict, zero_grad, set_lr and torch.distributed.checkpoint see one ordinary
+    optimizer. lr is one value for both; Muon's is scaled per matrix by 'match_rms_adamw'.
+
+    Under FSDP2 (DTensor shards, which torch's Muon cannot orthogonalise: Newton-Schulz needs the whole
+    matrix) each matrix has one owner rank in its shard group, chosen largest first onto the least loaded
+    rank: the momentum is updated on the shards, the owner gathers the update in bf16 (what Newton-Schulz
+    casts it to first, so the result is one process's bit for bit), orthogonalises it with torch's own
+    _zeropower_via_newtonschulz and scatters the shards back. Nothing here is re-implemented but that."""
+
+    def __init__(self, matrices, adamw_groups, learning_rate, betas, weight_decay, device_type):
+        self.muon = torch.optim.Muon(matrices, lr=learning_rate, weight_decay=weight_decay,
+                                     adjust_lr_fn="match_rms_adamw")
+        self.adamw = _torch_adamw(adamw_groups, learning_rate, betas, device_type)
+        super().__init__(self.muon.param_groups + self.adamw.param_groups, {})
+        self._link()
+        make_adamw_state(self.adamw)
+        for p in matrices:
+            self.state[p] = {"momentum_buffer": torch.zeros_like(p, memory_format=torch.preserve_format)}
+        self.owners = _owners(matrices)
+
+    def describe(self):
+        """train.log's line: how many parameters each half steps."""
+        count = [sum(p.numel() for g in part.param_groups for p in g["params"]) for part in (self.muon, self.adamw)]
+        return (f"muon: {count[0]:,} parameters under Muon ({len(self.muon.param_groups[0]['params'])} matrices), "
+                f"{count[1]:,} under AdamW")
+
+    def _link(self):
+        """Muon and AdamW step over this optimizer's groups and state (again after a load replaced them)."""
+        k = len(self.muon.param_groups)
+        self.muon.param_groups, self.adamw.param_groups = self.param_groups[:k], self.param_groups[k:]
+        self.muon.state = self.adamw.state = self.state
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self._link()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.adamw.step()
+        if not any(isinstance(p, DTensor) for group in self.muon.param_groups for p in group["params"]):
+            return self.muon.step()
+        for group in self.muon.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._sharded_step(p, group)
+
+    def _sharded_step(self, p, group):
+        """torch's _single_tensor_muon for one FSDP2-sharded matrix, Newton-Schulz on its owner rank."""
+        momentum, lr = group["momentum"], group["lr"]
+        buf = self.state[p]["momentum_buffer"]
+        buf.lerp_(p.grad, 1 - momentum)
+        update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
+        orthogonal = _orthogonalise_on_owner(update, self.owners[p], group["ns_coefficients"], group["ns_steps"],
+                                             group["eps"])
+        orthogonal = DTensor.from_local(orthogonal, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+        p.mul_(1 - lr * group["weight_decay"])
+        p.add_(orthogonal, alpha=-_muon._adjust_lr(lr, group["adjust_lr_fn"], p.shape))
+
+
+def _owners(matrices):
+    """Each matrix's owner: its index in the shard group, largest matrices first onto the least loaded."""
+    owners, load = {}, {}
+    for p in sorted(matrices, key=lambda p: -p.numel()):
+        if isinstance(p, DTensor):
+            size = p.device_mesh.size(_shard_dim(p))
+            owner = min(range(size), key=lambda r: (load.get(r, 0), r))
+            owners[p], load[owner] = owner, load.get(owner, 0) + p.numel()
+    return owners
+
+
+def _shard_dim(p):
+    """The mesh dimension a DTensor matrix is sharded over (FSDP2 shards dim 0; HSDP replicates over the other)."""
+    dims = [i for i, placement in enumerate(p.placements) if placement.is_shard()]
+    if len(dims) != 1 or p.placements[dims[0]].dim != 0:
+        raise ValueError(f"Muon under FSDP expects one Shard(0) placement, got {p.placements}")
+    return dims[0]
+
+
+def _orthogonalise_on_owner(update, owner, ns_coefficients, ns_steps, eps):
+    """This rank's rows of Newton-Schulz(update), computed once, on `owner` of the shard group: the
+    bf16 shards (padded to torch.chunk's equal size) gathered there, orthogonalised, scattered back."""
+    group = update.device_mesh.get_group(_shard_dim(update))
+    size, rows = dist.get_world_size(group), update.shape[0]
+    chunk = -(-rows // size)  # FSDP2's torch.chunk: equal chunks, the last ones short or empty
+    local = update.to_local().bfloat16()
+    padded = torch.zeros(chunk, update.shape[1], dtype=torch.bfloat16, device=local.device)
+    padded[:local.shape[0]] = local
+    owner_rank = dist.get_global_rank(group, owner)
+    mine = dist.get_rank(group) == owner
+    pieces = [torch.empty_like(padded) for _ in range(size)] if mine else None
+    dist.gather(padded, pieces, dst=owner_rank, group=group)
+    if mine:
+        full = torch.cat(pieces)[:rows]
+        result = _muon._zeropower_via_newtonschulz(full, ns_coefficients, ns_steps, eps)
+        # contiguous: a tall matrix comes back transposed, and the collectives send memory as it lies
+        pieces = [piece.contiguous() for piece in torch.nn.functional.pad(result, (0, 0, 0, chunk * size - rows)).chunk(size)]
+    dist.scatter(padded, pieces, src=owner_rank, group=group)
+    return padded[:local.shape[0]]
+
+
 def build(model, name, weight_decay, learning_rate, betas, device_type, master_weights="float32", offload=False):
     """The optimizer `name` (one of OPTIMIZERS) over model's parameters, whose dtype master_weights says,
     on the host if offload (AdamW only: configurator.py checks)."""
+    if name == "muon":
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        matrices = [p for n, p in named if is_muon_matrix(n, p)]
+        rest = [(n, p) for n, p in named if not is_muon_matrix(n, p)]
+        groups = [{"params": [p for _, p in rest if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for _, p in rest if p.dim() < 2], "weight_decay": 0.0}]
+        optimizer = MuonAdamW(matrices, groups, learning_rate, betas, weight_decay, device_type)
+        _keep_implementation(optimizer)
+        return optimizer
     groups = param_groups(model, weight_decay)
     if offload:
         return HostAdamW(groups, lr=learning_rate, betas=betas)
     rounding = master_weights == "bfloat16"
     if name == "adamw" and not rounding:
-        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-        extra = {"fused": True} if fused else {"foreach": device_type != "cpu"}
-        optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **extra)
-        # a loaded state dict brings the saving optimizer's way of running (a CPU run's foreach, offload's
-        # fused=None): keep this one's, fused on a GPU, whose step the memory estimate prices. Before the
-        # load, so that torch places `step` for the way it runs: on the parameters' device for fused or
-        # capturable, else where it was saved (a CPU tensor after torch.load(map_location='cpu'))
-        running = [{k: group[k] for k in IMPLEMENTATION_KEYS if k in group} for group in optimizer.param_groups]
-
-        def run_as_built(_, state_dict):
-            groups = [{**saved, **keys} for saved, keys in zip(state_dict["param_groups"], running)]
-            return {**state_dict, "param_groups": groups}
-        optimizer.register_load_state_dict_pre_hook(run_as_built)
+        optimizer = _torch_adamw(groups, learning_rate, betas, device_type)
+        _keep_implementation(optimizer)
         make_adamw_state(optimizer)
         return optimizer
     from torchao.optim import _AdamW, AdamW4bit, AdamW8bit  # _AdamW: torchao's unquantized one, which rounds
