@@ -364,8 +364,8 @@ def check(cfg, world_size, distributed=None):
         return "master_weights='bfloat16' needs dtype='bfloat16'"
     if cfg.optimizer == "muon" and (cfg.master_weights == "bfloat16" or cfg.optimizer_offload):
         # torch's Muon rounds bf16 weights to nearest (small updates vanish); offload's host step is AdamW's alone
-        return (f"optimizer='muon' steps fp32 weights on the device: set master_weights='float32' and "
-                f"optimizer_offload=False (its momentum already takes half AdamW's memory on the matrices)")
+        return ("optimizer='muon' steps fp32 weights on the device: set master_weights='float32' and "
+                "optimizer_offload=False (its momentum already takes half AdamW's memory on the matrices)")
     if cfg.optimizer_offload and cfg.optimizer != "adamw":
         return (f"optimizer_offload=True runs PyTorch's AdamW on the host, not {cfg.optimizer!r}: set optimizer='adamw' "
                 f"(low-bit moments would only save host memory)")
