@@ -2,16 +2,14 @@
 optimizer that steps as the two would apart, resumes bit-exactly, is refused where it cannot compose,
 is priced by memory.py and plan.py, and under torchrun (DDP, FSDP2) gives one process's losses."""
 import copy
-import json
 import shutil
 
 import pytest
 import torch
 
 import configurator
-import warm_python
-from conftest import REPO
 from model import GPT, GPTConfig
+from test_optim import plan_json
 from test_train import assert_same_weights, train
 from trainer import memory, optim
 
@@ -131,9 +129,7 @@ def test_memory_prices_muons_momentum_and_its_step():
 
 def test_plan_shows_what_muons_state_buys_at_6_7b_on_an_h200():
     def plan(*overrides):
-        result = warm_python.run(["scripts/plan.py", "config/train_gpt3_6b.py", "--gpu", "h200", "--json", *overrides],
-                                 cwd=REPO, timeout=120)
-        return json.loads(result.stdout)
+        return plan_json("config/train_gpt3_6b.py", "--gpu", "h200", *overrides)
     adamw, muon = plan(), plan("--optimizer=muon")
     saved = 4 * 32 * 12 * 4096 ** 2 / 1e9  # 4 bytes a matrix value: Muon's one momentum for AdamW's two
     assert adamw["memory_gb"]["optimizer"] - muon["memory_gb"]["optimizer"] == pytest.approx(saved)
