@@ -32,8 +32,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import configurator
 from model import GPT, GPTConfig
 from trainer import (
-    bins, casting, checkpoint, elastic, evaluation, hardware, hellaswag, hf, memory, metrics, mixture, optim, precision,
-    resume, runlock, runlog, sharding, spikes, stopping, tokenizer, wandb_logging)
+    bins, checkpoint, elastic, evaluation, hardware, hellaswag, hf, memory, metrics, mixture, optim, precision,
+    resume, runlock, runlog, saving, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config
@@ -79,14 +79,14 @@ if device_type == "cuda":
     torch.cuda.set_device(device)  # first: under torchrun nothing may touch GPU 0 from another rank
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-if cfg.fp8 and (problem := precision.device_problem(device)):
+if cfg.fp8 and (problem := precision.device_problem(device) or precision.kernel_problem(cfg.fp8, device)):
     fail(problem)
 if device_type == "cuda" and (problem := environment.compiler_problem(cfg.compile)):
     fail(problem)
 # bf16 autocast computes in bf16 over fp32 master weights; no loss scaling needed. Its cast cache
 # is off: each weight is used once per forward anyway, and with checkpointing the cache would keep
 # every block's bf16 copy alive to the end of the forward (13.3 GB at 6.7B) for nothing. (Training
-# without recompute casts once per step instead, below: casting.py.)
+# without recompute casts once per step instead, below: precision.py.)
 autocast = (
     torch.autocast(device_type=device_type, dtype=torch.bfloat16, cache_enabled=False)
     if cfg.dtype == "bfloat16" else nullcontext()
@@ -110,7 +110,7 @@ if distributed:
     save_group = dist.new_group(backend="gloo", timeout=save_timeout)
     run_log.explain = lambda error, compiling=run_log.explain: compiling(error) or elastic.explain_timeout(
         error, save_group, timeout)  # names the hung rank
-saver = checkpoint.Saver(cfg.checkpoint_async, save_group, log)
+saver = saving.Saver(cfg.checkpoint_async, save_group, log)
 
 
 def agree(flag):
@@ -345,7 +345,7 @@ hardware_flops = model_flops + hardware.recompute_flops_per_token(
     memory.block_params(raw_model), gptconf.num_recomputed_blocks(), gptconf.n_embd, gptconf.block_size, gptconf.activation_checkpointing)
 
 # each fp32 weight cast to bf16 once per optimizer step, not once per micro-batch, where that costs nothing
-step_casts, train_autocast = casting.once_per_step(device_type) if casting.applies(
+step_casts, train_autocast = precision.step_cast_contexts(device_type) if precision.casts_once_per_step(
     policy, cfg.dtype, cfg.master_weights, fsdp, cfg.compile, cfg.fp8) else (nullcontext(), autocast)
 
 # -----------------------------------------------------------------------------
@@ -480,7 +480,7 @@ saving = cfg.checkpoint_interval > 0  # 0 turns checkpoints off, for benchmarks
 last_saved_iter, last_save_time = iter_num, time.time()  # a checkpoint's state, or scratch: nothing to save
 nonfinite_in_a_row = nonfinite_total = steps_run = 0
 step_time_avg = None
-step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+step_start = {"sampler": sampler.state_dict(), "rng": resume.rng_state(device_type)}
 stop_vote = stopping.StopVote(stop_signal, timeout)
 stop_now = agree(stop_signal.received)
 while iter_num < cfg.max_iters and not stop_now:
@@ -492,7 +492,7 @@ while iter_num < cfg.max_iters and not stop_now:
         cfg.gradient_accumulation_steps, cfg.batch_size, 2)[rank::world_size]
     x, y = get_batch(sampler.read, my_windows[0])
     fault_scale = 1000.0 if fault_injected("SPIKE", iter_num) else 1.0
-    with step_casts:  # where casting.py applies, the weights' bf16 copies live until the step's last backward
+    with step_casts:  # where precision.casts_once_per_step, the weights' bf16 copies live until the step's last backward
         for micro_step in range(micro_steps):
             last = micro_step == micro_steps - 1
             sync_gradients(last)
@@ -543,7 +543,7 @@ while iter_num < cfg.max_iters and not stop_now:
     dt = time.time() - t0
     iter_num += 1
     steps_run += 1
-    step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+    step_start = {"sampler": sampler.state_dict(), "rng": resume.rng_state(device_type)}
 
     if spike:
         log(f"iter {iter_num}: loss spike, step skipped: {spike} ({guard.skipped} skipped in all)")
@@ -553,7 +553,7 @@ while iter_num < cfg.max_iters and not stop_now:
     if restored is not None:
         record("rollback", restored, from_iter=iter_num, first_spike=burst[0])
         iter_num, nonfinite_in_a_row = restored, 0
-        step_start = {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+        step_start = {"sampler": sampler.state_dict(), "rng": resume.rng_state(device_type)}
         if saving:  # over the checkpoint rolled back to: a kill now must not forget the data skip
             save(step_start)
         last_saved_iter, last_save_time = iter_num, time.time()

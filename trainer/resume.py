@@ -3,8 +3,16 @@
 train.py saves `run_state(...)` beside the weights and optimizer, and `restore(...)` puts a loaded
 checkpoint back into the live run: weights, optimizer, data position, RNGs and spike statistics.
 Both sides live here, so a field added to one cannot be forgotten by the other (tests/test_train.py
-resumes runs bit-exactly). Problems are raised as ResumeError, one line each, for train.py to print.
+resumes runs bit-exactly), the RNG states included (rng_state, set_rng_state). Problems are raised as
+ResumeError, one line each, for train.py to print.
 """
+import io
+import random
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
 from trainer import checkpoint, mixture, optim, spikes
 
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
@@ -13,6 +21,38 @@ SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "d
 
 class ResumeError(Exception):
     """A checkpoint that cannot continue this run, with what to do about it."""
+
+
+def rng_state(device_type):
+    """This process's RNG states as tensors and plain types, so the checkpoint loads with weights_only=True."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
+        "numpy": [torch.from_numpy(keys.copy()), pos, has_gauss, gauss],
+        "python": [version, list(internal), gauss_next],
+    }
+
+
+def gather_rng_states(rng):
+    """Every rank's rng_state, in rank order (under torchrun each rank has its own dropout streams).
+    Sent as bytes: pickled tensors do not survive the trip through all_gather_object."""
+    if not dist.is_initialized():
+        return [rng]
+    buffer, blobs = io.BytesIO(), [None] * dist.get_world_size()
+    torch.save(rng, buffer)
+    dist.all_gather_object(blobs, buffer.getvalue())
+    return [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
+
+
+def set_rng_state(rng, device_type):
+    """Undo rng_state: the RNGs continue exactly where the saving process's stopped."""
+    torch.set_rng_state(rng["torch"])
+    if device_type == "cuda" and rng["cuda"] is not None:
+        torch.cuda.set_rng_state(rng["cuda"])
+    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+    np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
 
 
 def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard):
@@ -24,7 +64,7 @@ def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id
         "best_val_loss": best_val_loss,
         "config": vars(cfg),
         "sampler": step_start["sampler"],
-        "rng": checkpoint.gather_rng_states(step_start["rng"]),  # every rank's, in rank order
+        "rng": gather_rng_states(step_start["rng"]),  # every rank's, in rank order
         "wandb_run_id": wandb_run_id,
         "encoding": encoding,
         "spikes": guard.state_dict(),
@@ -53,7 +93,7 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
     if len(rngs) != world_size:
         log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
             f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
-    checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
+    set_rng_state(rngs[rank % len(rngs)], device_type)
     if "spikes" in state:  # the data positions of its skipped steps, too, are sampler states
         skipped_at = [[at, upgraded(data_state)] for at, data_state in state["spikes"]["skipped_at"]]
         guard.load_state_dict(dict(state["spikes"], skipped_at=skipped_at), after_rollback=after_rollback)
