@@ -201,7 +201,8 @@ def _two_rank_worker(rank, folder, asynchronous):
     model, optimizer = build("tensorwise", ADAMW8, True)
     train_step(model, optimizer, 1)
     live = values(model, optimizer)
-    saver = saving.Saver(asynchronous=asynchronous, log=lambda line: None)
+    # the save's collectives on a gloo group of their own, as train.py's save_group: training's go on beside them
+    saver = saving.Saver(asynchronous=asynchronous, group=dist.new_group(backend="gloo"), log=lambda line: None)
     save(saver, True, model, optimizer, f"{folder}/out", 1)
     train_step(model, optimizer, 2)
     saver.wait()
