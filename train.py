@@ -25,8 +25,8 @@ import torch.distributed as dist
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
 from trainer import (
-    bins, casting, checkpoint, elastic, evaluation, faults, forecast, hardware, hellaswag, memory, metrics, mixture, optim,
-    precision, resume, runlock, runlog, schedule, sharding, spikes, stopping, tokenizer, wandb_logging)
+    bins, checkpoint, elastic, evaluation, faults, forecast, hardware, hellaswag, memory, metrics, mixture, optim,
+    precision, resume, runlock, runlog, saving, schedule, sharding, spikes, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config (configurator.py: every key, its default and help, and where each value came from)
@@ -60,7 +60,7 @@ stop_signal = stopping.StopSignal()  # from here on a signal stops the run clean
 # device, precision and process group
 allocator = memory.use_expandable_segments()  # before the device initialises, which is when it is read
 device, device_type, problem = hardware.use_device(cfg.device, local_rank)
-if problem := problem or (cfg.fp8 and precision.device_problem(device)) or (
+if problem := problem or (cfg.fp8 and (precision.device_problem(device) or precision.kernel_problem(cfg.fp8, device))) or (
         device_type == "cuda" and environment.compiler_problem(cfg.compile)):
     fail(problem)
 if device_type == "cpu":  # threads the machine has free, not one a core whatever the load (environment.py)
@@ -80,7 +80,7 @@ save_group = sharding.save_group(cfg, shapes.get_num_params(non_embedding=False)
 if distributed:  # names the hung rank
     run_log.explain = lambda error, compiling=run_log.explain: compiling(error) or elastic.explain_timeout(
         error, save_group, timeout)
-saver = checkpoint.Saver(cfg.checkpoint_async, save_group, log)
+saver = saving.Saver(cfg.checkpoint_async, save_group, log)
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
 try:  # refuse now rather than after minutes of allocating; auto picks the cheapest setting that fits
     choice = memory.settle_run(shapes, cfg, device, world_size, log)
@@ -193,7 +193,7 @@ if gpu_line and cfg.fp8 and peak_tflops:
 utilisation = hardware.Utilisation(n_params, memory.block_params(raw_model), gptconf, peak_tflops, world_size)
 
 # bf16 autocast; each fp32 weight cast to bf16 once per optimizer step, not per micro-batch, where that costs nothing
-autocast, step_casts, train_autocast = casting.contexts(cfg.dtype, device_type, casting.applies(
+autocast, step_casts, train_autocast = precision.autocast_contexts(cfg.dtype, device_type, precision.casts_once_per_step(
     gptconf.activation_checkpointing, cfg.dtype, cfg.master_weights, fsdp, cfg.compile, cfg.fp8))
 
 # -----------------------------------------------------------------------------
@@ -282,7 +282,7 @@ while iter_num < cfg.max_iters and not stop_now:
     my_windows = sampler.next_windows(cfg.batch_size * cfg.gradient_accumulation_steps).reshape(
         cfg.gradient_accumulation_steps, cfg.batch_size, 2)[rank::world_size]
     x, y = get_batch(sampler.read, my_windows[0])
-    with step_casts:  # where casting.py applies, the weights' bf16 copies live until the step's last backward
+    with step_casts:  # where precision.casts_once_per_step, the weights' bf16 copies live until the step's last backward
         for micro_step in range(micro_steps):
             last = micro_step == micro_steps - 1
             sharding.sync_gradients(model, last)

@@ -1,5 +1,5 @@
 """model.py: activation checkpointing is exact (also compiled) and saves memory, parameter counts, meta
-build, generate, the chunked LM head's loss; casting.py: weights cast once per step, bit-identical."""
+build, generate, the chunked LM head's loss; precision.py: weights cast once per step, bit-identical."""
 from contextlib import nullcontext
 
 import pytest
@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import model as model_module
 from model import GPT, GPTConfig
-from trainer import casting
+from trainer import precision
 
 TINY = dict(block_size=32, vocab_size=96, n_layer=4, n_head=4, n_embd=64, bias=True)
 
@@ -232,7 +232,7 @@ def test_logits_without_targets_last_or_every_position():
 
 
 # -----------------------------------------------------------------------------
-# weights cast to bf16 once per step (trainer/casting.py)
+# weights cast to bf16 once per step (trainer/precision.py)
 
 class WeightCasts(TorchDispatchMode):
     """Counts bf16 casts of the blocks' matmul weights."""
@@ -273,7 +273,7 @@ def train_steps(step_context, forward_context, policy, steps=2, micro_steps=3):
 def test_casting_once_per_step_is_bit_identical(policy):
     every_time = train_steps(nullcontext(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False),
                              policy)
-    once = train_steps(*casting.once_per_step("cpu"), policy)
+    once = train_steps(*precision.step_cast_contexts("cpu"), policy)
     # the same bf16 values from the same fp32 weights, the same gradients through each cast
     for a, b in zip(every_time[0] + every_time[1], once[0] + once[1]):
         assert torch.equal(a, b)

@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from trainer import bins, checkpoint
+from trainer import bins, checkpoint, sharded_checkpoint
 import sample
 from conftest import python
 from model import GPT, GPTConfig, KVCache
@@ -91,8 +91,8 @@ def test_reads_an_fsdp_runs_sharded_checkpoint(run_dir, capsys):
     """ckpt_9/ (a folder, as train.py writes under FSDP) holds step 7's weights: the same greedy text."""
     model = tiny_model(seed=7)
     trainer_state = {"model_args": MODEL_ARGS, "iter_num": 9, "config": {}, "encoding": "bytes"}
-    checkpoint.save_sharded(model, torch.optim.AdamW(model.parameters()), trainer_state, str(run_dir), 9,
-                            keep_last_n=0, log=lambda m: None)
+    sharded_checkpoint.save_sharded(model, torch.optim.AdamW(model.parameters()), trainer_state, str(run_dir), 9,
+                                    keep_last_n=0, log=lambda m: None)
     greedy = ["--device=cpu", "--num_samples=1", "--max_new_tokens=20", "--top_k=1"]
     sample.main([f"--out_dir={run_dir}", *greedy])
     from_folder = capsys.readouterr()

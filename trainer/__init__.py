@@ -4,9 +4,10 @@ The modules are stacked in floors (layers), lowest first. A module imports only 
 lower ones, and never in a cycle (tests/test_layout.py checks both), so data flows one way: text, bins,
 model, training, checkpoints, evaluation.
   1. elastic, environment, faults, hardware, metrics, runlock, runlog, stopping, tokenizer, wandb_logging: the machine and the run's telemetry
-  2. bins, mixture, preparation, checkpoint: bytes on disk: token bins, their mixtures, the prepare job, checkpoints
+  2. bins, mixture, preparation, checkpoint, sharded_checkpoint, saving: bytes on disk: token bins, their mixtures,
+     the prepare job, checkpoints (the .pt format and the files on disk, the sharded format, the Saver)
   3. model.py (top level): the GPT itself, which imports nothing of ours
-  4. casting, precision, offload, optim, memory, schedule, forecast, sharding, spikes: how a model is trained, and what it costs
+  4. precision, offload, optim, memory, schedule, forecast, sharding, spikes: how a model is trained, and what it costs
   5. resume, evaluation, hellaswag, hf, harness: a run's state going back in, evaluation, Hugging Face's layout,
      lm-evaluation-harness over the model
 """

@@ -1,5 +1,5 @@
 """
-Checkpoints that survive kills, full disks and weeks of resumes.
+Checkpoints that survive kills, full disks and weeks of resumes: the files on disk, and the .pt format.
 
 A checkpoint is out_dir/ckpt_<N>.pt, N = completed optimizer steps, no zero padding.
 - A save writes a temp file (.ckpt_<N>.pt.tmp-<pid>, a name discovery never matches), fsyncs it
@@ -12,37 +12,37 @@ A checkpoint is out_dir/ckpt_<N>.pt, N = completed optimizer steps, no zero padd
   file. So a checkpoint may hold only tensors and plain Python values (dicts, lists, tuples, ints,
   floats, strs, bools, None): store RNG state as torch.get_rng_state() or plain values, never as
   np.random.get_state(). save_checkpoint checks this before it publishes a file.
+- Every save writes what stage() makes of the live state: plain tensors, whatever wraps them in
+  training (torchao's fp8 weights under FSDP2), so the file holds the values and loads without torchao.
 Only the process that saves (rank 0) should call the functions that change out_dir.
 
-Under FSDP a checkpoint is a folder out_dir/ckpt_<N>/ instead, written by every rank with
-torch.distributed.checkpoint (model and optimizer shards, resharded on load) plus
-trainer_state.pt (everything else, as in a .pt file). It is written under a temp name and
-renamed when complete, so the same rules hold: discovery, rotation, fallback and roll back
-treat both forms alike, ordered by N.
-
-Saver runs either save synchronously or in the background (checkpoint_async), by the same steps.
+Under FSDP a checkpoint is a folder out_dir/ckpt_<N>/ instead (sharded_checkpoint.py writes it):
+model and optimizer shards from torch.distributed.checkpoint, resharded on load, plus
+trainer_state.pt (everything else, as in a .pt file). Discovery, loading, rotation, fallback and
+roll back, here, treat both forms alike, ordered by N. saving.py's Saver runs either format's save
+synchronously or in the background, by the same steps.
 """
+
 
 import datetime
 import errno
-import io
 import operator
 import os
 import pickle
-import random
 import re
 import shutil
 import tempfile
-import threading
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_model_state_dict, set_state_dict)
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.serialization import config as serialization_config
 
 from trainer import faults
@@ -233,37 +233,59 @@ def _rotate(out_dir, iter_num, keep_last_n, log):
         _remove(path)
         log(f"removed {path} (keep_last_n={keep_last_n})")
 
-
-def rng_state(device_type):
-    """This process's RNG states as tensors and plain types, so the checkpoint loads with weights_only=True."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
-        "numpy": [torch.from_numpy(keys.copy()), pos, has_gauss, gauss],
-        "python": [version, list(internal), gauss_next],
-    }
-
-
-def gather_rng_states(rng):
-    """Every rank's rng_state, in rank order (under torchrun each rank has its own dropout streams).
-    Sent as bytes: pickled tensors do not survive the trip through all_gather_object."""
-    if not dist.is_initialized():
-        return [rng]
-    buffer, blobs = io.BytesIO(), [None] * dist.get_world_size()
-    torch.save(rng, buffer)
-    dist.all_gather_object(blobs, buffer.getvalue())
-    return [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
+def _parts(x):
+    """(plain tensors, rebuild): the plain tensors x holds and how to make x again from (copies of) them.
+    A wrapper holding one tensor of its own shape and dtype is that tensor's value (torchao's fp8 weights:
+    Float8Linear casts them on the fly); other wrappers (torchao's low-bit optimizer state) are rebuilt
+    around their component tensors, by the subclass's own __tensor_flatten__ / __tensor_unflatten__."""
+    if isinstance(x, DTensor):  # the same mesh and placements around a plain local shard
+        tensors, rebuild = _parts(x._local_tensor)
+        return tensors, lambda ts: DTensor(rebuild(ts), x._spec, requires_grad=False)
+    if not isinstance(x, torch.Tensor):
+        return [], lambda ts: x
+    if not is_traceable_wrapper_subclass(x):
+        return [x], lambda ts: ts[0]
+    names, context = x.__tensor_flatten__()
+    inner = [getattr(x, name) for name in names]
+    if len(inner) == 1 and inner[0].shape == x.shape and inner[0].dtype == x.dtype:
+        return _parts(inner[0])
+    return inner, lambda ts: type(x).__tensor_unflatten__(dict(zip(names, ts)), context, x.shape, x.stride())
 
 
-def set_rng_state(rng, device_type):
-    """Undo rng_state: the RNGs continue exactly where the saving process's stopped."""
-    torch.set_rng_state(rng["torch"])
-    if device_type == "cuda" and rng["cuda"] is not None:
-        torch.cuda.set_rng_state(rng["cuda"])
-    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
-    np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
+def stage(state, host_copy=False):
+    """What every save writes, .pt or sharded, synchronous or not: state with plain tensors. Under FSDP2's
+    fp8 all-gather the weights are DTensors around torchao's WeightWithDynamicFloat8CastTensor, whose
+    data_ptr() is 0: DCP's stager would copy no bytes (garbage on disk) and pickling would store a torchao
+    type that loads only where torchao is imported. They become the tensor they wrap, in a DTensor of the
+    same mesh and placements.
+
+    host_copy: a copy in host memory (pinned where CUDA is), for a save written while training goes on
+    changing the live tensors. A stager of its own per save (torch's DefaultStager cannot be reused on
+    some torch versions, pytorch#183413), so its pinned memory is freed with the copy once written. It
+    copies plain tensors only: low-bit optimizer state goes through as its component tensors."""
+    leaves, spec = tree_flatten(state)
+    parts = [_parts(x) for x in leaves]
+    tensors = [ts for ts, _ in parts]
+    if host_copy:
+        stager = DefaultStager(StagingOptions(use_pinned_memory=torch.cuda.is_available(), use_shared_memory=False,
+                                              use_async_staging=False, use_non_blocking_copy=False))
+        try:  # one call: tensors that share storage (the tied embedding) share their copy
+            tensors = stager.stage({"tensors": tensors})["tensors"]
+        finally:
+            stager.close()
+    return tree_unflatten([rebuild(ts) for ts, (_, rebuild) in zip(tensors, parts)], spec)
+
+
+def start_save(state, out_dir, iter_num, keep_last_n, log=print, host_copy=False):
+    """Rank 0, a .pt save's first half: the state to write, staged (host_copy: copied to host memory).
+    Returns the second half, finish(), which writes ckpt_<iter_num>.pt as save_checkpoint says (on a
+    thread of its own for an asynchronous save, saving.py)."""
+    t0 = time.time()
+    staged = stage(state, host_copy)
+    if host_copy:
+        log(f"copied the state for ckpt_{iter_num}.pt to host memory in {time.time() - t0:.2f}s; writing it "
+            f"in the background")
+    return lambda: write_checkpoint(staged, out_dir, iter_num, keep_last_n, log)
 
 
 def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
@@ -274,6 +296,11 @@ def save_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
     Raises CheckpointError when the file cannot be written; older checkpoints are then untouched.
     Returns the path written.
     """
+    return start_save(state, out_dir, iter_num, keep_last_n, log)()
+
+
+def write_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
+    """save_checkpoint's write of a staged state: temp file, fsync, check it loads, rename, rotate."""
     path = checkpoint_path(out_dir, iter_num)
     tmp = os.path.join(out_dir, f'.{os.path.basename(path)}.tmp-{os.getpid()}')
     os.makedirs(out_dir, exist_ok=True)
@@ -480,147 +507,6 @@ def _check_shards(path):
             raise ValueError(f"shard {name} is missing or cut short")
 
 
-def _sharded_paths(out_dir, iter_num):
-    return os.path.join(out_dir, f'ckpt_{operator.index(iter_num)}'), os.path.join(out_dir, f'.ckpt_{iter_num}.tmp-sharded')
-
-
-def _begin_sharded(out_dir, iter_num, group, log):
-    path, tmp = _sharded_paths(out_dir, iter_num)
-    if _rank() == 0:
-        _remove(tmp)
-        os.makedirs(tmp)
-        log(f"saving {path}/ ...")
-    _barrier(group)
-    return path, tmp
-
-
-def _shards_failed(e, path, tmp, out_dir):
-    if _rank() == 0:
-        _remove(tmp)
-    if isinstance(e, (CheckpointError, KeyboardInterrupt)):
-        raise e
-    raise CheckpointError(f"could not write {path}: {_one_line(e)}; older checkpoints are untouched. "
-                          f"Check free space in {out_dir} and rerun the same command to resume.") from e
-
-
-def _publish_sharded(trainer_state, path, tmp, out_dir, iter_num, keep_last_n, t0, log):
-    """Rank 0, once every rank's shards and DCP's .metadata are in tmp: trainer_state.pt, then the renames."""
-    try:
-        _write_and_sync(trainer_state, os.path.join(tmp, TRAINER_STATE), path)
-    except BaseException as e:
-        _shards_failed(e, path, tmp, out_dir)
-    _fsync_dir(tmp)
-    _fault('kill_after_temp_write')
-    if os.path.exists(path):  # unreadable at resume, or the one a rollback went back to
-        os.replace(path, tmp + '-replaced')  # a folder cannot be renamed over; a kill now keeps the older ones
-        os.replace(tmp, path)
-        _remove(tmp + '-replaced')
-    else:
-        os.replace(tmp, path)
-    _fsync_dir(out_dir)
-    log(f"saved {path}/ ({_gb(_size(path))}) in {time.time() - t0:.1f}s")
-    _rotate(out_dir, iter_num, keep_last_n, log)
-
-
-def save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n, log=print, group=None):
-    """Every rank calls this: write out_dir/ckpt_<iter_num>/ with torch.distributed.checkpoint (each
-    rank its own shards), then rank 0 adds trainer_state.pt, renames the folder into place and
-    rotates. Under its final name the folder is always complete. group: the process group the save's
-    collectives and barriers use (default: the default group). Returns the path."""
-    path, tmp = _begin_sharded(out_dir, iter_num, group, log)
-    t0 = time.time()
-    model_sd, optimizer_sd = get_state_dict(model, optimizer)
-    try:
-        dcp.save({"model": model_sd, "optimizer": optimizer_sd}, checkpoint_id=tmp, process_group=group)
-    except BaseException as e:  # dcp's CheckpointException derives from BaseException
-        _shards_failed(e, path, tmp, out_dir)
-    if _rank() == 0:
-        _publish_sharded(trainer_state, path, tmp, out_dir, iter_num, keep_last_n, t0, log)
-    _barrier(group)
-    return path
-
-
-class Saver:
-    """Saves as train.py makes them: synchronous, or asynchronous (checkpoint_async=True), where the
-    write overlaps training and the same files appear by the same temp-file, fsync and rename steps,
-    so a kill during the write leaves the previous checkpoint the newest loadable one.
-
-    Asynchronous: a .pt is first copied to host memory (pinned when it comes from a GPU, by DCP's
-    stager, which keeps its buffers from one save to the next), then save_checkpoint runs on a
-    thread; a sharded folder is DCP's async_save on `group` (which must be gloo: its collectives run
-    on the CPU beside training's), and rank 0's thread publishes it once DCP's future is done. The
-    training stall is the copy to host memory. At most one save is in flight: wait() (every rank, at
-    the next save, a rollback and the end of the run) finishes the previous one, logs when it had to
-    wait, and raises CheckpointError if it failed, so a failed write is never silently lost."""
-
-    def __init__(self, asynchronous=False, group=None, log=print):
-        self.asynchronous, self.group, self.log = asynchronous, group, log
-        self.stager = None
-        self.thread = self.error = self.name = None
-
-    def save_checkpoint(self, state, out_dir, iter_num, keep_last_n):
-        """Rank 0: out_dir/ckpt_<iter_num>.pt, as save_checkpoint writes it."""
-        if not self.asynchronous:
-            return save_checkpoint(state, out_dir, iter_num, keep_last_n, log=self.log)
-        t0 = time.time()
-        self.stager = self.stager or DefaultStager(StagingOptions(
-            use_pinned_memory=torch.cuda.is_available(), use_shared_memory=False, use_async_staging=False,
-            use_non_blocking_copy=False))
-        host_state = self.stager.stage(state)
-        self.log(f"copied the state for ckpt_{iter_num}.pt to host memory in {time.time() - t0:.2f}s; writing it "
-                 f"in the background")
-        self._in_background(f"ckpt_{iter_num}.pt", save_checkpoint, host_state, out_dir, iter_num, keep_last_n,
-                            log=self.log)
-
-    def save_sharded(self, model, optimizer, trainer_state, out_dir, iter_num, keep_last_n):
-        """Every rank: out_dir/ckpt_<iter_num>/, as save_sharded writes it."""
-        if not self.asynchronous:
-            return save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n, self.log, self.group)
-        path, tmp = _begin_sharded(out_dir, iter_num, self.group, self.log)
-        t0 = time.time()
-        model_sd, optimizer_sd = get_state_dict(model, optimizer)
-        try:  # returns once the shards are copied to host memory; the write goes on in DCP's thread
-            future = dcp.async_save({"model": model_sd, "optimizer": optimizer_sd}, checkpoint_id=tmp,
-                                    process_group=self.group)
-        except BaseException as e:
-            _shards_failed(e, path, tmp, out_dir)
-        self.log(f"copied the shards for ckpt_{iter_num}/ to host memory in {time.time() - t0:.2f}s; writing them "
-                 f"in the background")
-
-        def finish():
-            try:
-                future.result()  # on rank 0, after every rank's shards and then .metadata are written
-            except BaseException as e:
-                _shards_failed(e, path, tmp, out_dir)
-            if _rank() == 0:
-                _publish_sharded(trainer_state, path, tmp, out_dir, iter_num, keep_last_n, t0, self.log)
-        self._in_background(f"ckpt_{iter_num}/", finish)
-
-    def _in_background(self, name, fn, *args, **kwargs):
-        def run():
-            try:
-                fn(*args, **kwargs)
-            except BaseException as e:  # kept for wait(), which raises it in the training thread
-                self.error = e
-        self.name, self.thread = name, threading.Thread(target=run, name=f"save {name}", daemon=True)
-        self.thread.start()
-
-    def wait(self):
-        """Every rank: the save in flight (if any) is complete, on every rank; CheckpointError if it failed.
-        The barrier is on `group`, whose timeout allows for a whole write."""
-        if self.thread is not None:
-            if self.thread.is_alive():
-                t0 = time.time()
-                self.thread.join()
-                self.log(f"waited {time.time() - t0:.1f}s for the background save of {self.name} to finish")
-            self.thread, error, self.error = None, self.error, None
-            if error is not None:
-                if isinstance(error, CheckpointError):
-                    raise error
-                raise CheckpointError(f"the background save of {self.name} failed: {_one_line(error)}") from error
-        _barrier(self.group)
-
-
 def restore(state, model, optimizer=None):
     """Load a checkpoint's model (and optimizer, if given) into live objects, plain or FSDP-sharded.
 
@@ -635,6 +521,7 @@ def restore(state, model, optimizer=None):
             target = {"model": get_model_state_dict(model)}
         else:
             target = dict(zip(("model", "optimizer"), get_state_dict(model, optimizer)))
+        target = stage(target)  # plain views of the live tensors (fp8 weights included), read into in place
         try:
             dcp.load(target, checkpoint_id=state["sharded_path"])
         except BaseException as e:  # dcp's CheckpointException derives from BaseException

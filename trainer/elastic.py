@@ -4,7 +4,7 @@ under `torchrun --max-restarts=N` comes back on its own from the newest complete
 
 - A hung rank. Training's collectives wait at most collective_timeout_minutes (the process group's
   timeout; the 60-minute one of old followed the checkpoint's write, which now waits apart on a gloo
-  group of its own: checkpoint.Saver). Then the waiting ranks' collective raises (gloo; NCCL under
+  group of its own: saving.Saver). Then the waiting ranks' collective raises (gloo; NCCL under
   TORCH_NCCL_ASYNC_ERROR_HANDLING=2 as well), and they hold a roll call, a monitored_barrier on that
   gloo group, whose answer names the ranks that did not come: the hung ones. Where NCCL's watchdog
   tears the process down instead (modes 1 and 3), its flight recorder (TORCH_NCCL_DUMP_ON_TIMEOUT)

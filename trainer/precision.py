@@ -1,11 +1,15 @@
 """
-FP8 training (`fp8`): torchao's Float8Linear in place of the transformer blocks' nn.Linear layers.
+Precision, in one place: fp8 matmuls (`fp8`) and the bf16 weight copies made once per step. The third
+part of the story, bf16 master weights (`master_weights='bfloat16'`), is optim.use_bf16_weights: the
+optimizer that rounds them lives beside it in optim.py.
 
-A converted layer casts its input, its weight and (in backward) its output's gradient to 8-bit floats
-with dynamic scales, multiplies them with torch._scaled_mm and returns a bf16 result. 'tensorwise' is one
-scale per tensor, e4m3 forward and e5m2 for gradients (the fastest); 'rowwise' one scale per row, e4m3
-throughout, scales rounded to powers of 2 (closer to bf16, slower kernels). These are torchao's own
-recipes (Float8LinearConfig.from_recipe_name); only the float8 flavour is set here (below).
+FP8: torchao's Float8Linear in place of the transformer blocks' nn.Linear layers. A converted layer
+casts its input, its weight and (in backward) its output's gradient to 8-bit floats with dynamic scales,
+multiplies them with torch._scaled_mm and returns a bf16 result. 'tensorwise' is one scale per tensor,
+e4m3 forward and e5m2 for gradients (the fastest); 'rowwise' one scale per row, e4m3 throughout, scales
+rounded to powers of 2 (closer to bf16, slower kernels). These are torchao's own recipes
+(Float8LinearConfig.from_recipe_name); only the float8 flavour is set here (below). kernel_problem()
+runs one small _scaled_mm of the recipe at start-up, so a build without the kernel is refused in one line.
 
 What stays in bf16: the LM head (tied to the token embedding, and the logits are where precision matters
 most), the embeddings, LayerNorms and attention, and any layer whose features are not multiples of 16
@@ -20,9 +24,22 @@ that a test can ask for fnuz on the CPU and a run never depends on import order.
 
 Under FSDP2, tensorwise weights are all-gathered in fp8 (torchao's enable_fsdp_float8_all_gather: half
 the traffic of bf16), and update_weight_scales() then computes every weight's scale in one all-reduce
-after each change of the weights. torchao's fp8 all-gather is tensorwise only: rowwise weights are
-all-gathered in bf16 (FSDP2's mixed precision) and cast after.
+after each change of the weights. The sharded weights are then DTensors around torchao's
+WeightWithDynamicFloat8CastTensor; checkpoint.stage saves the plain tensor inside. torchao's fp8
+all-gather is tensorwise only: rowwise weights are all-gathered in bf16 (FSDP2's mixed precision).
+
+bf16 copies once per step (step_cast_contexts, casts_once_per_step): bf16 autocast over fp32 weights casts every matmul
+weight where it is used, with its cast cache off once per micro-batch. Autocast's own cache keeps the
+bf16 copy of each fp32 leaf that requires grad until the outermost autocast context exits, so one
+context around all of a step's micro-batches casts each weight once per step, bit-identically
+(tests/test_model.py), with no copy or hook of our own. That context is autocast switched off: it only
+holds the nesting level, so the cache outlives each micro-batch's forward while backward runs as before,
+and a checkpointed block's recompute finds its weights in the cache. Nothing may run under no_grad
+inside it (a copy cached there would have no grad_fn). It does not reach the LM head (model.py's chunked
+loss casts the tied weight itself) or torch.compile'd blocks (tracing turns the cache off); with bf16
+weights there is nothing to cast. Figures: docs/performance.md.
 """
+import contextlib
 import dataclasses
 
 import torch
@@ -73,6 +90,35 @@ def units_problem(name, capability=None, gfx_arch=None):
     arch = gfx_arch.split(":")[0] if gfx_arch else f"sm_{capability[0]}{capability[1]}"
     return (f"fp8: the {name} ({arch}) has no FP8 matrix units (NVIDIA's start at sm_89, Ada and Hopper; "
             f"AMD's at gfx942, the MI300 series): set fp8='' to train in bf16")
+
+
+def kernel_problem(recipe, device):
+    """Why the recipe's fp8 matmuls fail on a resolved device, as one line, or None: one small torch._scaled_mm
+    of each of its type pairs, run at start-up, so that a build without the kernel (rowwise on gfx942 needs
+    e4m3fnuz and bf16 output and ROCm >= 6.3; OCP e4m3fn needs ROCm >= 6.5) is refused before the model is
+    built, not at the first forward with a hipBLASLt or C++ error."""
+    gpu = device.startswith("cuda")
+    gfx = torch.cuda.get_device_properties(device).gcnArchName if gpu and torch.version.hip else ""
+    e4m3, e5m2 = float8_dtypes(gfx)  # as convert() picks them
+    m, k, n = 16, 32, 16
+    try:
+        for a_dtype in ((e4m3, e5m2) if recipe == "tensorwise" else (e4m3,)):  # e5m2: tensorwise's gradients
+            a = torch.ones(m, k, device=device).to(a_dtype)
+            b = torch.ones(n, k, device=device).to(e4m3).t()  # column-major, as _scaled_mm wants it
+            scales = ((torch.ones((), device=device),) * 2 if recipe == "tensorwise" else
+                      (torch.ones(m, 1, device=device), torch.ones(1, n, device=device)))
+            torch._scaled_mm(a, b, scale_a=scales[0], scale_b=scales[1], out_dtype=torch.bfloat16)
+        if gpu:
+            torch.cuda.synchronize(device)  # a kernel's launch error shows here, not at the call
+    except Exception as e:
+        name = f"the {torch.cuda.get_device_name(device)}{f' ({gfx.split(chr(58))[0]})' if gfx else ''}" if gpu \
+            else f"device={device}"
+        build = f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        instead = "--fp8=tensorwise or --fp8=''" if recipe != "tensorwise" else "--fp8=''"
+        return (f"fp8={recipe!r}: its torch._scaled_mm ({e4m3}, bf16 output) fails on {name} under torch "
+                f"{torch.__version__}, {build}: {why}. Use {instead} (bf16)")
+    return None
 
 
 def _fits_the_kernels(module, fqn):
@@ -128,3 +174,30 @@ def mfu_note(bf16_tflops, fp8_tflops):
     fp8 = f"{fp8_tflops:g} TFLOPS" if fp8_tflops else "unknown"
     return (f"note: mfu is against the bf16 peak ({bf16_tflops:g} TFLOPS) even with fp8, as peers report it; "
             f"the fp8 peak is {fp8}")
+
+
+def autocast_contexts(dtype, device_type, once):
+    """(autocast, step, forward): the run's autocast (bf16 over fp32 weights, no loss scaling, or nothing), and
+    the contexts around a step's micro-batches and around each forward; once (casts_once_per_step()): cast once
+    per step. The plain autocast has no cast cache: with checkpointing it would keep every block's bf16 copy to
+    the end of the forward (13.3 GB at 6.7B) for nothing."""
+    autocast = torch.autocast(device_type, dtype=torch.bfloat16, cache_enabled=False) \
+        if dtype == "bfloat16" else contextlib.nullcontext()
+    return (autocast, *step_cast_contexts(device_type)) if once else (autocast, contextlib.nullcontext(), autocast)
+
+
+def step_cast_contexts(device_type):
+    """(step, forward): autocast contexts for around all of a step's micro-batches (forwards and
+    backwards) and around each forward, for bf16 autocast over unsharded fp32 weights."""
+    return (torch.autocast(device_type, dtype=torch.bfloat16, enabled=False, cache_enabled=True),
+            torch.autocast(device_type, dtype=torch.bfloat16, cache_enabled=True))
+
+
+def casts_once_per_step(policy, dtype, master_weights, sharded, compiled, fp8):
+    """Whether train.py casts once per step: where there is something to cast (bf16 autocast over
+    unsharded fp32 weights), where the cache reaches (eager blocks, no fp8: Float8Linear casts its own)
+    and where it costs no memory: with no block recomputing ('none'), whose copies were kept for the
+    backward anyway. A checkpointed block would hold its copies for the whole step (12.9 GB at 6.7B),
+    which would push 'auto' to recompute more: ~1-3% of step time saved is not worth that."""
+    return (dtype == "bfloat16" and master_weights == "float32" and not sharded and not compiled and not fp8
+            and policy == "none")

@@ -4,12 +4,17 @@
 weights, or scratch) and the architecture that implies. train.py saves `run_state(...)` beside the weights
 and optimizer, and `restore(...)` puts a loaded checkpoint back into the live run: weights, optimizer, data
 position, RNGs and spike statistics. Both sides live here, so a field added to one cannot be forgotten by
-the other. Problems are raised as ResumeError, one line each, for train.py to print.
+the other, the RNG states included (rng_state, set_rng_state). Problems are raised as ResumeError, one
+line each, for train.py to print.
 """
+import io
 import math
 import os
+import random
 import types
 
+import numpy as np
+import torch
 import torch.distributed as dist
 
 from model import ARCHITECTURE_KEYS, GPTConfig
@@ -107,6 +112,38 @@ def take_architecture(cfg, defaults, saved_args, origin):
             sources[key] = f"from {origin}"
 
 
+def rng_state(device_type):
+    """This process's RNG states as tensors and plain types, so the checkpoint loads with weights_only=True."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
+        "numpy": [torch.from_numpy(keys.copy()), pos, has_gauss, gauss],
+        "python": [version, list(internal), gauss_next],
+    }
+
+
+def gather_rng_states(rng):
+    """Every rank's rng_state, in rank order (under torchrun each rank has its own dropout streams).
+    Sent as bytes: pickled tensors do not survive the trip through all_gather_object."""
+    if not dist.is_initialized():
+        return [rng]
+    buffer, blobs = io.BytesIO(), [None] * dist.get_world_size()
+    torch.save(rng, buffer)
+    dist.all_gather_object(blobs, buffer.getvalue())
+    return [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
+
+
+def set_rng_state(rng, device_type):
+    """Undo rng_state: the RNGs continue exactly where the saving process's stopped."""
+    torch.set_rng_state(rng["torch"])
+    if device_type == "cuda" and rng["cuda"] is not None:
+        torch.cuda.set_rng_state(rng["cuda"])
+    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+    np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
+
+
 def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard, cooldown_from=None):
     """Everything but weights and optimizer that a resume needs. step_start holds the sampler (mixture.py:
     every source's position) and RNG states from the start of the step after iter_num, where a resumed run begins.
@@ -118,7 +155,7 @@ def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id
         "best_val_loss": best_val_loss,
         "config": vars(cfg),
         "sampler": step_start["sampler"],
-        "rng": checkpoint.gather_rng_states(step_start["rng"]),  # every rank's, in rank order
+        "rng": gather_rng_states(step_start["rng"]),  # every rank's, in rank order
         "wandb_run_id": wandb_run_id,
         "encoding": encoding,
         "spikes": guard.state_dict(),
@@ -127,7 +164,7 @@ def run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id
 
 def step_start(sampler, device_type):
     """The data position and RNG states at the start of a step: where a run resumed there begins."""
-    return {"sampler": sampler.state_dict(), "rng": checkpoint.rng_state(device_type)}
+    return {"sampler": sampler.state_dict(), "rng": rng_state(device_type)}
 
 
 def save(saver, state, model, optimizer, cfg, iter_num, sharded, master, device):
@@ -174,7 +211,7 @@ def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, devi
     if len(rngs) != world_size:
         log(f"resuming {len(rngs)} process(es)' run with {world_size}: the weights, optimizer and data order "
             f"continue exactly, but dropout masks and float reduction order differ, so it is not bit-exact")
-    checkpoint.set_rng_state(rngs[rank % len(rngs)], device_type)
+    set_rng_state(rngs[rank % len(rngs)], device_type)
     if "spikes" in state:
         guard.load_state_dict(state["spikes"], after_rollback=after_rollback)
     if state["config"].get("fp8", "") != cfg.fp8 and not after_rollback:  # the weights are plain either way

@@ -1,5 +1,5 @@
 """
-Weights cast to bf16 once per step (trainer/casting.py) against once per micro-batch (autocast without
+Weights cast to bf16 once per step (trainer/precision.py) against once per micro-batch (autocast without
 its cache): the bytes the casts move in one optimizer step and the step's peak memory, on
 fake tensors (shapes without storage: PyTorch's MemTracker counts the bytes), then the same arithmetic
 at GPT-3 6.7B's shape with 160 micro-batches a step.
@@ -8,7 +8,7 @@ at GPT-3 6.7B's shape with 160 micro-batches a step.
     python scripts/bench/bench_cast.py --n_layer 8 --micro_steps 8
 
 A cast reads 4 B and writes 2 B per weight. Compiled blocks are not measured: their graphs cast inside,
-once per call, whatever the cache (casting.py).
+once per call, whatever the cache (precision.py).
 """
 import argparse
 import os
@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from model import GPT, GPTConfig  # noqa: E402
-from trainer import casting  # noqa: E402
+from trainer import precision  # noqa: E402
 
 
 class CastBytes(TorchDispatchMode):
@@ -45,7 +45,7 @@ def step(config, batch_size, micro_steps, once):
 
     with FakeTensorMode():
         model = GPT(config).train()
-        step_context, forward = casting.once_per_step("cpu") if once else \
+        step_context, forward = precision.step_cast_contexts("cpu") if once else \
             (nullcontext(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False))
         idx = torch.zeros(batch_size, config.block_size, dtype=torch.long)
         tracker = MemTracker()
