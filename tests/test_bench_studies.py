@@ -34,6 +34,7 @@ CASES = [
     ("bench_sample", ["--new_tokens", "2", "--prompt_tokens", "2", "--block_size", "8", "--vocab_size", "64",
                       "--repeat", "1"], "x"),
     ("bench_checkpoint", ["--mb", "1", "--tensors", "2", "--repeats", "1"], "async save stall"),
+    ("bench_muon", ["--sizes", "8x16", "--repeats", "1"], "Newton-Schulz"),
 ]
 
 
@@ -67,3 +68,16 @@ def test_prepare_study(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     study("bench_prepare").main(["--megabytes", "0.02", "--encoding", "bytes", "--num_proc", "1", "--repeat", "1"])
     assert "ratio (b)/(a)" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
+def test_forecast_study_fits_its_runs(data_dir, tmp_path, capsys):
+    """The study trains (a real train.py per run), then fits its evaluations at 25% and 50%."""
+    tiny = ("--n_layer=1 --n_head=2 --n_embd=32 --block_size=16 --vocab_size=64 --batch_size=2 "
+            f"--gradient_accumulation_steps=1 --warmup_iters=1 --data_dir={data_dir} --device=cpu --dtype=float32")
+    study("forecast_accuracy").main(["--iters", "8", "--eval_interval", "1", "--eval_iters", "1", "--schedules",
+                                     "cosine", "--work", str(tmp_path / "runs"), "--out", str(tmp_path / "r.json"),
+                                     "--args", tiny])
+    printed = capsys.readouterr().out
+    assert "| cosine | 1337 | 25% of 8 |" in printed and "| cosine | 1337 | 50% of 8 |" in printed
+    assert (tmp_path / "r.json").is_file()

@@ -109,15 +109,17 @@ def step_temp_bytes(model, optimizer, shards=1):
     return STEP_TEMP_BYTES[optimizer] * max(p.numel() for p in model.parameters()) / shards
 
 
+def matrix_newton_schulz_flops(rows, cols, ns_steps=_muon.DEFAULT_NS_STEPS):
+    """FLOPs of Muon's orthogonalisation of one rows x cols matrix: on m x n (m <= n, transposed if not) each
+    iteration makes A = X X^T (2 m^2 n), B = bA + cA^2 (2 m^3) and aX + BX (2 m^2 n)."""
+    m, n = sorted((rows, cols))
+    return ns_steps * (4 * m * m * n + 2 * m ** 3)
+
+
 def newton_schulz_flops(model, ns_steps=_muon.DEFAULT_NS_STEPS):
-    """FLOPs of Muon's orthogonalisation per optimizer step: on each m x n matrix (m <= n, transposed if not)
-    each iteration makes A = X X^T (2 m^2 n), B = bA + cA^2 (2 m^3) and aX + BX (2 m^2 n)."""
-    flops = 0
-    for name, p in model.named_parameters():
-        if is_muon_matrix(name, p):
-            m, n = sorted(p.shape)
-            flops += ns_steps * (4 * m * m * n + 2 * m ** 3)
-    return flops
+    """FLOPs of Muon's orthogonalisation per optimizer step, over every matrix under Muon."""
+    return sum(matrix_newton_schulz_flops(*p.shape, ns_steps) for name, p in model.named_parameters()
+               if is_muon_matrix(name, p))
 
 
 def is_muon_matrix(name, p):

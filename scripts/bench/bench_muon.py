@@ -1,7 +1,7 @@
 """
 What Muon's Newton-Schulz orthogonalisation costs, measured on this machine's CPU at a few matrix sizes,
-beside the FLOPs plan.py prices it at (optim.newton_schulz_flops: ns_steps x (4 m^2 n + 2 m^3) on an
-m x n matrix, m <= n), and the same for one fp32 matmul of equal FLOPs, to show how far bf16 lags here.
+beside the FLOPs plan.py prices it at (optim.matrix_newton_schulz_flops: ns_steps x (4 m^2 n + 2 m^3) on
+an m x n matrix, m <= n), and the same for one fp32 matmul of equal FLOPs, to show how far bf16 lags here.
 
     python scripts/bench/bench_muon.py [--sizes 256x256,256x1024,512x2048] [--repeats 3] [--threads 1]
 
@@ -18,12 +18,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from torch.optim import _muon  # noqa: E402
 
+from trainer.optim import matrix_newton_schulz_flops as flops  # noqa: E402
+
 COEFFICIENTS = (_muon.DEFAULT_A, _muon.DEFAULT_B, _muon.DEFAULT_C)
-
-
-def flops(rows, cols, ns_steps=_muon.DEFAULT_NS_STEPS):
-    m, n = sorted((rows, cols))
-    return ns_steps * (4 * m * m * n + 2 * m ** 3)
 
 
 def seconds(fn, repeats):
@@ -36,12 +33,12 @@ def seconds(fn, repeats):
     return sorted(times)[len(times) // 2]
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="64x64,128x128,128x512,256x256,256x1024")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"Newton-Schulz ({_muon.DEFAULT_NS_STEPS} steps, bf16) on the CPU, {args.threads} thread(s), "
           f"median of {args.repeats}:")

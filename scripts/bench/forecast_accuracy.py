@@ -22,7 +22,7 @@ from trainer import forecast, metrics  # noqa: E402
 from trainer.schedule import learning_rate  # noqa: E402
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="config/train_tiny.py")
     p.add_argument("--iters", type=int, default=200)
@@ -32,7 +32,8 @@ def main():
     p.add_argument("--schedules", nargs="+", default=["cosine", "wsd"])
     p.add_argument("--work", default="/tmp/forecast_accuracy", help="where the runs' out_dirs go")
     p.add_argument("--out", default="/tmp/forecast_accuracy/results.json")
-    args = p.parse_args()
+    p.add_argument("--args", default="", help="more train.py overrides for every run, e.g. a smaller model")
+    args = p.parse_args(argv)
     rows = []
     for schedule in args.schedules:
         for seed in args.seeds:
@@ -41,12 +42,12 @@ def main():
                 subprocess.run([sys.executable, "train.py", args.config, f"--out_dir={out_dir}", f"--seed={seed}",
                                 f"--max_iters={args.iters}", f"--lr_decay_iters={args.iters}",
                                 f"--lr_schedule={schedule}", f"--eval_interval={args.eval_interval}",
-                                f"--eval_iters={args.eval_iters}", "--checkpoint_interval=0", "--init_from=auto"],
+                                f"--eval_iters={args.eval_iters}", "--checkpoint_interval=0", "--init_from=auto", *args.args.split()],
                                cwd=REPO, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
             evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))]
             final = evals[-1][1]
-            cfg = configurator.load_config([args.config, f"--max_iters={args.iters}", f"--lr_decay_iters={args.iters}",
-                                            f"--lr_schedule={schedule}"])
+            cfg = configurator.load_config([args.config, *args.args.split(), f"--max_iters={args.iters}",
+                                            f"--lr_decay_iters={args.iters}", f"--lr_schedule={schedule}"])
             forecaster = forecast.Forecaster([learning_rate(it, cfg) for it in range(args.iters)], cfg.warmup_iters)
             for share in (0.25, 0.5):  # the fit train.py makes there, printed or not
                 points = [(it, loss) for it, loss in evals if it <= share * args.iters]
