@@ -12,9 +12,18 @@ fitted on the steps so far, it is read off at max_iters under the rest of the sc
 
 A forecast needs MIN_POINTS evaluations after warmup, and at least one learning-rate drop among them:
 with none (a WSD run's stable phase) C, the gain of the decay still ahead, is not measured, so the log says
-so rather than guessing it (a cooldown fork measures that gain directly). E is one standard deviation of
-the prediction from the fit's covariance; a fit whose E is not finite, or over MAX_RELATIVE_ERROR of the
-forecast, gives no forecast either (docs/time_to_quality.md measures how far off the printed ones are).
+so rather than guessing it (a cooldown fork measures that gain directly).
+
+E is a measured error, not only the fit's: curve_fit's one-sigma spread leaves out the law's misfit to a
+small, noisy run, and docs/time_to_quality.md found forecasts missing by several times it, all on one side:
+a misfit of the law, which no statistic of the fit can see. So each fit is backtested, as a forecaster is
+judged: on what it would have said earlier. With the last evaluation at t and the run ending at T, the law
+is refitted on the evaluations up to b = t*t/T, which extrapolates by the same factor T/t (b to t) as the forecast does (t to T); its largest
+miss against the losses observed after b is scaled by (T - t) / (t - b) = T/t, the remaining horizon over the
+backtest's, as extrapolation error grows with the horizon. E = max(the fit's spread combined with one
+evaluation's scatter about the fit, since the final val loss is a noisy evaluation too; that scaled miss). Until
+the backtest can be made (b still in warmup, too few points before b, or, for WSD, no decay before b) there is
+no forecast, and none while E is over MAX_RELATIVE_ERROR of the forecast.
 """
 import math
 
@@ -58,36 +67,58 @@ class Forecaster:
         result = self.fit(points)
         if isinstance(result, str) or result[1] <= MAX_RELATIVE_ERROR * result[0]:
             return result
-        return f"the fit's error (±{result[1]:.3f} on {result[0]:.3f}) is still over {MAX_RELATIVE_ERROR:.0%} of it"
+        return f"the error (±{result[1]:.3f} on {result[0]:.3f}) is still over {MAX_RELATIVE_ERROR:.0%} of it"
 
     def fit(self, points):
-        """(val_loss, error) at the end of the schedule however wide the error, or why the law cannot be fitted."""
-        points = [(it, loss) for it, loss in points if self.warmup_iters < it <= self.end and math.isfinite(loss)]
+        """(val_loss, E) at the end of the schedule however wide E is, or why there is no forecast."""
+        points = [(it, loss) for it, loss in points if self.warmup_iters < it < self.end and math.isfinite(loss)]
+        now = self.fit_law(points)
+        if isinstance(now, str):
+            return now
+        t = points[-1][0]
+        back = t * t // self.end
+        then = self.fit_law([p for p in points if p[0] <= back])
+        if isinstance(then, str):
+            return f"the backtest (a refit on the evaluations up to iter {back}) cannot be made yet: {then}"
+        value, spread = self.at_end(*now)
+        noise = math.sqrt((self.misses(now[0], points) ** 2).sum() / (len(points) - len(now[0])))  # one eval's
+        miss = self.misses(then[0], [p for p in points if p[0] > back]).max()
+        return value, float(max(math.hypot(spread, noise), miss * (self.end - t) / (t - back)))
+
+    def misses(self, params, points):
+        """|law - observed val loss| at each point."""
+        iters = np.array([it for it, _ in points])
+        return np.abs(law((self.s1[iters], self.s2[iters]), *params) - np.array([loss for _, loss in points]))
+
+    def fit_law(self, points):
+        """The law's (params, covariance) fitted to the points, or why it cannot be fitted."""
         if len(points) < MIN_POINTS:
             return f"{len(points)} evaluation(s) after warmup so far, the fit needs {MIN_POINTS}"
         iters = np.array([it for it, _ in points])
         losses = np.array([loss for _, loss in points])
-        x = (self.s1[iters], self.s2[iters])
         if self.s2[iters].max() <= 1e-3 * max(self.s2[-1], 1e-12):
             return "the learning rate has not decayed yet, so the fit cannot measure the decay's gain"
         p0 = [0.5 * losses.min(), losses.max() - 0.5 * losses.min(), 0.5, 0.1 / max(self.s2[-1], 1.0)]
         try:
-            params, cov = curve_fit(law, x, losses, p0=p0, bounds=([0, 0, 0, 0], [np.inf, np.inf, 5, np.inf]),
-                                    maxfev=20000)
+            params, cov = curve_fit(law, (self.s1[iters], self.s2[iters]), losses, p0=p0,
+                                    bounds=([0, 0, 0, 0], [np.inf, np.inf, 5, np.inf]), maxfev=20000)
         except (RuntimeError, ValueError) as e:
             return f"the fit did not converge ({e})"
+        if not np.isfinite(cov).all():
+            return "the fit is not determined by the points so far"
+        return params, cov
+
+    def at_end(self, params, cov):
+        """The law's value at the end of the schedule and its one-sigma spread from the fit's covariance."""
         end = (self.s1[-1:], self.s2[-1:])
         value = float(law(end, *params)[0])
-        grad = np.empty(len(params))  # the prediction's sensitivity to each parameter, for its error
+        grad = np.empty(len(params))  # the prediction's sensitivity to each parameter
         for i, p in enumerate(params):
             h = 1e-6 * max(abs(p), 1e-3)
             bumped = params.copy()
             bumped[i] = p + h
             grad[i] = (law(end, *bumped)[0] - value) / h
-        error = float(math.sqrt(max(grad @ cov @ grad, 0.0))) if np.isfinite(cov).all() else math.inf
-        if not math.isfinite(value) or not math.isfinite(error):
-            return "the fit is not determined by the points so far"
-        return value, error
+        return value, float(math.sqrt(max(grad @ cov @ grad, 0.0)))
 
 
 def report(forecaster, out_dir, iter_num, max_iters, log, record):

@@ -5,8 +5,10 @@
 Trains the tiny config once per (schedule, seed) for --iters steps, evaluating every --eval_interval steps,
 then fits the law train.py fits at 25% and 50% of the run (forecast.Forecaster over the eval records of its
 metrics.jsonl up to there) and sets its forecast beside the final measured val loss, with whether train.log
-printed it or why not (too few points, a WSD run's stable phase, an error over 2% of the forecast), and the
-first forecast train.log printed. Prints a markdown table and writes it as JSON to --out.
+printed it or why not (too few points, no backtest yet, a WSD run's stable phase, an error over 2% of the
+forecast), whether the final val loss fell inside forecast ± E, and the first forecast train.log printed.
+Then, over every forecast train.log printed, how many bars held the final val loss. Prints a markdown table
+and writes it as JSON to --out.
 """
 import argparse
 import json
@@ -34,7 +36,7 @@ def main(argv=None):
     p.add_argument("--out", default="/tmp/forecast_accuracy/results.json")
     p.add_argument("--args", default="", help="more train.py overrides for every run, e.g. a smaller model")
     args = p.parse_args(argv)
-    rows = []
+    rows, coverage = [], []
     for schedule in args.schedules:
         for seed in args.seeds:
             out_dir = Path(args.work) / f"{schedule}_{seed}"
@@ -53,25 +55,36 @@ def main(argv=None):
                 points = [(it, loss) for it, loss in evals if it <= share * args.iters]
                 made, printed = forecaster.fit(points), forecaster.predict(points)
                 value, bar = (None, made) if isinstance(made, str) else made
-                rows.append({"schedule": schedule, "seed": seed, "at": share, "final_val_loss": final,
-                             "forecast": value, "error_bar": bar, "error": value and value - final,
-                             "printed": printed if isinstance(printed, str) else "printed"})
-            for it, _ in evals:  # and the first forecast train.log printed
-                made = forecaster.predict([(i, loss) for i, loss in evals if i <= it])
-                if not isinstance(made, str) and it < args.iters:
-                    rows.append({"schedule": schedule, "seed": seed, "at": it / args.iters, "final_val_loss": final,
-                                 "forecast": made[0], "error_bar": made[1], "error": made[0] - final,
-                                 "printed": "the first printed"})
-                    break
-    print("| schedule | seed | fit made at | fit's forecast (±E) | final val loss | forecast − final | train.log |")
-    print("|---|---|---|---|---|---|---|")
+                rows.append(row(schedule, seed, share, final, made,
+                                printed if isinstance(printed, str) else "printed"))
+            printed = [(it, forecaster.predict([(i, loss) for i, loss in evals if i <= it]))
+                       for it, _ in evals if it < args.iters]
+            printed = [(it, made) for it, made in printed if not isinstance(made, str)]
+            if printed:  # the first forecast train.log printed
+                rows.append(row(schedule, seed, printed[0][0] / args.iters, final, printed[0][1], "the first printed"))
+            held = int(sum(abs(value - final) <= bar for _, (value, bar) in printed))
+            coverage.append({"schedule": schedule, "seed": seed, "printed": len(printed), "held": held})
+    print("| schedule | seed | fit made at | fit's forecast (±E) | final val loss | forecast − final | final in ±E | train.log |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         made = f"{r['forecast']:.4f} (±{r['error_bar']:.4f})" if r["forecast"] is not None else f"none: {r['error_bar']}"
         diff = f"{r['error']:+.4f}" if r["error"] is not None else "—"
+        within = "—" if r["within"] is None else "yes" if r["within"] else "no"
         print(f"| {r['schedule']} | {r['seed']} | {r['at']:.0%} of {args.iters} | {made} | {r['final_val_loss']:.4f} "
-              f"| {diff} | {r['printed']} |")
+              f"| {diff} | {within} | {r['printed']} |")
+    for c in coverage:
+        print(f"{c['schedule']} {c['seed']}: {c['held']} of the {c['printed']} forecasts train.log printed held "
+              "the final val loss within ±E")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "coverage": coverage}, indent=2))
+
+
+def row(schedule, seed, at, final, made, printed):
+    """One table row: a fit's forecast (or the reason there is none) beside the final val loss."""
+    value, bar = (None, made) if isinstance(made, str) else made
+    return {"schedule": schedule, "seed": seed, "at": at, "final_val_loss": final, "forecast": value,
+            "error_bar": bar, "error": None if value is None else value - final,
+            "within": None if value is None else bool(abs(value - final) <= bar), "printed": printed}
 
 
 if __name__ == "__main__":
