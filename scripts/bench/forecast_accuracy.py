@@ -54,7 +54,6 @@ def main(argv=None):
             for share in (0.25, 0.5):  # the fit train.py makes there, printed or not
                 points = [(it, loss) for it, loss in evals if it <= share * args.iters]
                 made, printed = forecaster.fit(points), forecaster.predict(points)
-                value, bar = (None, made) if isinstance(made, str) else made
                 rows.append(row(schedule, seed, share, final, made,
                                 printed if isinstance(printed, str) else "printed"))
             printed = [(it, forecaster.predict([(i, loss) for i, loss in evals if i <= it]))
