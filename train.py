@@ -175,10 +175,9 @@ if start.state is not None:
 
 if master:
     configurator.save_json(cfg, os.path.join(cfg.out_dir, "config.json"), **model_args)
-record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params,
-       world_size=world_size, batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-       activation_checkpointing=gptconf.activation_checkpointing, recompute_blocks=gptconf.recompute_blocks,
-       restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))  # torchrun's restarts of this job so far
+record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params, world_size=world_size,
+       restarts=elastic.restarts(), batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+       activation_checkpointing=gptconf.activation_checkpointing, recompute_blocks=gptconf.recompute_blocks)
 for line in sampler.describe(tokens_per_iter, cfg.max_iters, iter_num):  # after the resume: what was drawn counts
     log(line)
 if sampler.changes:  # the val loss is weighted otherwise from here on (its best was reset: resume.py)

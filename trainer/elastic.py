@@ -52,6 +52,11 @@ def nccl_settings(out_dir):
     return " ".join(f"{key}={os.environ[key]}" for key in defaults)
 
 
+def restarts():
+    """How many times torchrun has restarted this job so far (0 outside torchrun)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
 def restart_line(out_dir):
     """Rank 0 at start-up: under a torchrun restart, which restart this is and what ended the attempt before;
     None otherwise. Takes out_dir/FAILURES away in either case, so each line is told once, and the note of a
@@ -63,7 +68,7 @@ def restart_line(out_dir):
         os.remove(path)
     except FileNotFoundError:
         notes = []
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    restart = restarts()
     if restart == 0:
         return None
     return (f"elastic: restart {restart} of {os.environ.get('TORCHELASTIC_MAX_RESTARTS', '?')}; the attempt before "
