@@ -1,7 +1,11 @@
 """Shared pytest pieces: the repo root on sys.path, the `e2e` marker for tests whose point is a real
 process (`pytest -m "not e2e"` runs the in-process rest), the helpers that start those processes, and
 GPT-2's BPE ranks for offline tests."""
+import contextlib
+import gc
+import io
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +17,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from trainer import metrics  # noqa: E402  (after the repo root is on sys.path)
+from trainer import faults, metrics  # noqa: E402  (after the repo root is on sys.path)
 # every Python the tests start skips the ~1 s collection at exit (fast_exit/sitecustomize.py says why;
 # README's test section has the measurement)
 FAST_EXIT = str(REPO / "tests" / "fast_exit")
@@ -34,6 +38,48 @@ def python(args, cwd=REPO, env=None, timeout=300):
     """`python ARGS` in a fresh interpreter, as a user runs it: a CompletedProcess with its output."""
     return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def run_here(args, env=None, cwd=REPO):
+    """`python ARGS` (a script and its arguments) run in this interpreter, for a test whose point is what the
+    script decides rather than its process: torch's import, seconds a process, is paid once. Returns a
+    CompletedProcess as python() does (exit status, stdout, stderr; an uncaught exception goes through the
+    script's sys.excepthook, as at a process's end). env: variables added for the run. What the script set
+    for its process is put back afterwards: argv, the environment, the working folder, signal handlers,
+    excepthook, torch's threads and compiled graphs, and the faults faults.py read from TRAINER_FAULTS."""
+    script, *rest = map(str, args)
+    path = Path(cwd) / script
+    if "kill" in (env or {}).get(faults.VARIABLE, os.environ.get(faults.VARIABLE, "")):
+        raise ValueError("a kill fault would kill this interpreter, the test runner's: run the script with python()")
+    saved = (sys.argv, dict(os.environ), os.getcwd(), sys.excepthook, torch.get_num_threads(), faults.active,
+             {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)})
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    namespace = {"__name__": "__main__", "__file__": str(path)}
+    sys.argv = [script, *rest]
+    os.environ.update(env or {})
+    os.chdir(cwd)
+    faults.active = faults.Faults(os.environ.get(faults.VARIABLE, ""))
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                exec(compile(path.read_text(), str(path), "exec"), namespace)
+            except SystemExit as e:  # as the interpreter ends: a message goes to stderr with status 1
+                code = e.code if isinstance(e.code, int) else 0 if e.code is None else (print(e.code, file=sys.stderr) or 1)
+            except BaseException:
+                sys.excepthook(*sys.exc_info())
+                code = 1
+    finally:
+        sys.argv, environ, cwd_before, sys.excepthook, threads, faults.active, handlers = saved
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd_before)
+        torch.set_num_threads(threads)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        namespace.clear()
+        gc.collect()  # closes what the script left open: its train.log, metrics.jsonl and out_dir's lock
+        torch._dynamo.reset()
+    return subprocess.CompletedProcess([sys.executable, script, *rest], code, stdout.getvalue(), stderr.getvalue())
 
 
 def torchrun_command(launcher_args, script_args):

@@ -1,4 +1,6 @@
-"""train.py end to end, as a user runs it: a process of its own on a tiny model and tiny token bins.
+"""train.py end to end on a tiny model and tiny token bins: in this interpreter where the test is about what
+the run decides, in a process of its own (the `e2e` ones) where a signal, a kill or a resume across
+processes is the point.
 
 The guarantees a weeks-long run relies on: resume is bit-exact, signals save and exit 0,
 kills and full disks during a save lose nothing, rotation is numeric, poisoned steps never
@@ -13,10 +15,8 @@ import pytest
 import torch
 
 from trainer import memory, metrics
-from conftest import REPO, VOCAB, python, wait_for
+from conftest import REPO, VOCAB, python, run_here, wait_for
 from model import GPT, GPTConfig
-
-pytestmark = pytest.mark.e2e  # each test runs train.py as a process, as a user does
 
 TINY = [
     "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", f"--vocab_size={VOCAB}", "--batch_size=4",
@@ -26,9 +26,10 @@ TINY = [
 ]
 
 
-def train(out_dir, data_dir, *overrides, env=None, check=True):
-    result = python(["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out_dir}",
-                     *overrides], env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+def train(out_dir, data_dir, *overrides, env=None, check=True, process=False):
+    """train.py on the tiny model, here (run_here) or, with process=True, in a process of its own."""
+    args = ["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
+    result = python(args, env=dict(os.environ, **(env or {}))) if process else run_here(args, env)
     if check and result.returncode != 0:
         raise AssertionError(f"train.py exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
@@ -77,17 +78,19 @@ def test_trains_logs_and_rotates_numerically(tmp_path, data_dir, reference):
     assert ckpts(out) == [6, 9, 12]
 
 
+@pytest.mark.e2e
 def test_stop_and_resume_is_bit_exact(tmp_path, data_dir, reference):
     out = tmp_path / "run"
     train(out, data_dir, "--max_iters=5")
     assert ckpts(out) == [4, 5]
-    result = train(out, data_dir, "--max_iters=12")
+    result = train(out, data_dir, "--max_iters=12", process=True)  # a fresh process continues where this one stopped
     assert "resuming after 5 completed steps" in result.stdout
     assert_same_weights(out / "ckpt_12.pt", reference / "ckpt_12.pt")
     assert losses(out, 6, 12) == losses(reference, 6, 12)
     assert (out / "train.log").read_text().count("=== ") == 2  # appended across restarts
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_saves_and_resume_is_exact(tmp_path, data_dir, sig):
     out = tmp_path / "sig"
@@ -110,10 +113,12 @@ def test_signal_saves_and_resume_is_exact(tmp_path, data_dir, sig):
         assert_same_weights(out / f"ckpt_{k + 2}.pt", ref / f"ckpt_{k + 2}.pt")
 
 
+@pytest.mark.e2e
 def test_kill_during_save_loses_nothing(tmp_path, data_dir, reference):
     out = tmp_path / "kill"
     train(out, data_dir, "--max_iters=4")
-    result = train(out, data_dir, "--max_iters=12", env={"TRAINER_FAULTS": "kill_after_temp_write"}, check=False)
+    result = train(out, data_dir, "--max_iters=12", env={"TRAINER_FAULTS": "kill_after_temp_write"}, check=False,
+                   process=True)
     assert result.returncode == -signal.SIGKILL
     assert ckpts(out) == [4] and any(p.name.startswith(".ckpt_8") for p in out.iterdir())
     result = train(out, data_dir, "--max_iters=12")
@@ -205,6 +210,7 @@ def test_existing_run_guards(tmp_path, data_dir):
     assert result.returncode == 1 and "the data order changed since the checkpoint" in result.stdout
 
 
+@pytest.mark.e2e
 def test_wandb_without_credentials_goes_offline_and_keeps_its_id(tmp_path, data_dir):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(HOME=str(tmp_path), WANDB_DIR=str(tmp_path), OMP_NUM_THREADS="1")  # no ~/.netrc, no key
