@@ -45,17 +45,18 @@ def run_here(args, env=None, cwd=REPO):
     script decides rather than its process: torch's import, seconds a process, is paid once. Returns a
     CompletedProcess as python() does (exit status, stdout, stderr; an uncaught exception goes through the
     script's sys.excepthook, as at a process's end). env: variables added for the run. What the script set
-    for its process is put back afterwards: argv, the environment, the working folder, signal handlers,
+    for its process is put back afterwards: argv, sys.path, the environment, the working folder, signal handlers,
     excepthook, torch's threads and compiled graphs, and the faults faults.py read from TRAINER_FAULTS."""
     script, *rest = map(str, args)
     path = Path(cwd) / script
     if "kill" in (env or {}).get(faults.VARIABLE, os.environ.get(faults.VARIABLE, "")):
         raise ValueError("a kill fault would kill this interpreter, the test runner's: run the script with python()")
-    saved = (sys.argv, dict(os.environ), os.getcwd(), sys.excepthook, torch.get_num_threads(), faults.active,
-             {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)})
+    saved = (sys.argv, list(sys.path), dict(os.environ), os.getcwd(), sys.excepthook, torch.get_num_threads(),
+             faults.active, {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)})
     stdout, stderr, code = io.StringIO(), io.StringIO(), 0
     namespace = {"__name__": "__main__", "__file__": str(path)}
     sys.argv = [script, *rest]
+    sys.path.insert(0, str(path.parent))  # as `python SCRIPT` puts the script's folder first
     os.environ.update(env or {})
     os.chdir(cwd)
     faults.active = faults.Faults(os.environ.get(faults.VARIABLE, ""))
@@ -69,7 +70,7 @@ def run_here(args, env=None, cwd=REPO):
                 sys.excepthook(*sys.exc_info())
                 code = 1
     finally:
-        sys.argv, environ, cwd_before, sys.excepthook, threads, faults.active, handlers = saved
+        sys.argv, sys.path[:], environ, cwd_before, sys.excepthook, threads, faults.active, handlers = saved
         os.environ.clear()
         os.environ.update(environ)
         os.chdir(cwd_before)

@@ -1,6 +1,8 @@
 """Guardrails found by trying the project as a new user: one job per folder, devices and memory checked
 before anything is spent, encodings found from anywhere, a useful validation split, messages that
-name the real cause, crashes in train.log, --help, closed pipes, and a failing rank ending the job."""
+name the real cause, crashes in train.log, --help, closed pipes, and a failing rank ending the job. The
+scripts run in this interpreter (run_here) where what they decide is the point, in processes (`e2e`)
+where a second live process, a pipe, tmux, a compiler or torchrun is."""
 import base64
 import json
 import os
@@ -14,15 +16,15 @@ import numpy as np
 import pytest
 
 from trainer import runlock
-from conftest import REPO, python, torchrun, wait_for
+from conftest import REPO, python, run_here, torchrun, wait_for
 from test_train import TINY, train
 
-pytestmark = pytest.mark.e2e  # what a user meets at the command line: each test starts the real processes
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
-def run(*args, env=None, timeout=300, cwd=REPO):
-    return python(args, cwd=cwd, env=dict(ENV, **(env or {})), timeout=timeout)
+def run(*args, env=None):
+    """A script in a process of its own."""
+    return python(args, env=dict(ENV, **(env or {})))
 
 
 def last_line(text):
@@ -31,6 +33,7 @@ def last_line(text):
 
 # 1. one job per folder
 
+@pytest.mark.e2e
 def test_a_second_run_into_the_same_out_dir_is_refused_until_the_first_dies(tmp_path, data_dir):
     out = tmp_path / "out"
     first = subprocess.Popen([sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
@@ -55,14 +58,14 @@ def test_a_prepare_job_holds_its_data_dir(tmp_path):
     source.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(10)))
     held = runlock.hold(str(tmp_path / "data"), "prepare job")
     try:
-        result = run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "data"),
-                     "--encoding", "bytes")
+        result = run_here(["data/pile/prepare.py", "--source", source, "--data_dir", tmp_path / "data",
+                           "--encoding", "bytes"])  # this process holds it through another open file
         assert result.returncode == 1 and f"is in use by another prepare job (pid {os.getpid()} on" in result.stderr
     finally:
         held.close()
-    assert run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(tmp_path / "data"),
-               "--encoding", "bytes").returncode == 0
-    blocked = run("train.py", "config/train_tiny.py", f"--out_dir={source}/out")  # a folder inside a file
+    assert run_here(["data/pile/prepare.py", "--source", source, "--data_dir", tmp_path / "data",
+                     "--encoding", "bytes"]).returncode == 0
+    blocked = run_here(["train.py", "config/train_tiny.py", f"--out_dir={source}/out"])  # a folder inside a file
     assert blocked.returncode == 1 and "Traceback" not in blocked.stderr
     assert blocked.stderr.strip().splitlines()[-1].startswith(f"error: cannot write to {source}/out: Not a directory")
 
@@ -75,7 +78,7 @@ def test_a_prepare_job_holds_its_data_dir(tmp_path):
 def test_a_device_this_machine_lacks_is_one_line(tmp_path, data_dir, device, expected):
     result = train(tmp_path / "out", data_dir, f"--device={device}", check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr and expected in last_line(result.stdout)
-    env_check = run("scripts/check_env.py", "config/train_tiny.py", f"--device={device}", f"--data_dir={data_dir}")
+    env_check = run_here(["scripts/check_env.py", "config/train_tiny.py", f"--device={device}", f"--data_dir={data_dir}"])
     assert env_check.returncode == 1 and any(line.startswith("FAIL") and expected in line
                                              for line in env_check.stdout.splitlines())
 
@@ -94,7 +97,7 @@ def test_a_config_that_cannot_fit_is_refused_before_allocating(tmp_path, data_di
 
 
 def test_check_env_fails_a_cpu_config_larger_than_ram(data_dir):
-    result = run("scripts/check_env.py", "config/train_gpt3_6b.py", "--device=cpu", f"--data_dir={data_dir}")
+    result = run_here(["scripts/check_env.py", "config/train_gpt3_6b.py", "--device=cpu", f"--data_dir={data_dir}"])
     assert result.returncode == 1
     assert any(line.startswith("FAIL  device=cpu: host RAM") for line in result.stdout.splitlines())
 
@@ -103,7 +106,7 @@ def test_bench_names_an_oom_kill_and_shows_usage_without_a_config():
     sys.path.insert(0, str(REPO / "scripts"))
     import bench
     assert bench.failure(-9, "", "")[0] == "oom" and "out-of-memory killer" in bench.failure(-9, "", "")[1]
-    usage = run("scripts/bench.py")
+    usage = run_here(["scripts/bench.py"])
     assert usage.returncode == 2 and usage.stdout.startswith("usage: bench.py CONFIG")
 
 
@@ -117,8 +120,8 @@ def test_meta_json_finds_its_rank_file_by_path_then_by_hash(tmp_path):
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps({"text": f"hello world {i}"}) + "\n" for i in range(50)))
     data = tmp_path / "data"
-    assert run("data/pile/prepare.py", "--source", str(source), "--data_dir", str(data), "--encoding",
-               os.path.relpath(ranks, REPO), "--val_fraction", "0.5").returncode == 0
+    assert run_here(["data/pile/prepare.py", "--source", source, "--data_dir", data, "--encoding",
+                     os.path.relpath(ranks, REPO), "--val_fraction", "0.5"]).returncode == 0
     meta = json.loads((data / "meta.json").read_text())
     assert meta["encoding"] == str(ranks) and len(meta["encoding_sha256"]) == 64  # absolute, and its hash
     from trainer import tokenizer
@@ -135,6 +138,7 @@ def test_meta_json_finds_its_rank_file_by_path_then_by_hash(tmp_path):
 
 # 5. a useful validation split
 
+@pytest.mark.e2e  # the same command twice: the first job's pool workers must be gone, as they are with its process
 def test_a_small_corpus_gets_a_validation_split_worth_evaluating(tmp_path):
     rng = np.random.default_rng(0)
     words = ["alpha", "beta", "gamma", "delta", "epsilon"]
@@ -163,7 +167,7 @@ def test_messages_name_the_real_cause(tmp_path, data_dir):
     assert "n_layer=3 (set on the command line) conflicts with the checkpoint's n_layer=2" in last_line(conflict.stdout)
     config = tmp_path / "mine.py"
     config.write_text("batch_size = 8\n")
-    typed = run("train.py", str(config), "--batch_size=eight")
+    typed = run_here(["train.py", config, "--batch_size=eight"])
     assert typed.returncode == 2 and "batch_size must be int like its value so far (8)" in typed.stderr
     resumed = train(out, data_dir, "--max_iters=4", "--lr_decay_iters=80").stdout
     assert "note: the schedule changed since the checkpoint (lr_decay_iters 40 -> 80, max_iters 2 -> 4)" in resumed
@@ -172,17 +176,17 @@ def test_messages_name_the_real_cause(tmp_path, data_dir):
 
 # 7. crashes reach train.log
 
-def test_an_unexpected_crash_is_written_to_train_log(tmp_path, data_dir):
-    crash = ("import runpy, sys, model; model.GPT.forward = lambda *a, **k: 1 / 0; "
-             "sys.argv = sys.argv[1:]; runpy.run_path('train.py', run_name='__main__')")
-    result = run("-c", crash, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
-                 f"--out_dir={tmp_path / 'out'}")
+def test_an_unexpected_crash_is_written_to_train_log(tmp_path, data_dir, monkeypatch):
+    import model
+    monkeypatch.setattr(model.GPT, "forward", lambda *a, **k: 1 / 0)
+    result = train(tmp_path / "out", data_dir, check=False)
     log = (tmp_path / "out" / "train.log").read_text()
     assert result.returncode == 1 and "ZeroDivisionError" in result.stderr
     assert "Traceback (most recent call last)" in log
     assert last_line(log).startswith("error: train.py crashed: ZeroDivisionError: division by zero")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed: scripts/launch.sh runs training in a tmux session (apt install tmux)")
 def test_launch_reports_a_run_that_dies_at_start(tmp_path, data_dir):
     env = {k: v for k, v in ENV.items() if k != "TMUX"}
@@ -199,19 +203,24 @@ def test_launch_reports_a_run_that_dies_at_start(tmp_path, data_dir):
 
 # 8. habits
 
-def test_help_closed_pipes_and_budget_notes():
-    help_text = run("train.py", "--help")
+def test_help_and_budget_notes():
+    help_text = run_here(["train.py", "--help"])
     assert help_text.returncode == 0 and help_text.stdout.startswith("usage: python train.py")
-    assert "  learning_rate = 0.0006" in help_text.stdout and run("train.py", "-h").returncode == 0
+    assert "  learning_rate = 0.0006" in help_text.stdout and run_here(["train.py", "-h"]).returncode == 0
+    doubled = run_here(["scripts/plan.py", "config/train_gpt3_6b.py", "--batch_size=8"])
+    assert "the overrides change the run from 300.0B to 600.0B tokens" in doubled.stderr
+
+
+@pytest.mark.e2e
+def test_a_closed_pipe_is_no_traceback():
     piped = subprocess.run(f"{sys.executable} scripts/plan.py config/train_gpt3_6b.py | head -1", shell=True,
                            cwd=REPO, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
-    doubled = run("scripts/plan.py", "config/train_gpt3_6b.py", "--batch_size=8")
-    assert "the overrides change the run from 300.0B to 600.0B tokens" in doubled.stderr
 
 
 # 9. a failing rank ends the job
 
+@pytest.mark.e2e
 def test_a_failing_rank_ends_the_whole_job_within_seconds(tmp_path, data_dir):
     out = tmp_path / "out"
     started = time.time()
@@ -223,6 +232,7 @@ def test_a_failing_rank_ends_the_whole_job_within_seconds(tmp_path, data_dir):
     assert "rank 1 error: injected error on the last rank" in (out / "train.log").read_text()
 
 
+@pytest.mark.e2e  # inductor finds its compiler once a process
 def test_a_compilation_failure_is_one_line_naming_compile_false(tmp_path, data_dir):
     """Inductor's CPU kernels need a C++ compiler: with none, the first compiled forward fails, and the
     user reads one line with the way out (the traceback stays in train.log for a bug report)."""
