@@ -3,10 +3,9 @@
     python train.py config/train_gpt3_6b.py [--key=value ...]
     torchrun --nproc_per_node=8 train.py config/train_gpt3_6b.py [--strategy=fsdp]
 
-Top to bottom: config, processes, device, start point, data, model, optimizer, the loop; each decision is a
-function in trainer/. The same command again continues from out_dir's newest loadable checkpoint; Ctrl+C,
-SIGTERM and SIGHUP stop after the current micro-batch, saving the last completed step. People read
-<out_dir>/train.log, tools <out_dir>/metrics.jsonl.
+Top to bottom: config, processes, device, start point, data, model, optimizer, the loop; each decision is a function
+in trainer/. The same command again continues from out_dir's newest loadable checkpoint; Ctrl+C, SIGTERM and SIGHUP
+stop after the current micro-batch, saving the last completed step. People read out_dir/train.log, tools metrics.jsonl.
 """
 import math
 import os
@@ -20,7 +19,6 @@ from trainer import environment  # first: what an older torch lacks is named bef
 if problem := environment.torch_problem():
     sys.exit(f"error: {problem}")
 
-import torch.distributed as dist
 
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
@@ -165,9 +163,11 @@ def load_training_state(state, after_rollback=False):
     return iteration
 
 
-iter_num, best_val_loss, wandb_run_id = 0, float("inf"), None
+iter_num, best_val_loss, wandb_run_id, load_seconds = 0, float("inf"), None, None
 if start.state is not None:
+    t0 = time.time()
     iter_num = load_training_state(start.state)
+    load_seconds = start.load_seconds + time.time() - t0  # its read, then the copy into the model and optimizer
     log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
     if start.cooldown_from is not None and not start.continuing_fork:  # a fork is a run of its own, wandb's too
         wandb_run_id = None
@@ -177,7 +177,8 @@ if master:
     configurator.save_json(cfg, os.path.join(cfg.out_dir, "config.json"), **model_args)
 record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params, world_size=world_size,
        restarts=elastic.restarts(), batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-       activation_checkpointing=gptconf.activation_checkpointing, recompute_blocks=gptconf.recompute_blocks)
+       activation_checkpointing=gptconf.activation_checkpointing, recompute_blocks=gptconf.recompute_blocks,
+       load_seconds=load_seconds)
 for line in sampler.describe(tokens_per_iter, cfg.max_iters, iter_num):  # after the resume: what was drawn counts
     log(line)
 if sampler.changes:  # the val loss is weighted otherwise from here on (its best was reset: resume.py)
@@ -239,10 +240,10 @@ def save(step_start):
     state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard,
                              start.cooldown_from)
     try:
-        resume.save(saver, state, raw_model, optimizer, cfg, iter_num, fsdp, master, device)
+        seconds = resume.save(saver, state, raw_model, optimizer, cfg, iter_num, fsdp, master, device)
     except (resume.ResumeError, checkpoint.CheckpointError) as e:
         fail(str(e))
-    record("save", iter_num, asynchronous=cfg.checkpoint_async, sharded=fsdp)
+    record("save", iter_num, asynchronous=cfg.checkpoint_async, sharded=fsdp, seconds=seconds)
 
 
 def roll_back(first_spike, spike_data):
@@ -264,8 +265,7 @@ if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
     elif hellaswag_examples:  # random weights score 25% by construction: minutes spent learning nothing
         log("hellaswag: skipped at iteration 0 of a run from scratch (random weights score 25%)")
     if cfg.eval_only:
-        if distributed:
-            dist.destroy_process_group()
+        sharding.end_processes()
         sys.exit(0)
 
 saving = cfg.checkpoint_interval > 0  # 0 turns checkpoints off, for benchmarks
@@ -375,6 +375,4 @@ elif iter_num >= cfg.max_iters:
 if wandb_run:
     wandb_run.finish()
 stop_vote.finish()
-if distributed:
-    dist.barrier()
-    dist.destroy_process_group()
+sharding.end_processes()

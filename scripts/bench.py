@@ -38,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import nullcontext
 
@@ -251,36 +250,21 @@ def summarize(steps, tokens_per_step, config_tokens_per_step):
 
 
 def run_train(train_args, timeout):
-    """(status, message, lines) of train.py (through timed_train) with these arguments, killed past timeout
-    seconds; lines are its stdout as (seconds since the start, line): the times of what its log does not time."""
-    with tempfile.TemporaryFile("w+") as stderr:
-        t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-c", TIMED_TRAIN, *train_args], stdout=subprocess.PIPE,
-                                stderr=stderr, text=True)
-        killed = threading.Event()  # a hang must not eat the budget of the settings after it
-        killer = threading.Timer(timeout, lambda: killed.set() or proc.kill())
-        if timeout < math.inf:
-            killer.start()
-        lines = [(time.monotonic() - t0, line.rstrip("\n")) for line in proc.stdout]
-        proc.wait()
-        killer.cancel()
+    """(status, message) of train.py (through timed_train) with these arguments, killed past timeout seconds."""
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", TIMED_TRAIN, *train_args], stdout=stdout, stderr=stderr,
+                                text=True)
+        try:
+            proc.wait(timeout=None if timeout == math.inf else timeout)  # a hang must not eat the others' time
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return "timeout", f"killed after {timeout:.1f}s"
+        stdout.seek(0)
         stderr.seek(0)
-        errors = stderr.read()
-    if killed.is_set():
-        return "timeout", f"killed after {timeout:.1f}s", lines
-    if proc.returncode:
-        return (*failure(proc.returncode, text_of(lines), errors), lines)
-    return "ok", None, lines
-
-
-def text_of(lines):
-    return "\n".join(line for _, line in lines)
-
-
-def seconds_between(lines, first, last):
-    """Seconds from the line starting with `first` to the next starting with `last`, by when they arrived."""
-    start = next(t for t, line in lines if line.startswith(first))
-    return next(t for t, line in lines if t >= start and line.startswith(last)) - start
+        if proc.returncode:
+            return failure(proc.returncode, stdout.read(), stderr.read())
+    return "ok", None
 
 
 class Bench:
@@ -307,18 +291,18 @@ class Bench:
                 f"--out_dir={out_dir}", *setting_overrides(batch_size, policy)]
 
     def launch(self, train_args):
-        """(status, message, lines, wall seconds) of one train.py, its timeout cut to the time left."""
+        """(status, message, wall seconds) of one train.py, its timeout cut to the time left."""
         left = self.deadline - time.time()
         if left <= 0:
-            return "skipped", "out of time", [], 0.0
+            return "skipped", "out of time", 0.0
         t0 = time.time()
-        status, message, lines = run_train(train_args, min(self.args.timeout or math.inf, left))
-        return status, message, lines, round(time.time() - t0, 1)
+        status, message = run_train(train_args, min(self.args.timeout or math.inf, left))
+        return status, message, round(time.time() - t0, 1)
 
     def run(self, batch_size, policy):
         result = describe(batch_size, policy, self.cfg.n_layer)
         out_dir = tempfile.mkdtemp(prefix="out_", dir=self.work)
-        status, message, _, wall_s = self.launch(self.train_args(batch_size, policy, out_dir))
+        status, message, wall_s = self.launch(self.train_args(batch_size, policy, out_dir))
         result.update(status=status, message=message, wall_s=wall_s, gpu=self.gpu)
         steps = timed_steps(out_dir, self.args.warmup) if status == "ok" else []
         if status == "ok" and not steps:
@@ -355,23 +339,23 @@ class Bench:
                            f"{memory.size_text(memory.needed_bytes(peak, kind))}; {self.budget.text()}"}
 
     def save_resume(self):
-        """One checkpoint save and its load at the config's setting: a train.py saves after its first step,
-        then a second one resumes from it. Each is timed by when train.py's log lines arrive: the save from
-        `saving` to `saved`; the load from `loading` to `loaded` (the file opened, memory-mapped) plus from
-        `built` (the model) to `resuming after` (the mapped tensors copied into the model and optimizer)."""
+        """One checkpoint save and its load at the config's setting: a train.py saves after its first step
+        (synchronously, so the time is the write's), then a second one resumes from it. The times are what
+        their metrics.jsonl records say: the save record's `seconds`, the resumed start record's
+        `load_seconds` (the read and the copy into the model and optimizer)."""
         out_dir = tempfile.mkdtemp(prefix="out_", dir=self.work)
         common = self.train_args(self.cfg.batch_size, (self.cfg.activation_checkpointing, self.cfg.recompute_blocks),
                                  out_dir)
         result = {"label": "save and resume", "status": "ok", "message": None}
-        for name, extra, spans in (("save", ["--max_iters=1", "--checkpoint_interval=1"], [("saving ", "saved ")]),
-                                   ("load", ["--init_from=resume", "--max_iters=2"],
-                                    [("loading ", "loaded "), ("built ", "resuming after ")])):
-            status, message, lines, result[f"{name}_wall_s"] = self.launch([*common, *extra])
+        runs = (("save", ["--max_iters=1", "--checkpoint_interval=1", "--checkpoint_async=False"], "save", "seconds"),
+                ("load", ["--init_from=resume", "--max_iters=2"], "start", "load_seconds"))
+        for name, extra, kind, figure in runs:
+            status, message, result[f"{name}_wall_s"] = self.launch([*common, *extra])
             if status != "ok":
                 return dict(result, status=status, message=f"{name}: {message}")
-            result[f"{name}_s"] = round(sum(seconds_between(lines, first, last) for first, last in spans), 3)
+            result[f"{name}_s"] = round(metrics.read(out_dir, kind)[-1][figure], 3)
         result["checkpoint_gb"] = os.path.getsize(checkpoint.checkpoint_path(out_dir, 1)) / 1e9
-        for name in ("save", "load"):  # lines that arrive together time as 0 s: too small to say
+        for name in ("save", "load"):  # a time rounded to 0 s is too small to say
             result[f"{name}_gb_per_s"] = result["checkpoint_gb"] / result[f"{name}_s"] if result[f"{name}_s"] else None
         return result
 

@@ -70,6 +70,8 @@ def test_trains_logs_and_rotates_numerically(tmp_path, data_dir, reference):
     assert steps[-1]["mfu"] is None and steps[-1]["tokens_per_sec"] > 0  # no peak FLOPS known for a CPU
     assert [r["iter"] for r in metrics.read(reference, "eval")] == [0, 5, 10, 12]
     assert [r["kind"] for r in metrics.read(reference)][-1] == "done"
+    assert metrics.read(reference, "start")[0]["load_seconds"] is None  # from scratch: nothing loaded
+    assert all(r["seconds"] > 0 and not r["asynchronous"] for r in metrics.read(reference, "save"))
     log = (reference / "train.log").read_text()  # for people: the same run in words
     assert "mfu n/a" in log and "tok/s" in log and "eval iter 10: val loss" in log
     # keep_last_n=3 with saves every 3 steps up to 12: 6, 9 and 12 stay (lexical order would drop 12)
@@ -85,6 +87,7 @@ def test_stop_and_resume_is_bit_exact(tmp_path, data_dir, reference):
     assert ckpts(out) == [4, 5]
     result = train(out, data_dir, "--max_iters=12", process=True)  # a fresh process continues where this one stopped
     assert "resuming after 5 completed steps" in result.stdout
+    assert metrics.read(out, "start")[-1]["load_seconds"] > 0
     assert_same_weights(out / "ckpt_12.pt", reference / "ckpt_12.pt")
     assert losses(out, 6, 12) == losses(reference, 6, 12)
     assert (out / "train.log").read_text().count("=== ") == 2  # appended across restarts

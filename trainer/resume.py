@@ -11,6 +11,7 @@ import io
 import math
 import os
 import random
+import time
 import types
 
 import numpy as np
@@ -38,7 +39,7 @@ def start_point(cfg, defaults, master, log):
     (their provenance 'from <origin>'); one the config sets to another value than its default
     (configurator.DEFAULTS) and the weights' is a ResumeError. A cooldown fork (cooldown_iters) also gets
     cooldown_from, the iteration its decay starts at, and max_iters its end; continuing_fork says the same
-    fork command ran before and goes on from the fork's own newest checkpoint."""
+    fork command ran before and goes on from the fork's own newest checkpoint. load_seconds: the checkpoint's read."""
     continuing_fork = continues_fork(cfg)
     if continuing_fork:
         cfg.init_from = "resume"
@@ -54,8 +55,10 @@ def start_point(cfg, defaults, master, log):
         dist.barrier()  # the others look at out_dir only once rank 0 has tidied it
     start = types.SimpleNamespace(state=None, weights=None, encoding=None, saved_args=None, origin=None,
                                   pretrained=pretrained, continuing_fork=continuing_fork, cooldown_from=None)
+    t0 = time.time()
     try:
         start.state = _checkpoint_to_continue(cfg, from_path, master, log)
+        start.load_seconds = time.time() - t0  # the read; restoring adds the copy into the model (train.py)
     except checkpoint.CheckpointError as e:
         raise ResumeError(str(e)) from None
     if start.state is not None:
@@ -171,11 +174,13 @@ def save(saver, state, model, optimizer, cfg, iter_num, sharded, master, device)
     """Save run_state() `state` with the weights and optimizer after iter_num steps: every rank its shards
     (sharded), else rank 0 a .pt. Weights that are not finite are never saved (ResumeError). The previous save
     is complete first (one at a time; had it failed, this raises its CheckpointError); with checkpoint_async
-    the write goes on in the background."""
+    the write goes on in the background. Returns the seconds this save held the run: its write, or with
+    checkpoint_async its copy to host memory."""
     if not sharding.all_finite(model.parameters(), device):
         raise ResumeError(f"weights are not finite after step {iter_num}; not saving. Roll back with "
                           f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
     saver.wait()
+    t0 = time.time()
     if sharded:
         saver.save_sharded(model, optimizer, state, cfg.out_dir, iter_num, cfg.keep_last_n)
     elif master:
@@ -184,6 +189,7 @@ def save(saver, state, model, optimizer, cfg, iter_num, sharded, master, device)
                               cfg.keep_last_n)
     if not cfg.checkpoint_async:
         saver.wait()  # the other ranks wait for rank 0's .pt here, on the save group's long timeout
+    return time.time() - t0
 
 
 def restore(state, cfg, model, optimizer, sampler, guard, rank, world_size, device_type, log, after_rollback=False):

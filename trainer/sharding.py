@@ -38,6 +38,13 @@ def init_processes(cfg, device_type, log):
     return timeout
 
 
+def end_processes():
+    """At the end of a torchrun job: wait for every rank, then take the process group down (a clean exit)."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def save_group(cfg, n_params, timeout, log):
     """Training's collectives fail a hung job within collective_timeout_minutes. A save can take far longer
     (the checkpoint's size over this disk's speed, measured now), so its waits are on a gloo group of their own."""
