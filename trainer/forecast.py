@@ -28,7 +28,6 @@ no forecast, and none while E is over MAX_RELATIVE_ERROR of the forecast.
 import math
 
 import numpy as np
-from scipy.optimize import curve_fit
 
 from trainer import metrics
 
@@ -99,6 +98,7 @@ class Forecaster:
         if self.s2[iters].max() <= 1e-3 * max(self.s2[-1], 1e-12):
             return "the learning rate has not decayed yet, so the fit cannot measure the decay's gain"
         p0 = [0.5 * losses.min(), losses.max() - 0.5 * losses.min(), 0.5, 0.1 / max(self.s2[-1], 1.0)]
+        from scipy.optimize import curve_fit  # here, not at the top: scipy's import is half a second of every start
         try:
             params, cov = curve_fit(law, (self.s1[iters], self.s2[iters]), losses, p0=p0,
                                     bounds=([0, 0, 0, 0], [np.inf, np.inf, 5, np.inf]), maxfev=20000)
