@@ -19,6 +19,7 @@ Sizes are bytes; GB in what people read are 1e9 bytes, as GPU vendors count.
 import contextlib
 import dataclasses
 import os
+import weakref
 
 import torch
 from torch import nn
@@ -161,6 +162,21 @@ def block_params(model):
     return sum(p.numel() for p in model.transformer.h[0].parameters())
 
 
+_COUNTS = weakref.WeakKeyDictionary()  # model -> what estimate() reads of its parameters
+
+
+def _counts(model, optimizer, shards):
+    """(parameters, one block's, Muon's share, the optimizer step's temporaries) of model, each walk of its
+    parameters made once: plan.py prices one model in hundreds of settings. Shapes only, which never change."""
+    counts = _COUNTS.setdefault(model, {})
+    if not counts:
+        counts.update(n=model.get_num_params(non_embedding=False), block=block_params(model),
+                      muon_share=optim.muon_share(model))
+    if (optimizer, shards) not in counts:
+        counts[optimizer, shards] = optim.step_temp_bytes(model, optimizer, shards)
+    return counts["n"], counts["block"], counts["muon_share"], counts[optimizer, shards]
+
+
 def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw",
              master_weights="float32", offload=False, attention="flash", fp8="", hsdp_shard_size=0):
     """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
@@ -188,18 +204,18 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
     if checkpointing:
         config = dataclasses.replace(config, activation_checkpointing=checkpointing[0],
                                      recompute_blocks=checkpointing[1])
-    n_params = model.get_num_params(non_embedding=False)  # every trained weight, wpe included
     shards = {"fsdp": gpus, "hsdp": hsdp_shard_size or gpus}.get(strategy, 1) if gpus > 1 else 1
+    n_params, block, muon_share, step_temp = _counts(model, optimizer, shards)  # n_params: wpe included
     bf16 = dtype == "bfloat16"
     act_bytes = 2 if bf16 else 4  # matmul inputs and outputs: bf16 under autocast, else fp32
-    unsharded_root = n_params - config.n_layer * block_params(model)  # embedding = head, ln_f
+    unsharded_root = n_params - config.n_layer * block  # embedding = head, ln_f
     residual_bytes = 2 if master_weights == "bfloat16" else 4
     peaks = activation_peaks(model, config, batch_size, act_bytes, residual_bytes, attention, fp8)
     peaks = [{**p, "optimizer_step": 0} for p in peaks]
     # the third moment: the optimizer step, activations gone, the low-bit step's temporaries there
-    peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": optim.step_temp_bytes(model, optimizer, shards)})
+    peaks.append({**{k: 0 for k in peaks[0]}, "optimizer_step": step_temp})
     moment = max(peaks, key=lambda p: sum(p.values()))
-    per_param = optim.bytes_per_param(optimizer, master_weights, offload, optim.muon_share(model))
+    per_param = optim.bytes_per_param(optimizer, master_weights, offload, muon_share)
     m = {
         "weights": per_param["weights"] * n_params / shards,  # the master weights
         "grads": per_param["grads"] * n_params / shards,  # fp32, accumulated across micro-batches
@@ -208,8 +224,8 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
         # FSDP2 gathers the root's weights for the whole step, the block running and the one
         # prefetched, and in backward holds one block's unsharded gradient (and its fp32 copy for
         # the reduce-scatter under bf16) before reducing it.
-        "fsdp_unsharded": (act_bytes * (unsharded_root + 2 * block_params(model))
-                           + (act_bytes + 4 if bf16 else 4) * block_params(model)) if shards > 1 else 0,
+        "fsdp_unsharded": (act_bytes * (unsharded_root + 2 * block)
+                           + (act_bytes + 4 if bf16 else 4) * block) if shards > 1 else 0,
     }
     if shards > 1 or master_weights == "bfloat16":
         m["autocast_bf16_weights"] = 0
