@@ -1,13 +1,11 @@
 """sample.py: the KV cache gives the logits a full forward gives, the newest loadable checkpoint is
 used (falling back past a truncated one), and ids outside the encoding decode as placeholders."""
-import os
-
 import pytest
 import torch
 
 from trainer import bins, checkpoint, sharded_checkpoint
 import sample
-from conftest import python
+from conftest import run_here
 from model import GPT, GPTConfig, KVCache
 
 # vocab_size 320 over the 257 ids of 'bytes': an untrained model samples ids the encoding lacks
@@ -51,18 +49,13 @@ def run_dir(tmp_path):
     return out
 
 
-def run_sample(*args):
-    return python(["sample.py", "--device=cpu", *args], env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
-
-
-@pytest.mark.e2e
 def test_falls_back_past_a_truncated_checkpoint_and_shows_placeholders(run_dir, tmp_path):
     newest = run_dir / "ckpt_7.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("def main():")
-    result = run_sample(f"--out_dir={run_dir}", f"--start=FILE:{prompt}", "--num_samples=2",
-                        "--max_new_tokens=60", "--temperature=1.0", "--top_k=0")
+    result = run_here(["sample.py", "--device=cpu", f"--out_dir={run_dir}", f"--start=FILE:{prompt}", "--num_samples=2",
+                       "--max_new_tokens=60", "--temperature=1.0", "--top_k=0"])
     assert result.returncode == 0, result.stderr
     assert "ckpt_7.pt" in result.stderr and "falling back" in result.stderr and "from step 3" in result.stderr
     assert "Traceback" not in result.stderr

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import REPO, python, wait_for
+from conftest import REPO, run_here, wait_for
 from test_train import TINY, train
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -30,7 +30,6 @@ def rolled_back_run(tmp_path_factory, data_dir):
     return out
 
 
-@pytest.mark.e2e
 def test_plot_log_draws_the_run_as_it_continued(rolled_back_run, tmp_path, capsys):
     records = metrics.read(rolled_back_run)
     assert [r["iter"] for r in records if r["kind"] == "start"] == [0, 3]  # the roll back started at 3
@@ -84,12 +83,11 @@ def test_plot_log_bad_input(tmp_path):
         assert message in str(e.value.code)
 
 
-@pytest.mark.e2e
 def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "ckpt_5.pt").write_bytes(b"")  # one checkpoint already takes its share of the disk
     args = [str(REPO / "config" / "train_tiny.py"), *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'out'}"]
-    result = python(["scripts/check_env.py", *args], env=ENV, timeout=120)
+    result = run_here(["scripts/check_env.py", *args])
     out = result.stdout
     if "no GPU visible" not in out:
         pytest.skip("a GPU is visible: this test is about what a CPU-only machine reports")
