@@ -1,7 +1,6 @@
 """Each study in scripts/bench/ runs for a few seconds at a tiny size, so none can rot unnoticed: the
 figures they print are the docs' measurements at full size (docs/performance.md, docs/configuration.md)."""
 import importlib.util
-import os
 import sys
 
 import pytest
