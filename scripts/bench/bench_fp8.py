@@ -12,31 +12,28 @@ Not a test: minutes per mode on a CPU, whose fp8 matmuls are emulated by torch._
 with train.py's data order (bins.WindowSampler) and AdamW.
 """
 import argparse
-import math
 import os
 import sys
 import time
+import types
 
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
+import configurator  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from trainer import bins, optim, precision  # noqa: E402
+from trainer import bins, optim, precision, schedule  # noqa: E402
 from bench_optim import plot_curves  # noqa: E402  (beside this script)
 
 MODES = ("bf16", *precision.RECIPES)  # bf16: fp8 off, the baseline
 
 
-def get_lr(it, steps, lr=1e-3, min_lr=1e-4, warmup=50):
-    """train.py's schedule: linear warmup, then cosine decay to min_lr."""
-    if it < warmup:
-        return lr * (it + 1) / (warmup + 1)
-    return min_lr + 0.5 * (1 + math.cos(math.pi * (it - warmup) / (steps - warmup))) * (lr - min_lr)
-
-
 def run(mode, args):
     """{iteration: val loss} and the median step in seconds of one mode."""
+    # train.py's schedule: 50 warmup steps, then cosine decay to min_lr at the last step
+    lr_schedule = types.SimpleNamespace(**dict(configurator.DEFAULTS, learning_rate=1e-3, min_lr=1e-4, warmup_iters=50,
+                                               lr_decay_iters=args.steps, lr_schedule="cosine", decay_lr=True))
     config = GPTConfig(n_layer=args.n_layer, n_head=4, n_embd=args.n_embd, block_size=args.block_size,
                        vocab_size=320, bias=False, dropout=0.0)
     train = bins.open_split(args.data_dir, "train", config.block_size, config.vocab_size)
@@ -73,7 +70,7 @@ def run(mode, args):
         if it == args.steps:
             break
         t0 = time.perf_counter()
-        optim.set_lr(optimizer, get_lr(it, args.steps))
+        optim.set_lr(optimizer, schedule.learning_rate(it, lr_schedule))
         with autocast:
             loss = model(*batch(train, sampler.next_indices(args.batch_size)))[1]
         loss.backward()
