@@ -49,9 +49,41 @@ def test_a_whole_run_writes_every_line(tmp_path):
     assert not list(tmp_path.glob("*.tmp-*"))  # every write renamed its temp file
 
 
-def test_a_run_stopped_after_its_first_line_keeps_it(tmp_path):
+def test_a_budget_too_small_skips_every_line_saying_why(tmp_path):
     out = tmp_path / "check.json"
-    proc = gpu_check(out, [TINY, TINY, TINY])
+    proc = gpu_check(out, [TINY, f"{TINY} --save_resume"], GPU_CHECK_BUDGET="10")
+    stdout = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, stdout
+    report = json.loads(out.read_text())
+    assert report["finished"] and report["env_exit"] is None  # no time for the environment check either
+    assert all(r["exit"] is None and r["bench"] is None and r["skipped"].startswith("skipped: out of time (")
+               for r in report["runs"])
+
+
+def stand_in_python(tmp_path, settings="[]"):
+    """PYTHON for gpu_check.sh: the real one, except that bench.py answers at once (a result with these
+    settings) but hangs on a --save_resume line, and check_env.py answers ok. gpu_check.sh's own logic (the
+    order, the estimate's verdicts, the budget, the timeout, a signal) runs as it would; bench.py's own runs
+    and check_env.py are tested in test_a_whole_run_writes_every_line."""
+    calls = tmp_path / "bench_calls.txt"
+    script = tmp_path / "python"
+    script.write_text(f"""#!/usr/bin/env bash
+case "$1" in
+    scripts/bench.py) echo "$*" >> {calls}
+        case " $* " in *" --save_resume "*) exec sleep 600 ;; esac
+        echo '{{"settings": {settings}, "best": null}}'; exit 0 ;;
+    scripts/check_env.py) echo "ok    stand-in"; exit 0 ;;
+esac
+exec {sys.executable} "$@"
+""")
+    script.chmod(0o755)
+    return str(script), calls
+
+
+def test_a_run_stopped_after_its_first_line_keeps_it(tmp_path):
+    """The second line hangs (the stand-in's bench.py on a --save_resume line) until the TERM."""
+    out, (python, _) = tmp_path / "check.json", stand_in_python(tmp_path, '[{"status": "ok"}]')
+    proc = gpu_check(out, [TINY, f"{TINY} --save_resume", f"{TINY} --save_resume"], PYTHON=python)
     deadline = time.time() + 300
     while time.time() < deadline:  # until the JSON written after the first line (a kill now keeps this)
         report = json.loads(out.read_text()) if out.exists() else {"runs": [{"exit": None}]}
@@ -70,41 +102,11 @@ def test_a_run_stopped_after_its_first_line_keeps_it(tmp_path):
                for r in rest)
 
 
-def test_a_budget_too_small_skips_every_line_saying_why(tmp_path):
-    out = tmp_path / "check.json"
-    proc = gpu_check(out, [TINY, f"{TINY} --save_resume"], GPU_CHECK_BUDGET="10")
-    stdout = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 0, stdout
-    report = json.loads(out.read_text())
-    assert report["finished"] and report["env_exit"] is None  # no time for the environment check either
-    assert all(r["exit"] is None and r["bench"] is None and r["skipped"].startswith("skipped: out of time (")
-               for r in report["runs"])
-
-
-def stand_in_python(tmp_path):
-    """PYTHON for gpu_check.sh: the real one, except that bench.py answers at once (an empty result) but
-    hangs on a --save_resume line, and check_env.py answers ok. gpu_check.sh's own logic (the order, the
-    estimate's verdicts, the budget, the timeout) runs as it would; bench.py's own runs are tested above."""
-    calls = tmp_path / "bench_calls.txt"
-    script = tmp_path / "python"
-    script.write_text(f"""#!/usr/bin/env bash
-case "$1" in
-    scripts/bench.py) echo "$*" >> {calls}
-        case " $* " in *" --save_resume "*) exec sleep 600 ;; esac
-        echo '{{"settings": [], "best": null}}'; exit 0 ;;
-    scripts/check_env.py) echo "ok    stand-in"; exit 0 ;;
-esac
-exec {sys.executable} "$@"
-""")
-    script.chmod(0o755)
-    return str(script), calls
-
-
 def test_fp8_comes_second_and_third_and_a_line_cut_by_the_budget_says_timeout(tmp_path):
     """The default lines on a tiny model: auto compiled, fp8 tensorwise, fp8 rowwise, then the save and resume,
     which the budget cuts (it hangs here): reported as a timeout, the lines after it out of time."""
     out, (python, calls) = tmp_path / "check.json", stand_in_python(tmp_path)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=python, GPU_CHECK_BUDGET="45", GPU_CHECK_MIN_S="5",
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=python, GPU_CHECK_BUDGET="30", GPU_CHECK_MIN_S="3",
                GPU_CHECK_MODEL=f"{TINY} --dtype=bfloat16")
     env.pop("GPU_CHECK_RUNS", None)
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, env=env, text=True,
