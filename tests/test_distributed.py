@@ -111,9 +111,10 @@ def test_ddp_with_offload_matches_one_process_without(tmp_path, data_dir, single
 
 
 def test_low_bit_adamw_shards_under_fsdp_and_resumes(tmp_path, data_dir):
-    run(tmp_path / "run", data_dir, "--n_embd=64", "--max_iters=4", "--strategy=fsdp", "--optimizer=adamw8bit", nproc=2)
+    """One launch: rank 1 crashes in step 6, after the save of step 4, and the restart's 2 FSDP ranks resume
+    the sharded 8-bit state (torchrun --max-restarts=1, as the fsdp fixture; no second torchrun to start)."""
     resumed = run(tmp_path / "run", data_dir, "--n_embd=64", "--max_iters=8", "--strategy=fsdp",
-                  "--optimizer=adamw8bit", nproc=2)
+                  "--optimizer=adamw8bit", nproc=2, restarts=1, env=dict(ENV, TRAINER_FAULTS="crash@6", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
     assert "resuming after 4" in resumed.stdout and sorted(p.name for p in (tmp_path / "run").glob("ckpt_*")) == \
         ["ckpt_4", "ckpt_8"]
     seen = losses(tmp_path / "run")
