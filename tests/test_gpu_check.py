@@ -80,24 +80,34 @@ exec {sys.executable} "$@"
     return str(script), calls
 
 
-def test_a_run_stopped_after_its_first_line_keeps_it(tmp_path):
-    """The second line hangs (the stand-in's bench.py on a --save_resume line) until the TERM."""
-    out, (python, _) = tmp_path / "check.json", stand_in_python(tmp_path, '[{"status": "ok"}]')
-    proc = gpu_check(out, [TINY, f"{TINY} --save_resume", f"{TINY} --save_resume"], PYTHON=python)
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """One gpu_check.sh for two tests: a line the estimate refuses, one that runs, then one that hangs (the
+    stand-in's bench.py on a --save_resume line) until a TERM. (The JSON once the first line that runs is
+    done, the JSON after the TERM, the exit status, bench.py's calls.)"""
+    folder = tmp_path_factory.mktemp("stopped")
+    out, (python, calls) = folder / "check.json", stand_in_python(folder, '[{"status": "ok"}]')
+    refused = f"{TINY} --activation_checkpointing=none --memory_budget_gb=0.000001"
+    proc = gpu_check(out, [refused, f"{TINY} --activation_checkpointing=full", f"{TINY} --save_resume",
+                           f"{TINY} --save_resume"], PYTHON=python)
     deadline = time.time() + 300
-    while time.time() < deadline:  # until the JSON written after the first line (a kill now keeps this)
-        report = json.loads(out.read_text()) if out.exists() else {"runs": [{"exit": None}]}
-        if report["runs"][0]["exit"] is not None:
+    while time.time() < deadline:  # until the JSON written after the line that runs (a kill now keeps this)
+        report = json.loads(out.read_text()) if out.exists() else {"runs": [{}, {"exit": None}]}
+        if report["runs"][1]["exit"] is not None:
             break
         time.sleep(0.5)
-    assert report["runs"][0]["exit"] == 0 and not report["finished"]
-    assert report["runs"][1]["skipped"].startswith("not run: gpu_check.sh had not finished")
-    proc.send_signal(signal.SIGTERM)  # the slot ending while the second line runs
+    proc.send_signal(signal.SIGTERM)  # the slot ending while the next line runs
     proc.communicate(timeout=60)
-    assert proc.returncode == 143
-    report = json.loads(out.read_text())
-    first, *rest = report["runs"]
-    assert first["exit"] == 0 and first["bench"]["settings"][0]["status"] == "ok" and not report["finished"]
+    return report, json.loads(out.read_text()), proc.returncode, calls.read_text()
+
+
+def test_a_run_stopped_after_its_first_line_keeps_it(stopped):
+    report, final, returncode, _ = stopped
+    assert report["runs"][1]["exit"] == 0 and not report["finished"]
+    assert report["runs"][2]["skipped"].startswith("not run: gpu_check.sh had not finished")
+    assert returncode == 143
+    _, first, *rest = final["runs"]
+    assert first["exit"] == 0 and first["bench"]["settings"][0]["status"] == "ok" and not final["finished"]
     assert all(r["bench"] is None and r["skipped"].startswith("not run: gpu_check.sh was stopped by a signal")
                for r in rest)
 
@@ -128,14 +138,11 @@ def test_fp8_comes_second_and_third_and_a_line_cut_by_the_budget_says_timeout(tm
     assert "--simulate" not in calls.read_text()  # the lines that ran did not simulate
 
 
-def test_the_estimate_drops_what_it_refuses_before_running_it(tmp_path):
-    out, (python, calls) = tmp_path / "check.json", stand_in_python(tmp_path)
-    refused = f"{TINY} --activation_checkpointing=none --memory_budget_gb=0.000001"
-    proc = gpu_check(out, [refused, f"{TINY} --activation_checkpointing=full"], PYTHON=python)
-    stdout = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 0, stdout
-    dropped, kept = json.loads(out.read_text())["runs"]
+def test_the_estimate_drops_what_it_refuses_before_running_it(stopped):
+    _, final, _, calls = stopped
+    dropped, kept, *_ = final["runs"]
     assert dropped["status"] == "skipped" and dropped["skipped"].startswith("skipped: the estimate refuses it: ")
     assert "memory_budget_gb" in dropped["skipped"] and dropped["bench"] is None
     assert kept["status"] == "ok" and kept["args"].endswith("--simulate")  # the first line that runs simulates
-    assert calls.read_text().count("scripts/bench.py") == 1 and "memory_budget_gb" not in calls.read_text()
+    # the line that ran and the one stopped, not the refused one
+    assert calls.count("scripts/bench.py") == 2 and "memory_budget_gb" not in calls
