@@ -1,7 +1,8 @@
 """scripts/gpu_check.sh on the CPU with a tiny model: a whole run writes every line's result; a run
 stopped after its first line keeps that line in valid JSON and says why the rest did not run; a
 budget too small for anything skips every line, saying so. Each gpu_check.sh costs its environment
-check and a few train.py launches, so the lines are few and tiny."""
+check and a few train.py launches, so the lines are few and tiny, and only the whole run runs bench.py
+and check_env.py for real: the others test gpu_check.sh's own logic with stand-ins for them."""
 import json
 import os
 import signal

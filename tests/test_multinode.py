@@ -1,8 +1,7 @@
 """Past one node, on the CPU with gloo: HSDP over 2 "nodes" of 2 processes (two torchrun invocations
-meeting at a c10d rendezvous on 127.0.0.1) matches one process and resumes as FSDP on 2 (the end-to-end
-test of test_hsdp.py's HSDP too); a hung rank ends
-the job within the collective timeout, named in train.log; and the pieces (the memory estimate, the
-config's rules, the restart notes) in-process."""
+meeting at a c10d rendezvous on 127.0.0.1) matches one process and resumes as FSDP on 2 (test_hsdp.py's
+end-to-end test too); a hung rank ends the job within the collective timeout, named in train.log; and the
+pieces (the memory estimate, the config's rules, the restart notes) in-process."""
 import datetime
 import json
 import os
