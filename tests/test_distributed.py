@@ -1,7 +1,8 @@
 """train.py under torchrun with 2 CPU processes (gloo): DDP and FSDP2 match one process,
 sharded checkpoints resume exactly, convert between world sizes, and survive SIGTERM.
 
-Each launch costs seconds on 2 cores, so the runs are few and shared between tests."""
+Each launch costs seconds on 2 cores, so the runs are few and shared between tests, and the one-process
+runs they compare against (and convert_checkpoint.py) run in this interpreter."""
 import os
 import shutil
 import signal
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from trainer import metrics
-from conftest import REPO, python, torchrun, torchrun_command, wait_for
+from conftest import REPO, run_here, torchrun, torchrun_command, wait_for
 from test_train import TINY, ckpts
 
 pytestmark = pytest.mark.e2e  # torchrun and its processes are the point
@@ -23,13 +24,14 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 
 def run(out_dir, data_dir, *overrides, nproc=1, check=True, env=ENV, restarts=0):
-    """train.py in one process, or under torchrun with nproc workers."""
+    """train.py here in this interpreter (one process, 1 thread as a worker has), or under torchrun
+    with nproc workers."""
     script = ["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}", *overrides]
     if nproc > 1:
         launcher = ["--standalone", f"--nproc_per_node={nproc}", f"--max-restarts={restarts}"]
         result = torchrun(launcher, script, env=env)
     else:
-        result = python(script, env=env)
+        result = run_here(script, env={k: v for k, v in env.items() if os.environ.get(k) != v})
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}")
     return result
@@ -70,11 +72,13 @@ def single(tmp_path_factory, data_dir):
 
 @pytest.fixture(scope="module")
 def fsdp(tmp_path_factory, data_dir):
-    """A 2-process FSDP2 run stopped at 4 by max_iters, then resumed to 8."""
-    out = tmp_path_factory.mktemp("fsdp")
-    run(out, data_dir, "--max_iters=4", "--strategy=fsdp", nproc=2)
-    shutil.copytree(out, out.parent / "fsdp_at_4")
-    run(out, data_dir, "--max_iters=8", "--strategy=fsdp", nproc=2)
+    """A 2-process FSDP2 run to 8 that resumed from ckpt_4/ once: under torchrun --max-restarts=1, rank 1
+    crashes in step 6 of the first attempt, after the asynchronous save of step 4, and the restart resumes
+    (one launch, two generations of workers). torchrun's output is in stdout.txt next to the run's folder."""
+    out = tmp_path_factory.mktemp("fsdp") / "run"
+    result = run(out, data_dir, "--max_iters=8", "--strategy=fsdp", "--checkpoint_async=True", nproc=2, restarts=1,
+                 env=dict(ENV, TRAINER_FAULTS="crash@6", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
+    (out.parent / "stdout.txt").write_text(result.stdout)
     return out
 
 
@@ -107,9 +111,10 @@ def test_ddp_with_offload_matches_one_process_without(tmp_path, data_dir, single
 
 
 def test_low_bit_adamw_shards_under_fsdp_and_resumes(tmp_path, data_dir):
-    run(tmp_path / "run", data_dir, "--n_embd=64", "--max_iters=4", "--strategy=fsdp", "--optimizer=adamw8bit", nproc=2)
+    """One launch: rank 1 crashes in step 6, after the save of step 4, and the restart's 2 FSDP ranks resume
+    the sharded 8-bit state (torchrun --max-restarts=1, as the fsdp fixture; no second torchrun to start)."""
     resumed = run(tmp_path / "run", data_dir, "--n_embd=64", "--max_iters=8", "--strategy=fsdp",
-                  "--optimizer=adamw8bit", nproc=2)
+                  "--optimizer=adamw8bit", nproc=2, restarts=1, env=dict(ENV, TRAINER_FAULTS="crash@6", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
     assert "resuming after 4" in resumed.stdout and sorted(p.name for p in (tmp_path / "run").glob("ckpt_*")) == \
         ["ckpt_4", "ckpt_8"]
     seen = losses(tmp_path / "run")
@@ -117,6 +122,7 @@ def test_low_bit_adamw_shards_under_fsdp_and_resumes(tmp_path, data_dir):
 
 
 def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single, fsdp):
+    """The fixture's run, resumed from ckpt_4/ after a crash, ends bit-exact with an uninterrupted one."""
     assert ckpts(fsdp) == [] and sorted(p.name for p in fsdp.glob("ckpt_*")) == ["ckpt_4", "ckpt_8"]
     assert losses(fsdp) == pytest.approx(losses(single), abs=2e-4)
     assert_close(final_weights(fsdp, 8), final_weights(single, 8))
@@ -125,28 +131,23 @@ def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single
     assert_close(final_weights(fsdp, 8), final_weights(uninterrupted, 8), exact=True)
 
 
-def test_world_size_changes_both_ways(tmp_path, data_dir, single, fsdp):
+def test_world_size_changes_both_ways_and_a_cut_short_checkpoint_is_skipped(tmp_path, data_dir, single, fsdp):
     # sharded by 2 processes, resumed by 1
     out = tmp_path / "two_to_one"
-    shutil.copytree(fsdp.parent / "fsdp_at_4", out)
+    shutil.copytree(fsdp / "ckpt_4", out / "ckpt_4")
     result = run(out, data_dir, "--max_iters=8")
     assert "resuming after 4 completed steps" in result.stdout and "not bit-exact" in result.stdout
     assert_close(final_weights(out, 8), final_weights(single, 8))
-    # one process's .pt, resumed by 2 FSDP processes
+    # one process's .pt, resumed by 2 FSDP processes past a newer sharded checkpoint cut short, which is skipped
     out = tmp_path / "one_to_two"
     out.mkdir()
     shutil.copy(single / "ckpt_4.pt", out)
-    run(out, data_dir, "--max_iters=8", "--strategy=fsdp", nproc=2)
-    assert_close(final_weights(out, 8), final_weights(single, 8))
-
-
-def test_incomplete_sharded_checkpoint_is_skipped(tmp_path, data_dir, fsdp):
-    out = tmp_path / "broken"
-    shutil.copytree(fsdp, out)
+    shutil.copytree(fsdp / "ckpt_8", out / "ckpt_8")
     shard = next((out / "ckpt_8").glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[:100])
     result = run(out, data_dir, "--max_iters=8", "--strategy=fsdp", nproc=2)
     assert "cut short" in result.stdout and "resuming after 4 completed steps" in result.stdout
+    assert_close(final_weights(out, 8), final_weights(single, 8))
 
 
 def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
@@ -166,7 +167,7 @@ def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
 
 def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
     def convert(source, dest):
-        result = python(["scripts/convert_checkpoint.py", source, dest], env=ENV)
+        result = run_here(["scripts/convert_checkpoint.py", source, dest])
         assert result.returncode == 0, result.stderr
 
     convert(fsdp / "ckpt_8", tmp_path / "single")
@@ -211,14 +212,10 @@ def test_export_of_an_fsdp_folder_loads_in_transformers(tmp_path, fsdp):
         assert (model(x, every_position=True)[0] - reference(x).logits).abs().max() <= 1e-4
 
 
-def test_a_crashed_rank_restarts_the_job_which_ends_as_an_uninterrupted_resume(tmp_path, data_dir, fsdp):
-    """torchrun --max-restarts=1: rank 1 crashes in step 6 of the first attempt, after the asynchronous save of
-    step 4; the restart resumes from ckpt_4/ and ends with the weights of the fsdp fixture, which resumed
-    from the same checkpoint without a crash."""
-    out = tmp_path / "restarted"
-    result = run(out, data_dir, "--max_iters=8", "--strategy=fsdp", "--checkpoint_async=True", nproc=2, restarts=1,
-                 env=dict(ENV, TRAINER_FAULTS="crash@6", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
+def test_a_crashed_rank_restarts_the_job_which_ends_as_an_uninterrupted_resume(fsdp):
+    """The fsdp fixture's crash and restart, as torchrun's output tells them; that the run ends bit-exact
+    with an uninterrupted one is test_fsdp_matches_one_process_and_resumes_exactly's check."""
+    stdout = (fsdp.parent / "stdout.txt").read_text()
     assert "elastic: restart 1 of 1; the attempt before ended with: rank 1: train.py crashed: RuntimeError: " \
-           "injected crash on the last rank" in result.stdout
-    assert "resuming after 4 completed steps" in result.stdout and "writing them in the background" in result.stdout
-    assert_close(final_weights(out, 8), final_weights(fsdp, 8), exact=True)
+           "injected crash on the last rank" in stdout
+    assert "resuming after 4 completed steps" in stdout and "writing them in the background" in stdout

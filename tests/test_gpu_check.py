@@ -1,7 +1,8 @@
 """scripts/gpu_check.sh on the CPU with a tiny model: a whole run writes every line's result; a run
 stopped after its first line keeps that line in valid JSON and says why the rest did not run; a
 budget too small for anything skips every line, saying so. Each gpu_check.sh costs its environment
-check and a few train.py launches, so the lines are few and tiny."""
+check and a few train.py launches, so the lines are few and tiny, and only the whole run runs bench.py
+and check_env.py for real: the others test gpu_check.sh's own logic with stand-ins for them."""
 import json
 import os
 import signal
@@ -49,27 +50,6 @@ def test_a_whole_run_writes_every_line(tmp_path):
     assert not list(tmp_path.glob("*.tmp-*"))  # every write renamed its temp file
 
 
-def test_a_run_stopped_after_its_first_line_keeps_it(tmp_path):
-    out = tmp_path / "check.json"
-    proc = gpu_check(out, [TINY, TINY, TINY])
-    deadline = time.time() + 300
-    while time.time() < deadline:  # until the JSON written after the first line (a kill now keeps this)
-        report = json.loads(out.read_text()) if out.exists() else {"runs": [{"exit": None}]}
-        if report["runs"][0]["exit"] is not None:
-            break
-        time.sleep(0.5)
-    assert report["runs"][0]["exit"] == 0 and not report["finished"]
-    assert report["runs"][1]["skipped"].startswith("not run: gpu_check.sh had not finished")
-    proc.send_signal(signal.SIGTERM)  # the slot ending while the second line runs
-    proc.communicate(timeout=60)
-    assert proc.returncode == 143
-    report = json.loads(out.read_text())
-    first, *rest = report["runs"]
-    assert first["exit"] == 0 and first["bench"]["settings"][0]["status"] == "ok" and not report["finished"]
-    assert all(r["bench"] is None and r["skipped"].startswith("not run: gpu_check.sh was stopped by a signal")
-               for r in rest)
-
-
 def test_a_budget_too_small_skips_every_line_saying_why(tmp_path):
     out = tmp_path / "check.json"
     proc = gpu_check(out, [TINY, f"{TINY} --save_resume"], GPU_CHECK_BUDGET="10")
@@ -81,17 +61,18 @@ def test_a_budget_too_small_skips_every_line_saying_why(tmp_path):
                for r in report["runs"])
 
 
-def stand_in_python(tmp_path):
-    """PYTHON for gpu_check.sh: the real one, except that bench.py answers at once (an empty result) but
-    hangs on a --save_resume line, and check_env.py answers ok. gpu_check.sh's own logic (the order, the
-    estimate's verdicts, the budget, the timeout) runs as it would; bench.py's own runs are tested above."""
+def stand_in_python(tmp_path, settings="[]"):
+    """PYTHON for gpu_check.sh: the real one, except that bench.py answers at once (a result with these
+    settings) but hangs on a --save_resume line, and check_env.py answers ok. gpu_check.sh's own logic (the
+    order, the estimate's verdicts, the budget, the timeout, a signal) runs as it would; bench.py's own runs
+    and check_env.py are tested in test_a_whole_run_writes_every_line."""
     calls = tmp_path / "bench_calls.txt"
     script = tmp_path / "python"
     script.write_text(f"""#!/usr/bin/env bash
 case "$1" in
     scripts/bench.py) echo "$*" >> {calls}
         case " $* " in *" --save_resume "*) exec sleep 600 ;; esac
-        echo '{{"settings": [], "best": null}}'; exit 0 ;;
+        echo '{{"settings": {settings}, "best": null}}'; exit 0 ;;
     scripts/check_env.py) echo "ok    stand-in"; exit 0 ;;
 esac
 exec {sys.executable} "$@"
@@ -100,11 +81,43 @@ exec {sys.executable} "$@"
     return str(script), calls
 
 
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """One gpu_check.sh for two tests: a line the estimate refuses, one that runs, then one that hangs (the
+    stand-in's bench.py on a --save_resume line) until a TERM. (The JSON once the first line that runs is
+    done, the JSON after the TERM, the exit status, bench.py's calls.)"""
+    folder = tmp_path_factory.mktemp("stopped")
+    out, (python, calls) = folder / "check.json", stand_in_python(folder, '[{"status": "ok"}]')
+    refused = f"{TINY} --activation_checkpointing=none --memory_budget_gb=0.000001"
+    proc = gpu_check(out, [refused, f"{TINY} --activation_checkpointing=full", f"{TINY} --save_resume",
+                           f"{TINY} --save_resume"], PYTHON=python)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # until the JSON written after the line that runs (a kill now keeps this)
+        report = json.loads(out.read_text()) if out.exists() else {"runs": [{}, {"exit": None}]}
+        if report["runs"][1]["exit"] is not None:
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)  # the slot ending while the next line runs
+    proc.communicate(timeout=60)
+    return report, json.loads(out.read_text()), proc.returncode, calls.read_text()
+
+
+def test_a_run_stopped_after_its_first_line_keeps_it(stopped):
+    report, final, returncode, _ = stopped
+    assert report["runs"][1]["exit"] == 0 and not report["finished"]
+    assert report["runs"][2]["skipped"].startswith("not run: gpu_check.sh had not finished")
+    assert returncode == 143
+    _, first, *rest = final["runs"]
+    assert first["exit"] == 0 and first["bench"]["settings"][0]["status"] == "ok" and not final["finished"]
+    assert all(r["bench"] is None and r["skipped"].startswith("not run: gpu_check.sh was stopped by a signal")
+               for r in rest)
+
+
 def test_fp8_comes_second_and_third_and_a_line_cut_by_the_budget_says_timeout(tmp_path):
     """The default lines on a tiny model: auto compiled, fp8 tensorwise, fp8 rowwise, then the save and resume,
     which the budget cuts (it hangs here): reported as a timeout, the lines after it out of time."""
     out, (python, calls) = tmp_path / "check.json", stand_in_python(tmp_path)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=python, GPU_CHECK_BUDGET="45", GPU_CHECK_MIN_S="5",
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=python, GPU_CHECK_BUDGET="30", GPU_CHECK_MIN_S="3",
                GPU_CHECK_MODEL=f"{TINY} --dtype=bfloat16")
     env.pop("GPU_CHECK_RUNS", None)
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, env=env, text=True,
@@ -126,14 +139,11 @@ def test_fp8_comes_second_and_third_and_a_line_cut_by_the_budget_says_timeout(tm
     assert "--simulate" not in calls.read_text()  # the lines that ran did not simulate
 
 
-def test_the_estimate_drops_what_it_refuses_before_running_it(tmp_path):
-    out, (python, calls) = tmp_path / "check.json", stand_in_python(tmp_path)
-    refused = f"{TINY} --activation_checkpointing=none --memory_budget_gb=0.000001"
-    proc = gpu_check(out, [refused, f"{TINY} --activation_checkpointing=full"], PYTHON=python)
-    stdout = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 0, stdout
-    dropped, kept = json.loads(out.read_text())["runs"]
+def test_the_estimate_drops_what_it_refuses_before_running_it(stopped):
+    _, final, _, calls = stopped
+    dropped, kept, *_ = final["runs"]
     assert dropped["status"] == "skipped" and dropped["skipped"].startswith("skipped: the estimate refuses it: ")
     assert "memory_budget_gb" in dropped["skipped"] and dropped["bench"] is None
     assert kept["status"] == "ok" and kept["args"].endswith("--simulate")  # the first line that runs simulates
-    assert calls.read_text().count("scripts/bench.py") == 1 and "memory_budget_gb" not in calls.read_text()
+    # the line that ran and the one stopped, not the refused one
+    assert calls.count("scripts/bench.py") == 2 and "memory_budget_gb" not in calls

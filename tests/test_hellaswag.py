@@ -1,6 +1,7 @@
 """HellaSwag in the loop: scoring equals a plain per-ending computation on a model that has learnt the
 answers, gives lm-eval's `hellaswag` task's acc and acc_norm on the same examples (its specification),
-one and two processes agree, the in-loop evaluation logs and plots, and bad files are one line."""
+one and two processes agree, the in-loop evaluation logs and plots, and bad files are one line. The scripts
+(prepare.py, train.py, plot_log.py) run in this interpreter; the two ranks are torchrun's processes."""
 import json
 import os
 import random
@@ -12,7 +13,7 @@ import torch
 from torch.nn import functional as F
 
 from trainer import checkpoint, hellaswag, metrics
-from conftest import python
+from conftest import run_here
 from conftest import torchrun as torchrun_
 from model import GPT, GPTConfig, mask_padding
 from trainer.tokenizer import get_encoding
@@ -33,11 +34,11 @@ def write_examples(path, n=24):
     return hellaswag.read_jsonl(str(path))
 
 
-def run(*args, env=None, torchrun=0):
-    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+def run(*args, torchrun=0):
+    """A script here (run_here), or under torchrun with that many processes."""
     if torchrun:
-        return torchrun_(["--standalone", f"--nproc_per_node={torchrun}"], args, env=env)
-    return python(args, env=env)
+        return torchrun_(["--standalone", f"--nproc_per_node={torchrun}"], args, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return run_here(args, env={"OMP_NUM_THREADS": "1"})
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,6 @@ def plain_logprob(model, ctx, ending, n_tokens=0):
     return F.log_softmax(logits, -1)[torch.arange(len(ids[0]) - 1), ids[0, 1:]][-len(ending):].sum().item()
 
 
-@pytest.mark.e2e
 def test_scoring_equals_a_plain_computation(learnt):
     folder, _ = learnt
     model = load_model(folder)
@@ -93,7 +93,6 @@ def test_scoring_equals_a_plain_computation(learnt):
     assert hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), limit=10)["n"] == 10
 
 
-@pytest.mark.e2e
 def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
     from trainer import harness
     folder, _ = learnt
@@ -109,7 +108,6 @@ def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
            (ours["acc"], ours["acc_norm"], ours["n"])
 
 
-@pytest.mark.e2e
 def test_in_loop_evaluation_is_logged_and_plotted(learnt, tmp_path):
     folder, log = learnt
     scored = metrics.read(folder / "run", "hellaswag")
@@ -140,7 +138,7 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.e2e
+@pytest.mark.e2e  # torchrun's two ranks
 def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
     folder, log = learnt
     prepared = run("data/hellaswag/prepare.py", "--source", str(folder / "hellaswag_val.jsonl"),
@@ -160,7 +158,6 @@ def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
 
 @pytest.mark.parametrize("case,expected", [("three_endings", "and four 'endings'"),
                                            ("label", "label 7 is not 0-3"), ("missing", "no HellaSwag file")])
-@pytest.mark.e2e
 def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, case, expected):
     folder, _ = learnt
     bad = tmp_path / "bad.jsonl"
@@ -180,7 +177,6 @@ def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, c
                for line in trained.stdout.splitlines())
 
 
-@pytest.mark.e2e
 def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
     folder, _ = learnt
     gpt2_file = tmp_path / "hellaswag.json"

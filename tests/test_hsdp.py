@@ -1,6 +1,6 @@
 """HSDP (strategy='hsdp'): the shards' gradients are all-reduced across replicas once per optimizer step,
-not once per micro-batch (sharding.sync_gradients); 4 CPU processes as 2 x 2 train as one process does,
-and their checkpoint resumes as FSDP on 2."""
+not once per micro-batch (sharding.sync_gradients), here in one process. That 4 CPU processes as 2 x 2
+train as one process does and their checkpoint resumes as FSDP on 2 is test_multinode.py's two-node test."""
 import pytest
 import torch
 import torch.distributed as dist
@@ -8,7 +8,6 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._fully_shard import _fsdp_collectives
 
 from model import GPT, GPTConfig
-from test_distributed import assert_close, final_weights, losses, run
 from trainer import sharding
 
 
@@ -49,19 +48,3 @@ def test_all_reduce_only_on_the_last_micro_batch(one_rank_group, monkeypatch):
 def test_hsdp_outside_torchrun_is_refused_not_plain_fsdp():
     assert sharding.node_size({"LOCAL_WORLD_SIZE": "8"}) == 8
     assert sharding.node_size({}) is None and "hsdp_shard_size" in sharding.NODE_SIZE_UNKNOWN
-
-
-@pytest.mark.e2e
-def test_hsdp_on_2x2_matches_one_process_and_resumes_as_fsdp_on_2(tmp_path, data_dir):
-    """2 micro-batches per rank, so the all-reduce skipped on the first counts; then FSDP over 2 ranks
-    takes the HSDP checkpoint over (DCP reshards) and goes on as one process does."""
-    steps = ["--gradient_accumulation_steps=8", "--checkpoint_interval=2", "--eval_interval=0"]
-    run(tmp_path / "one", data_dir, *steps, "--max_iters=4")
-    run(tmp_path / "hsdp", data_dir, *steps, "--max_iters=2", "--strategy=hsdp", "--hsdp_shard_size=2", nproc=4)
-    one = losses(tmp_path / "one")
-    assert losses(tmp_path / "hsdp") == pytest.approx(one[:2], abs=2e-4)
-    assert_close(final_weights(tmp_path / "hsdp", 2), final_weights(tmp_path / "one", 2))
-    resumed = run(tmp_path / "hsdp", data_dir, *steps, "--max_iters=4", "--strategy=fsdp", nproc=2)
-    assert "resuming after 2" in resumed.stdout
-    assert losses(tmp_path / "hsdp") == pytest.approx(one, abs=2e-4)
-    assert_close(final_weights(tmp_path / "hsdp", 4), final_weights(tmp_path / "one", 4))

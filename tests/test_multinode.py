@@ -1,7 +1,7 @@
 """Past one node, on the CPU with gloo: HSDP over 2 "nodes" of 2 processes (two torchrun invocations
-meeting at a c10d rendezvous on 127.0.0.1) matches one process and resumes on 2; a hung rank ends
-the job within the collective timeout, named in train.log; and the pieces (the memory estimate, the
-config's rules, the restart notes) in-process."""
+meeting at a c10d rendezvous on 127.0.0.1) matches one process and resumes as FSDP on 2 (test_hsdp.py's
+end-to-end test too); a hung rank ends the job within the collective timeout, named in train.log; and the
+pieces (the memory estimate, the config's rules, the restart notes) in-process."""
 import datetime
 import json
 import os
@@ -39,17 +39,22 @@ def two_nodes(out_dir, data_dir, *overrides):
 
 
 @pytest.mark.e2e
-def test_hsdp_on_two_nodes_matches_one_process_and_resumes_on_two(tmp_path, data_dir):
-    run(tmp_path / "one", data_dir, "--max_iters=8")
-    two_nodes(tmp_path / "hsdp", data_dir, "--max_iters=4", "--strategy=hsdp")
+def test_hsdp_on_two_nodes_matches_one_process_and_resumes_as_fsdp_on_two(tmp_path, data_dir):
+    """2 micro-batches per rank, so the all-reduce skipped on the first counts (sharding.sync_gradients);
+    the shard size is the node's, 2. Then FSDP over 2 ranks takes the 2-D checkpoint over (DCP reshards
+    onto one 1-D mesh) and goes on as one process does."""
+    steps = ["--gradient_accumulation_steps=8", "--checkpoint_interval=2", "--eval_interval=0"]
+    run(tmp_path / "one", data_dir, *steps, "--max_iters=4")
+    one = losses(tmp_path / "one")
+    two_nodes(tmp_path / "hsdp", data_dir, *steps, "--max_iters=2", "--strategy=hsdp")
     log = (tmp_path / "hsdp" / "train.log").read_text()
     assert "(4 processes, hsdp)" in log and "sharded over 2 processes, replicated 2 times" in log
-    assert losses(tmp_path / "hsdp") == pytest.approx(losses(tmp_path / "one")[:4], abs=2e-4)
-    # the 2-D checkpoint, resharded onto one 1-D mesh of 2 processes
-    resumed = run(tmp_path / "hsdp", data_dir, "--max_iters=8", "--strategy=fsdp", nproc=2)
-    assert "resuming after 4 completed steps" in resumed.stdout
-    assert losses(tmp_path / "hsdp") == pytest.approx(losses(tmp_path / "one"), abs=2e-4)
-    assert_close(final_weights(tmp_path / "hsdp", 8), final_weights(tmp_path / "one", 8))
+    assert losses(tmp_path / "hsdp") == pytest.approx(one[:2], abs=2e-4)
+    assert_close(final_weights(tmp_path / "hsdp", 2), final_weights(tmp_path / "one", 2))
+    resumed = run(tmp_path / "hsdp", data_dir, *steps, "--max_iters=4", "--strategy=fsdp", nproc=2)
+    assert "resuming after 2 completed steps" in resumed.stdout
+    assert losses(tmp_path / "hsdp") == pytest.approx(one, abs=2e-4)
+    assert_close(final_weights(tmp_path / "hsdp", 4), final_weights(tmp_path / "one", 4))
 
 
 @pytest.mark.e2e
