@@ -434,8 +434,11 @@ BUDGET_PROBE = ("import dataclasses, json, sys; sys.path.insert(0, sys.argv[1]);
 
 
 def device_budget(cfg):
-    """memory.device_budget() of the device train.py will run on, asked in a child process: a CUDA
-    context in this one would hold ~0.5 GB of the GPU the runs measure."""
+    """memory.device_budget() of the device train.py will run on. A GPU's is asked in a child process: a CUDA
+    context in this one would hold ~0.5 GB of the GPU the runs measure. The CPU's is read here."""
+    device, device_type = hardware.resolve_device(cfg.device)
+    if device_type == "cpu":
+        return memory.device_budget(device, cfg.memory_budget_gb)
     probe = subprocess.run([sys.executable, "-c", BUDGET_PROBE, REPO, cfg.device, str(cfg.memory_budget_gb)],
                            capture_output=True, text=True)
     if probe.returncode:
