@@ -46,7 +46,7 @@ def test_a_whole_run_writes_every_line(tmp_path):
     assert sweep["bench"]["best"] == setting and "batch 2, recompute all, " in stdout
     checkpoint = save_resume["bench"]["save_resume"]
     assert save_resume["exit"] == 0 and checkpoint["status"] == "ok" and checkpoint["checkpoint_gb"] > 0
-    assert checkpoint["save_s"] >= 0 and checkpoint["load_s"] > 0 and "saved in " in stdout
+    assert checkpoint["save_s"] > 0 and checkpoint["load_s"] > 0 and "saved in " in stdout  # from the runs' records
     assert not list(tmp_path.glob("*.tmp-*"))  # every write renamed its temp file
 
 
