@@ -179,6 +179,7 @@ torch.save(model.state_dict(), sys.argv[3])
 """
 
 
+@pytest.mark.e2e  # a fresh interpreter, without torchao
 def test_a_sharded_fp8_checkpoint_loads_where_torchao_is_not_imported(tmp_path):
     """sample.py, eval.py, export, convert_checkpoint.py and fp8='' resumes read it in a plain process."""
     model, optimizer = build("tensorwise", ADAMW, True)
@@ -192,33 +193,31 @@ def test_a_sharded_fp8_checkpoint_loads_where_torchao_is_not_imported(tmp_path):
             assert torch.equal(tensor, live[f"model/{name}"][0]), name
 
 
-def _two_rank_worker(rank, folder, asynchronous):
-    """One of 2 gloo processes: fp8 tensorwise FSDP2, a step, a sharded save (sync or async), a step more
+def _two_rank_worker(rank, folder):
+    """One of 2 gloo processes: fp8 tensorwise FSDP2, a step, a sharded save (sync, then async), a step more
     before the write completes, then the save reloaded into a fresh sharded model."""
     torch.set_num_threads(1)
     torch.compile = lambda fn, **options: fn  # as eager() does in this process
     dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=2)
-    model, optimizer = build("tensorwise", ADAMW8, True)
-    train_step(model, optimizer, 1)
-    live = values(model, optimizer)
-    # the save's collectives on a gloo group of their own, as train.py's save_group: training's go on beside them
-    saver = saving.Saver(asynchronous=asynchronous, group=dist.new_group(backend="gloo"), log=lambda line: None)
-    save(saver, True, model, optimizer, f"{folder}/out", 1)
-    train_step(model, optimizer, 2)
-    saver.wait()
-    state = checkpoint.load_checkpoint(f"{folder}/out/ckpt_1", log=lambda line: None)
-    resumed, resumed_optimizer = build("tensorwise", ADAMW8, True)
-    checkpoint.restore(state, resumed, resumed_optimizer)
-    assert_equal(values(resumed, resumed_optimizer), live)  # this rank's shards
-    open(f"{folder}/ok{rank}", "w").close()
+    for asynchronous in (False, True):  # both in one pair of processes: each start imports torch and torchao
+        out = f"{folder}/{asynchronous}"
+        model, optimizer = build("tensorwise", ADAMW8, True)
+        train_step(model, optimizer, 1)
+        live = values(model, optimizer)
+        # the save's collectives on a gloo group of their own, as train.py's save_group: training's go on beside them
+        saver = saving.Saver(asynchronous=asynchronous, group=dist.new_group(backend="gloo"), log=lambda line: None)
+        save(saver, True, model, optimizer, out, 1)
+        train_step(model, optimizer, 2)
+        saver.wait()
+        state = checkpoint.load_checkpoint(f"{out}/ckpt_1", log=lambda line: None)
+        resumed, resumed_optimizer = build("tensorwise", ADAMW8, True)
+        checkpoint.restore(state, resumed, resumed_optimizer)
+        assert_equal(values(resumed, resumed_optimizer), live)  # this rank's shards
+        open(f"{folder}/ok{rank}-{asynchronous}", "w").close()
     dist.destroy_process_group()
 
 
 @pytest.mark.e2e
 def test_sharded_fp8_on_two_processes(tmp_path):
-    for asynchronous in (False, True):
-        folder = tmp_path / str(asynchronous)
-        folder.mkdir()
-        torch.multiprocessing.start_processes(_two_rank_worker, args=(str(folder), asynchronous), nprocs=2,
-                                              start_method="spawn")
-        assert (folder / "ok0").exists() and (folder / "ok1").exists()
+    torch.multiprocessing.start_processes(_two_rank_worker, args=(str(tmp_path),), nprocs=2, start_method="spawn")
+    assert {p.name for p in tmp_path.glob("ok*")} == {f"ok{rank}-{a}" for rank in (0, 1) for a in (False, True)}

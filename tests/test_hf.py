@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 from trainer import checkpoint, hf
-from conftest import REPO, python
+from conftest import REPO, run_here
 from model import GPT, GPTConfig
 from test_train import TINY, train
 from trainer.tokenizer import get_encoding
@@ -42,14 +42,14 @@ def logits_of(model, x):
 
 def train_from(out_dir, data_dir, *overrides):
     """A tiny run whose vocabulary comes from the weights it starts from (train_tiny.py sets 320)."""
-    result = python(["train.py", "config/train_tiny.py", *TINY_ANY_VOCAB, f"--data_dir={data_dir}",
-                     f"--out_dir={out_dir}", *overrides], env=dict(os.environ, OMP_NUM_THREADS="1"))
+    result = run_here(["train.py", "config/train_tiny.py", *TINY_ANY_VOCAB, f"--data_dir={data_dir}",
+                       f"--out_dir={out_dir}", *overrides])
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
 
 def run_script(*args):
-    return python(args, timeout=120)
+    return run_here(args)
 
 
 def test_imported_gpt2_computes_what_transformers_does(hf_folder):
@@ -100,7 +100,6 @@ def assert_export_matches(export_dir, model_args, weights):
     assert (logits_of(model.eval(), x) - logits_of(reference, x)).abs().max() <= 1e-4
 
 
-@pytest.mark.e2e
 def test_export_of_a_trained_checkpoint_loads_in_transformers(tmp_path, tiny_run):
     result = run_script("scripts/export_hf.py", str(tiny_run), str(tmp_path / "hf"), "--dtype", "float32")
     assert result.returncode == 0, result.stderr
@@ -111,7 +110,6 @@ def test_export_of_a_trained_checkpoint_loads_in_transformers(tmp_path, tiny_run
     assert (tmp_path / "hf" / "generation_config.json").exists()
 
 
-@pytest.mark.e2e
 def test_round_trip_is_exact(tmp_path, tiny_run):
     hf.export(str(tiny_run / "ckpt_4.pt"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
     args, weights, _ = hf.load_weights(str(tmp_path / "hf"))
@@ -177,7 +175,6 @@ def test_exported_tokenizer_encodes_like_tiktoken(tmp_path, gpt2_rank_file):
     assert (logits_of(model.eval(), x)[..., :50257] - logits_of(reference, x)).abs().max() <= 1e-4
 
 
-@pytest.mark.e2e
 def test_a_run_starts_from_weights_then_resumes_itself(tmp_path, data_dir, hf_folder, tiny_run):
     # from a Hugging Face folder: the architecture comes from it, iteration 0
     out = tmp_path / "from_hf"
@@ -198,7 +195,6 @@ def test_a_run_starts_from_weights_then_resumes_itself(tmp_path, data_dir, hf_fo
     assert "starting from" in result.stdout and "iter 1:" in result.stdout and (tuned / "ckpt_2.pt").exists()
 
 
-@pytest.mark.e2e
 def test_old_checkpoints_without_the_new_architecture_keys_still_resume(tmp_path, data_dir):
     out = tmp_path / "old"
     train(out, data_dir, "--max_iters=2")
@@ -233,7 +229,6 @@ def broken_folder(tmp_path, hf_folder, case):
     ("llama", "only GPT-2-style models"), ("truncated", "missing or truncated"), ("no_weights", "no model.safetensors"),
     ("nonexistent", "no such model"), ("untied", "not tied"), ("layer_idx", "scale_attn_by_inverse_layer_idx=True"),
     ("bad_config", "not a readable GPT-2 config"), ("plain", "neither a Hugging Face folder")])
-@pytest.mark.e2e
 def test_bad_weights_give_one_line(tmp_path, data_dir, hf_folder, case, expected):
     folder = tmp_path / "nowhere" if case == "nonexistent" else broken_folder(tmp_path, hf_folder, case)
     with pytest.raises(hf.WeightsError, match=expected):
@@ -244,7 +239,6 @@ def test_bad_weights_give_one_line(tmp_path, data_dir, hf_folder, case, expected
     assert last.startswith("error: init_weights: ") and expected in last
 
 
-@pytest.mark.e2e
 def test_bad_exports_give_one_line_and_write_nothing(tmp_path, tiny_run):
     args = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=512, bias=True)
     checkpoint.save_checkpoint({"model": GPT(GPTConfig(**args)).state_dict(), "model_args": args, "iter_num": 1,
@@ -266,7 +260,7 @@ def test_bad_exports_give_one_line_and_write_nothing(tmp_path, tiny_run):
     assert not list(tmp_path.glob("*.tmp-export"))
 
 
-@pytest.mark.e2e
+@pytest.mark.e2e  # a process: huggingface_hub reads HF_HUB_OFFLINE and HF_HOME when it is imported
 def test_gpt2_by_name_offline_without_a_cached_copy_is_one_line(tmp_path, data_dir):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "empty_cache"), OMP_NUM_THREADS="1")
     result = subprocess.run([sys.executable, "train.py", "config/train_tiny.py", *TINY_ANY_VOCAB, "--init_from=gpt2",

@@ -11,11 +11,19 @@ import torch
 
 import configurator
 from trainer import bins, metrics, mixture
-from conftest import REPO, VOCAB
-from test_distributed import assert_close, final_weights, losses, run
+from conftest import REPO, VOCAB, run_here
+from test_distributed import ARGS, assert_close, final_weights, losses, run
 from test_train import assert_same_weights, train
 
 BLOCK = 16  # TINY's block_size
+
+
+def one_process(out_dir, data_dir, *overrides):
+    """test_distributed.run's one process (no dropout, so that torchrun's can match it), in this interpreter."""
+    result = run_here(["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}",
+                       *overrides])
+    assert result.returncode == 0, f"exit {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}"
+    return result
 
 
 def make_folder(path, train_tokens, seed, meta=None):
@@ -122,7 +130,6 @@ def test_set_in_a_config_file_or_on_the_command_line(tmp_path):
         configurator.load_config(["--data_mixture=data/pile"])
 
 
-@pytest.mark.e2e
 def test_bad_input_is_one_line(tmp_path, folders):
     def problem(value):
         cfg = configurator.load_config(["config/train_tiny.py", f"--data_mixture={value}"])
@@ -158,9 +165,9 @@ def mix_arg(folders, weights):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, folders):
-    """One process, 12 steps of 16 windows, saved every 4, without dropout so that 2 processes can match it."""
+    """One process (this one), 12 steps of 16 windows, saved every 4, no dropout so that 2 processes can match it."""
     out = tmp_path_factory.mktemp("mix_reference")
-    run(out, folders["web"], "--max_iters=12", mix_arg(folders, MIX))
+    one_process(out, folders["web"], "--max_iters=12", mix_arg(folders, MIX))
     return out
 
 
@@ -168,7 +175,6 @@ def source_position(out_dir, n, name):
     return torch.load(out_dir / f"ckpt_{n}.pt", weights_only=True)["sampler"]["sources"][name]
 
 
-@pytest.mark.e2e
 def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders, reference):
     log = (reference / "train.log").read_text()
     assert "source books: " in log and "tokens seen (" in log and "data: " in log and "(weight 0.3)" in log
@@ -178,7 +184,7 @@ def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders
     split = tmp_path / "split"
     split.mkdir()
     shutil.copy(reference / "ckpt_4.pt", split)  # as if the run had stopped there
-    run(split, folders["web"], "--max_iters=12", mix_arg(folders, MIX))
+    one_process(split, folders["web"], "--max_iters=12", mix_arg(folders, MIX))
     assert_same_weights(reference / "ckpt_12.pt", split / "ckpt_12.pt")
     state = torch.load(split / "ckpt_12.pt", weights_only=True)
     assert state["sampler"] == torch.load(reference / "ckpt_12.pt", weights_only=True)["sampler"]
@@ -187,12 +193,11 @@ def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders
     assert abs(last["val_loss"] - sum(MIX[name] * loss for name, loss in last["sources"].items())) < 1e-6  # the weighted mean
 
 
-@pytest.mark.e2e
 def test_a_change_of_weights_at_a_resume(tmp_path, folders, reference):
     out = tmp_path / "changed"
     out.mkdir()
     shutil.copy(reference / "ckpt_8.pt", out)
-    log = run(out, folders["web"], "--max_iters=10", mix_arg(folders, {"web": 0.75, "books": 0.25})).stdout
+    log = one_process(out, folders["web"], "--max_iters=10", mix_arg(folders, {"web": 0.75, "books": 0.25})).stdout
     assert ("note: the data mixture changed since the checkpoint (code dropped (its position is kept), "
             "books weight 0.3 -> 0.25, web weight 0.5 -> 0.75)") in log
     at_8, at_10 = (torch.load(out / f"ckpt_{n}.pt", weights_only=True)["sampler"] for n in (8, 10))
@@ -213,7 +218,6 @@ def test_two_processes_draw_the_same_global_batches(tmp_path, folders, reference
     assert states[0] == states[1]
 
 
-@pytest.mark.e2e
 def test_plan_and_plot_log_show_each_source(folders, reference, capsys):
     sys.path.insert(0, str(REPO / "scripts"))
     import plan

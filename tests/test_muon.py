@@ -81,7 +81,8 @@ def test_a_muon_run_resumes_bit_exactly_and_refuses_another_optimizer(tmp_path, 
     assert "muon: 24,576 parameters under Muon (8 matrices), 2,720 under AdamW" in whole
     (tmp_path / "split").mkdir()  # the whole run's checkpoint of step 4 (TINY saves every 4), resumed
     shutil.copy(tmp_path / "whole" / "ckpt_4.pt", tmp_path / "split")
-    assert "resuming after 4" in train(tmp_path / "split", data_dir, *MUON).stdout
+    # in a fresh process: Muon's momentum and its AdamW half come from the file alone
+    assert "resuming after 4" in train(tmp_path / "split", data_dir, *MUON, process=True).stdout
     assert_same_weights(tmp_path / "whole" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
     refused = train(tmp_path / "split", data_dir, *MUON, "--optimizer=adamw", "--max_iters=9", check=False)
     assert refused.returncode == 1 and refused.stdout.strip().splitlines()[-1].startswith(
@@ -94,8 +95,9 @@ def test_muon_under_ddp_fsdp_and_hsdp_matches_one_process(tmp_path, data_dir):
     """DDP steps torch's Muon on the all-reduced gradients; FSDP2 and HSDP orthogonalise each matrix on its owner
     rank and scatter the shards back; all follow one process's losses and weights, through an FSDP resume."""
     from test_distributed import final_weights, losses, run
+    from test_mixture import one_process
     args = ["--optimizer=muon", "--max_iters=4", "--eval_interval=0"]
-    run(tmp_path / "one", data_dir, *args)
+    one_process(tmp_path / "one", data_dir, *args)  # the reference needs no process of its own
     run(tmp_path / "ddp", data_dir, *args, nproc=2)
     run(tmp_path / "fsdp", data_dir, *args, "--strategy=fsdp", "--max_iters=2", nproc=2)
     assert "resuming after 2" in run(tmp_path / "fsdp", data_dir, *args, "--strategy=fsdp", nproc=2).stdout
@@ -141,7 +143,6 @@ def test_plan_shows_what_muons_state_buys_at_6_7b_on_an_h200():
     assert muon["checkpoint_gb"] == pytest.approx(adamw["checkpoint_gb"] - saved)
 
 
-@pytest.mark.e2e
 def test_spike_rollback_restores_muons_momentum_bit_exactly(tmp_path, data_dir):
     """A burst of spikes rolls a Muon run back to a checkpoint (its momentum with it); stopped in the middle of
     the burst and resumed, the run ends where the uninterrupted one does, bit for bit."""

@@ -1,15 +1,12 @@
-"""The learning-rate schedules (schedule.py) and cooldown forks (resume.py): the shapes in-process, and one
-fork end to end, which must anneal the model and leave its source's out_dir byte-for-byte as it was."""
+"""The learning-rate schedules (schedule.py) and cooldown forks (resume.py): the shapes, and one fork through
+train.py (in this process), which must anneal the model and leave its source's out_dir byte-for-byte as it was."""
 import hashlib
-import os
-import subprocess
-import sys
 import types
 
 import pytest
 
 import configurator
-from conftest import REPO, VOCAB
+from conftest import VOCAB, run_here
 from trainer import metrics, resume, schedule
 
 
@@ -89,8 +86,7 @@ TINY = ["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--b
 
 
 def train(data_dir, *overrides):
-    result = subprocess.run([sys.executable, "train.py", *TINY, f"--data_dir={data_dir}", *overrides], cwd=REPO,
-                            capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    result = run_here(["train.py", *TINY, f"--data_dir={data_dir}", *overrides])
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
@@ -99,7 +95,6 @@ def hashes(folder):
     return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.e2e
 def test_a_cooldown_fork_anneals_and_leaves_its_source_untouched(data_dir, tmp_path):
     source, fork = tmp_path / "run", tmp_path / "fork"
     train(data_dir, f"--out_dir={source}", "--max_iters=20")  # the stable phase of a 40-iteration WSD run

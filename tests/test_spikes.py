@@ -34,10 +34,15 @@ def test_the_guard_judges_against_accepted_history_only():
     assert guard.burst(9) is None  # 5 has left the window of 4 steps
 
 
-@pytest.mark.e2e
-def test_a_burst_rolls_back_and_skips_the_spikes_data(tmp_path, data_dir):
-    out = tmp_path / "run"
-    log = spiky(out, data_dir).stdout
+@pytest.fixture(scope="module")
+def burst(tmp_path_factory, data_dir):
+    """A 16-step run through the burst at 9-11 and its rollback: (out_dir, its stdout)."""
+    out = tmp_path_factory.mktemp("burst")
+    return out, spiky(out, data_dir).stdout
+
+
+def test_a_burst_rolls_back_and_skips_the_spikes_data(burst):
+    out, log = burst
     assert log.count("loss spike, step skipped") == 3
     assert "rolled back to iter 6 (1 of max 3) after a burst of skipped steps from iter 9" in log
     moved = sorted(p.name for p in (out / "rolled_back").rglob("ckpt_*.pt"))
@@ -53,7 +58,6 @@ def test_a_burst_rolls_back_and_skips_the_spikes_data(tmp_path, data_dir):
     assert (out / "ckpt_16.pt").exists() and "done: 16 steps" in log
 
 
-@pytest.mark.e2e
 def test_an_unreadable_rollback_target_stops_the_run_with_nothing_moved(tmp_path, data_dir):
     out = tmp_path / "run"
     spiky(out, data_dir, "--max_iters=10", at="")
@@ -66,16 +70,13 @@ def test_an_unreadable_rollback_target_stops_the_run_with_nothing_moved(tmp_path
     assert not (out / "rolled_back").exists()
 
 
-@pytest.mark.e2e
-def test_stop_and_resume_through_spikes_and_rollback_is_bit_exact(tmp_path, data_dir):
-    spiky(tmp_path / "whole", data_dir)
+def test_stop_and_resume_through_spikes_and_rollback_is_bit_exact(tmp_path, data_dir, burst):
     spiky(tmp_path / "split", data_dir, "--max_iters=10")  # stops in the middle of the burst
     resumed = spiky(tmp_path / "split", data_dir).stdout
     assert "rolled back to iter 6" in resumed
-    assert_same_weights(tmp_path / "whole" / "ckpt_16.pt", tmp_path / "split" / "ckpt_16.pt")
+    assert_same_weights(burst[0] / "ckpt_16.pt", tmp_path / "split" / "ckpt_16.pt")
 
 
-@pytest.mark.e2e
 def test_rollbacks_are_limited(tmp_path, data_dir):
     result = spiky(tmp_path / "run", data_dir, "--max_rollbacks=1", at="9,10,11,13,14,15", check=False)
     last = result.stdout.strip().splitlines()[-1]
