@@ -60,6 +60,7 @@ def run_here(args, env=None, cwd=REPO):
     os.environ.update(env or {})
     os.chdir(cwd)
     faults.active = faults.Faults(os.environ.get(faults.VARIABLE, ""))
+    gc.freeze()  # what the interpreter held before: the collection afterwards scans only what the run made
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
@@ -79,6 +80,7 @@ def run_here(args, env=None, cwd=REPO):
             signal.signal(sig, handler)
         namespace.clear()
         gc.collect()  # closes what the script left open: its train.log, metrics.jsonl and out_dir's lock
+        gc.unfreeze()
         torch._dynamo.reset()
     return subprocess.CompletedProcess([sys.executable, script, *rest], code, stdout.getvalue(), stderr.getvalue())
 

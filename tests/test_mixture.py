@@ -11,19 +11,11 @@ import torch
 
 import configurator
 from trainer import bins, metrics, mixture
-from conftest import REPO, VOCAB, run_here
-from test_distributed import ARGS, assert_close, final_weights, losses, run
+from conftest import REPO, VOCAB
+from test_distributed import assert_close, final_weights, losses, run
 from test_train import assert_same_weights, train
 
 BLOCK = 16  # TINY's block_size
-
-
-def one_process(out_dir, data_dir, *overrides):
-    """test_distributed.run's one process (no dropout, so that torchrun's can match it), in this interpreter."""
-    result = run_here(["train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out_dir}",
-                       *overrides])
-    assert result.returncode == 0, f"exit {result.returncode}:\n{result.stdout}\n{result.stderr[-3000:]}"
-    return result
 
 
 def make_folder(path, train_tokens, seed, meta=None):
@@ -167,7 +159,7 @@ def mix_arg(folders, weights):
 def reference(tmp_path_factory, folders):
     """One process (this one), 12 steps of 16 windows, saved every 4, no dropout so that 2 processes can match it."""
     out = tmp_path_factory.mktemp("mix_reference")
-    one_process(out, folders["web"], "--max_iters=12", mix_arg(folders, MIX))
+    run(out, folders["web"], "--max_iters=12", mix_arg(folders, MIX))
     return out
 
 
@@ -184,7 +176,7 @@ def test_stop_and_resume_is_bit_exact_mid_epoch_and_across_one(tmp_path, folders
     split = tmp_path / "split"
     split.mkdir()
     shutil.copy(reference / "ckpt_4.pt", split)  # as if the run had stopped there
-    one_process(split, folders["web"], "--max_iters=12", mix_arg(folders, MIX))
+    run(split, folders["web"], "--max_iters=12", mix_arg(folders, MIX))
     assert_same_weights(reference / "ckpt_12.pt", split / "ckpt_12.pt")
     state = torch.load(split / "ckpt_12.pt", weights_only=True)
     assert state["sampler"] == torch.load(reference / "ckpt_12.pt", weights_only=True)["sampler"]
@@ -197,7 +189,7 @@ def test_a_change_of_weights_at_a_resume(tmp_path, folders, reference):
     out = tmp_path / "changed"
     out.mkdir()
     shutil.copy(reference / "ckpt_8.pt", out)
-    log = one_process(out, folders["web"], "--max_iters=10", mix_arg(folders, {"web": 0.75, "books": 0.25})).stdout
+    log = run(out, folders["web"], "--max_iters=10", mix_arg(folders, {"web": 0.75, "books": 0.25})).stdout
     assert ("note: the data mixture changed since the checkpoint (code dropped (its position is kept), "
             "books weight 0.3 -> 0.25, web weight 0.5 -> 0.75)") in log
     at_8, at_10 = (torch.load(out / f"ckpt_{n}.pt", weights_only=True)["sampler"] for n in (8, 10))

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from trainer import metrics
-from test_mixture import BLOCK, MIX, folders, mix_arg, one_process, open_mix  # noqa: F401 (folders: a fixture)
+from test_distributed import run
+from test_mixture import BLOCK, MIX, folders, mix_arg, open_mix  # noqa: F401 (folders: a fixture)
 
 
 def predicted_epochs(lines):
@@ -37,11 +38,11 @@ def test_the_data_lines_give_each_sources_share_and_predict_the_epochs_measured_
 
 def test_a_change_of_weights_resets_the_best_val_loss_and_is_recorded(tmp_path, folders):
     out = tmp_path / "run"
-    one_process(out, folders["web"], "--max_iters=4", "--eval_interval=2", mix_arg(folders, MIX))
+    run(out, folders["web"], "--max_iters=4", "--eval_interval=2", mix_arg(folders, MIX))
     state = torch.load(out / "ckpt_4.pt", weights_only=False)
     state["best_val_loss"] = 0.001  # far below any loss here: only a reset lets a later eval be the best
     torch.save(state, out / "ckpt_4.pt")
-    log = one_process(out, folders["web"], "--max_iters=6", "--eval_interval=2", mix_arg(folders, {"web": 0.75, "books": 0.25})).stdout
+    log = run(out, folders["web"], "--max_iters=6", "--eval_interval=2", mix_arg(folders, {"web": 0.75, "books": 0.25})).stdout
     assert "note: best val loss 0.0010 was a mean under the old weights: reset, the next eval sets it" in log
     records = metrics.read(str(out))
     changed = metrics.read(str(out), kind="weights_changed")

@@ -95,9 +95,8 @@ def test_muon_under_ddp_fsdp_and_hsdp_matches_one_process(tmp_path, data_dir):
     """DDP steps torch's Muon on the all-reduced gradients; FSDP2 and HSDP orthogonalise each matrix on its owner
     rank and scatter the shards back; all follow one process's losses and weights, through an FSDP resume."""
     from test_distributed import final_weights, losses, run
-    from test_mixture import one_process
     args = ["--optimizer=muon", "--max_iters=4", "--eval_interval=0"]
-    one_process(tmp_path / "one", data_dir, *args)  # the reference needs no process of its own
+    run(tmp_path / "one", data_dir, *args)  # one process: in this interpreter
     run(tmp_path / "ddp", data_dir, *args, nproc=2)
     run(tmp_path / "fsdp", data_dir, *args, "--strategy=fsdp", "--max_iters=2", nproc=2)
     assert "resuming after 2" in run(tmp_path / "fsdp", data_dir, *args, "--strategy=fsdp", nproc=2).stdout
