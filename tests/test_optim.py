@@ -48,13 +48,9 @@ def whole(tmp_path_factory, data_dir):
     return run
 
 
-# resumed in a fresh process: torchao's low-bit state over bf16 weights, their stochastic rounding with it
-# (AdamW's is test_train's, Muon's test_muon's); the other modes resume in this one, from the same files
-ACROSS_PROCESSES = [("adamw4bit", "bfloat16", False)]
-
-
-@pytest.mark.parametrize("optimizer,master_weights,offload", [
-    pytest.param(*m, marks=pytest.mark.e2e) if m in ACROSS_PROCESSES else m for m in MODES])
+# Resumed in this interpreter. A fresh process reads these checkpoints in the probe test below; fresh processes
+# resume low-bit state in test_distributed (8-bit AdamW through a torchrun restart), AdamW's in test_train.
+@pytest.mark.parametrize("optimizer,master_weights,offload", MODES)
 def test_each_mode_trains_and_resumes_exactly(tmp_path, whole, data_dir, optimizer, master_weights, offload):
     mode = flags(optimizer, master_weights, offload)
     out = whole((optimizer, master_weights, offload))
@@ -62,8 +58,7 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, whole, data_dir, optimiz
     assert len(seen) == 8 and seen[-1] < seen[0]
     (tmp_path / "split").mkdir()  # the whole run's checkpoint of step 4 (TINY saves every 4), resumed
     shutil.copy(out / "ckpt_4.pt", tmp_path / "split")
-    process = (optimizer, master_weights, offload) in ACROSS_PROCESSES
-    assert "resuming after 4" in train(tmp_path / "split", data_dir, *MODEL, *mode, process=process).stdout
+    assert "resuming after 4" in train(tmp_path / "split", data_dir, *MODEL, *mode).stdout
     assert_same_weights(out / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
     weight = torch.load(out / "ckpt_8.pt", weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"]
     assert weight.dtype == getattr(torch, master_weights)
