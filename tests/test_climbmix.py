@@ -5,6 +5,7 @@ import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import REPO
 from test_prepare import FLAGS, make_docs, read_docs
@@ -12,6 +13,7 @@ from trainer import bins
 from trainer.tokenizer import get_encoding
 
 
+@pytest.mark.e2e  # the script as a user runs it: its own process and its pool's (no torch import: cheap)
 def test_climbmix_script_prepares_local_parquet_shards(tmp_path):
     docs = make_docs(600, seed=7)
     for i, part in enumerate((docs[:300], docs[300:])):

@@ -1,10 +1,8 @@
 """config/train_gpt3_6b_fast.py keeps GPT-3 6.7B's architecture and plans beside the GPT-3 recipe (plan.py --beside)."""
 import json
-import subprocess
-import sys
 
 import configurator
-from conftest import REPO
+from conftest import REPO, run_here
 
 ARCHITECTURE = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "activation")
 
@@ -20,10 +18,8 @@ def test_the_fast_recipe_is_gpt3_6b_with_the_levers():
 
 
 def test_plan_prints_days_and_dollars_beside_another_recipe():
-    # optimizer='muon' is refused until the muon branch is merged: plan the recipe's AdamW twin meanwhile
-    result = subprocess.run([sys.executable, "scripts/plan.py", "config/train_gpt3_6b_fast.py", "--optimizer=adamw",
-                             "--gpu", "h200", "--beside", "config/train_gpt3_6b.py", "--json"], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = run_here(["scripts/plan.py", "config/train_gpt3_6b_fast.py", "--gpu", "h200", "--beside",
+                       "config/train_gpt3_6b.py", "--json"])
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["beside"]["total_tokens"] > 2 * plan["total_tokens"] and plan["beside"]["days"] > plan["days"]
