@@ -19,7 +19,6 @@ from trainer import environment  # first: what an older torch lacks is named bef
 if problem := environment.torch_problem():
     sys.exit(f"error: {problem}")
 
-
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
 from trainer import (
