@@ -47,13 +47,20 @@ LONG_RUN_DAYS = 365
 GPUS_PER_NODE = 8
 
 
+_META_MODELS = {}  # repr(GPTConfig) -> its meta model
+
+
 def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
     """The model train.py builds for cfg (model.model_config), on the meta device: every shape, no memory,
-    no init time; a policy and block count given replace cfg's."""
-    fields = {k: v for k, v in (("activation_checkpointing", activation_checkpointing),
-                                ("recompute_blocks", recompute_blocks)) if v is not None}
-    with torch.device("meta"):
-        return GPT(model_config(cfg, **fields))
+    no init time; a policy and block count given replace cfg's. One per configuration, built once: a plan
+    prices each memory mode on the same shapes, and building 32 blocks takes longer than pricing them.
+    Callers only read it."""
+    config = model_config(cfg, **{k: v for k, v in (("activation_checkpointing", activation_checkpointing),
+                                                      ("recompute_blocks", recompute_blocks)) if v is not None})
+    if repr(config) not in _META_MODELS:
+        with torch.device("meta"):
+            _META_MODELS[repr(config)] = GPT(config)
+    return _META_MODELS[repr(config)]
 
 
 # fp8 is unmeasured here, so its speed is an assumption, stated wherever plan.py uses it: torchao's

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch._inductor.config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -27,6 +28,11 @@ if FAST_EXIT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 # and in every process the tests start.
 torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
+# Inductor's CPU kernels as scalar C++, here and in every process the tests start: the tests check what
+# compiled code computes, not its speed, and without SIMD a cold compile of torchao's low-bit AdamW step
+# takes about a third less time (docs/testing.md has the measurement).
+torch._inductor.config.cpp.vec_isa_ok = False
+os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "0"
 
 
 def pytest_configure(config):

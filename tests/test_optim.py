@@ -21,8 +21,10 @@ from test_train import assert_same_weights, train
 # over fp32 weights takes the path of 8-bit's over fp32 weights: torchao's one low-bit class, our one call)
 MODES = [("adamw8bit", "float32", False), ("adamw", "bfloat16", False), ("adamw4bit", "bfloat16", False),
          ("adamw", "float32", True), ("adamw", "bfloat16", True)]
-# wide enough that the matrices have >= 4096 values, which torchao quantizes (smaller ones stay fp32)
-MODEL = ["--n_embd=64", "--max_iters=8", "--eval_interval=0"]
+# wide enough that the matrices have >= 4096 values, which torchao quantizes (smaller ones stay fp32), and
+# a context of 64, so that the position table is (64, 64) as the embedding and attention's projection are:
+# torchao compiles its step once per parameter shape (about 4 s each on this CPU, cold)
+MODEL = ["--n_embd=64", "--block_size=64", "--max_iters=8", "--eval_interval=0"]
 STATE_TYPE = {"adamw": "Tensor", "adamw8bit": "OptimState8bit", "adamw4bit": "OptimState4bit"}
 
 
@@ -250,8 +252,8 @@ def test_stochastic_rounding_is_the_same_on_every_rank_whatever_its_dropout_stre
     for rank in range(2):
         torch.manual_seed(0)
         model = torch.nn.Linear(64, 64, bias=False)  # 4096 values: quantized state
-        optim.use_bf16_weights(model)
-        optimizer = optim.build(model, "adamw8bit", 0.1, 1e-3, (0.9, 0.95), "cpu", "bfloat16")
+        optim.use_bf16_weights(model)  # 4-bit over bf16: the step the leanest mode's runs above have compiled
+        optimizer = optim.build(model, "adamw4bit", 0.1, 1e-3, (0.9, 0.95), "cpu", "bfloat16")
         torch.manual_seed(100 + rank)  # each rank's own stream, as train.py seeds it for dropout
         model(torch.randn(8, 64).to(torch.bfloat16)).square().sum().backward()
         model.weight.grad.copy_(torch.full_like(model.weight.grad, 1.0))  # the averaged gradient, equal on all
