@@ -30,9 +30,9 @@ torch.set_num_threads(1)
 os.environ["OMP_NUM_THREADS"] = "1"
 # Inductor's CPU kernels as scalar C++, here and in every process the tests start: the tests check what
 # compiled code computes, not its speed, and without SIMD a cold compile of torchao's low-bit AdamW step
-# takes about a third less time (docs/testing.md has the measurement).
-torch._inductor.config.cpp.vec_isa_ok = False
-os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "0"
+# takes about a third less time (README's test section has the measurement; TORCHINDUCTOR_VEC_ISA_OK=1 keeps SIMD).
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+torch._inductor.config.cpp.vec_isa_ok = os.environ["TORCHINDUCTOR_VEC_ISA_OK"] == "1"
 
 
 def pytest_configure(config):
