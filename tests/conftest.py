@@ -13,8 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-import torch._inductor.config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -25,14 +23,14 @@ FAST_EXIT = str(REPO / "tests" / "fast_exit")
 if FAST_EXIT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [FAST_EXIT, os.environ.get("PYTHONPATH")]))
 # Tiny models gain nothing from threads, and two test workers on 2 cores would fight over them: here
-# and in every process the tests start.
-torch.set_num_threads(1)
+# (torch reads it as the test modules import it; xdist's controller, which runs no test, never imports
+# torch) and in every process the tests start.
 os.environ["OMP_NUM_THREADS"] = "1"
 # Inductor's CPU kernels as scalar C++, here and in every process the tests start: the tests check what
 # compiled code computes, not its speed, and without SIMD a cold compile of torchao's low-bit AdamW step
 # takes about a third less time (README's test section has the measurement; TORCHINDUCTOR_VEC_ISA_OK=1 keeps SIMD).
+# Read when torch._inductor.config is first imported, which torchao does after this, as the test modules load.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
-torch._inductor.config.cpp.vec_isa_ok = os.environ["TORCHINDUCTOR_VEC_ISA_OK"] == "1"
 
 
 def pytest_configure(config):
@@ -53,6 +51,7 @@ def run_here(args, env=None, cwd=REPO):
     script's sys.excepthook, as at a process's end). env: variables added for the run. What the script set
     for its process is put back afterwards: argv, sys.path, the environment, the working folder, signal handlers,
     excepthook, torch's threads and compiled graphs, and the faults faults.py read from TRAINER_FAULTS."""
+    import torch  # here, not at the top: xdist's controller imports this file and runs no test
     script, *rest = map(str, args)
     path = Path(cwd) / script
     if "kill" in (env or {}).get(faults.VARIABLE, os.environ.get(faults.VARIABLE, "")):
