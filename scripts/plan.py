@@ -57,10 +57,11 @@ def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
     Callers only read it."""
     config = model_config(cfg, **{k: v for k, v in (("activation_checkpointing", activation_checkpointing),
                                                       ("recompute_blocks", recompute_blocks)) if v is not None})
-    if repr(config) not in _META_MODELS:
+    key = repr(config)
+    if key not in _META_MODELS:
         with torch.device("meta"):
-            _META_MODELS[repr(config)] = GPT(config)
-    return _META_MODELS[repr(config)]
+            _META_MODELS[key] = GPT(config)
+    return _META_MODELS[key]
 
 
 # fp8 is unmeasured here, so its speed is an assumption, stated wherever plan.py uses it: torchao's
