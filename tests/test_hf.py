@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+import transformers  # its model classes load on first use, not while pytest collects
 
 from trainer import checkpoint, hf
 from conftest import REPO, run_here
@@ -23,9 +23,9 @@ TINY_ANY_VOCAB = [a for a in TINY if not a.startswith("--vocab_size")]
 
 def hf_model(vocab=100, seed=0, **extra):
     torch.manual_seed(seed)
-    config = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=16, vocab_size=vocab,
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=16, vocab_size=vocab,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **extra)
-    return GPT2LMHeadModel(config).eval()
+    return transformers.GPT2LMHeadModel(config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,9 @@ def hf_folder(tmp_path_factory):
 
 def logits_of(model, x):
     with torch.no_grad():
-        return model(x).logits if isinstance(model, GPT2LMHeadModel) else model(x, every_position=True)[0]
+        if isinstance(model, transformers.GPT2LMHeadModel):
+            return model(x).logits
+        return model(x, every_position=True)[0]
 
 
 def train_from(out_dir, data_dir, *overrides):
@@ -53,7 +55,7 @@ def run_script(*args):
 
 
 def test_imported_gpt2_computes_what_transformers_does(hf_folder):
-    reference = AutoModelForCausalLM.from_pretrained(hf_folder).eval()
+    reference = transformers.AutoModelForCausalLM.from_pretrained(hf_folder).eval()
     model = hf.from_pretrained(str(hf_folder)).eval()
     assert model.config.activation == "gelu_tanh" and model.config.vocab_size == 128 and model.config.n_tokens == 100
     x = torch.randint(0, 100, (3, 16), generator=torch.Generator().manual_seed(1))
@@ -95,7 +97,7 @@ def tiny_run(tmp_path_factory, data_dir):
 def assert_export_matches(export_dir, model_args, weights):
     model = GPT(GPTConfig(**model_args))
     model.load_state_dict(weights)
-    reference = AutoModelForCausalLM.from_pretrained(export_dir).eval()
+    reference = transformers.AutoModelForCausalLM.from_pretrained(export_dir).eval()
     x = torch.randint(0, model_args["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(2))
     assert (logits_of(model.eval(), x) - logits_of(reference, x)).abs().max() <= 1e-4
 
@@ -130,7 +132,7 @@ def test_bf16_export_without_biases_is_large_enough_to_shard(tmp_path, monkeypat
     hf.export(str(tmp_path / "run"), str(tmp_path / "hf"), log=lambda m: None)
     index = json.loads((tmp_path / "hf" / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1
-    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     assert reference.transformer.h[0].mlp.c_fc.bias.abs().sum() == 0
     x = torch.randint(0, 64, (2, 16))
     bf16_model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, bias=False))
@@ -148,7 +150,7 @@ def test_a_bias_free_model_comes_back_bias_free(tmp_path):
     imported, weights, _ = hf.load_weights(str(tmp_path / "hf"))
     assert imported["bias"] is False and weights.keys() == model.state_dict().keys()
     assert all(torch.equal(weights[k], v) for k, v in model.state_dict().items())
-    tuned = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
+    tuned = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
     with torch.no_grad():
         tuned.transformer.h[1].mlp.c_fc.bias.fill_(0.5)  # biases trained in transformers since: kept
     tuned.save_pretrained(tmp_path / "tuned")
@@ -164,12 +166,12 @@ def test_exported_tokenizer_encodes_like_tiktoken(tmp_path, gpt2_rank_file):
                                 "encoding": gpt2_rank_file}, str(tmp_path / "run"), 7, keep_last_n=0,
                                log=lambda m: None)
     hf.export(str(tmp_path / "run" / "ckpt_7.pt"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     encoding = get_encoding(gpt2_rank_file)
     for text in ["hello world", "  Ünïcödé 東京 🚀 x=1;\n\n\tdef f():\n    return 'it's'", (REPO / "model.py").read_text()]:
         assert tokenizer.encode(text) == encoding.encode_ordinary(text)
     assert tokenizer.eos_token_id == 50256
-    reference = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert reference.config.vocab_size == 50257
     x = torch.randint(0, 50257, (1, 8))
     assert (logits_of(model.eval(), x)[..., :50257] - logits_of(reference, x)).abs().max() <= 1e-4
@@ -276,7 +278,7 @@ def test_a_byte_level_run_exports_a_byte_level_tokenizer(tmp_path):
     checkpoint.save_checkpoint({"model": model.state_dict(), "model_args": args, "iter_num": 3, "encoding": "bytes"},
                                str(tmp_path / "run"), 3, keep_last_n=0, log=lambda m: None)
     hf.export(str(tmp_path / "run"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     text = "def f(x):\n    return 'naïve café' * 2\n\n"
     assert tokenizer.encode(text) == list(text.encode()) and tokenizer.eos_token_id == 256
-    assert AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config.vocab_size == 257
+    assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config.vocab_size == 257

@@ -23,7 +23,7 @@ MODES = [("adamw8bit", "float32", False), ("adamw", "bfloat16", False), ("adamw4
          ("adamw", "float32", True), ("adamw", "bfloat16", True)]
 # wide enough that the matrices have >= 4096 values, which torchao quantizes (smaller ones stay fp32), and
 # a context of 64, so that the position table is (64, 64) as the embedding and attention's projection are:
-# torchao compiles its step once per parameter shape (about 4 s each on this CPU, cold)
+# where torchao's step is compiled (see eager), it compiles once per parameter shape
 MODEL = ["--n_embd=64", "--block_size=64", "--max_iters=8", "--eval_interval=0"]
 STATE_TYPE = {"adamw": "Tensor", "adamw8bit": "OptimState8bit", "adamw4bit": "OptimState4bit"}
 
@@ -37,6 +37,13 @@ def losses(out_dir):
     return [r["loss"] for r in metrics.read(out_dir, "step")]
 
 
+def eager():
+    """torch.compile off. torchao compiles its step once per parameter shape, seconds each with a cold cache,
+    and what a mode saves and resumes does not depend on it: the runs below step eagerly. The compiled step
+    trains and resumes in the leanest mode's test here and in test_distributed's e2e runs."""
+    return torch.compiler.set_stance("force_eager")
+
+
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory, data_dir):
     """mode -> the out_dir of its uninterrupted 8-step run, trained once for the tests that read it."""
@@ -45,13 +52,15 @@ def whole(tmp_path_factory, data_dir):
     def run(mode):
         if mode not in runs:
             runs[mode] = tmp_path_factory.mktemp("whole")
-            train(runs[mode], data_dir, *MODEL, *flags(*mode))
+            with eager():
+                train(runs[mode], data_dir, *MODEL, *flags(*mode))
         return runs[mode]
     return run
 
 
-# Resumed in this interpreter. A fresh process reads these checkpoints in the probe test below; fresh processes
-# resume low-bit state in test_distributed (8-bit AdamW through a torchrun restart), AdamW's in test_train.
+# Resumed in this interpreter, stepping eagerly. A fresh process reads these checkpoints in the probe test below;
+# fresh processes resume compiled low-bit state in test_distributed (8-bit AdamW through a torchrun restart),
+# AdamW's in test_train.
 @pytest.mark.parametrize("optimizer,master_weights,offload", MODES)
 def test_each_mode_trains_and_resumes_exactly(tmp_path, whole, data_dir, optimizer, master_weights, offload):
     mode = flags(optimizer, master_weights, offload)
@@ -60,7 +69,8 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, whole, data_dir, optimiz
     assert len(seen) == 8 and seen[-1] < seen[0]
     (tmp_path / "split").mkdir()  # the whole run's checkpoint of step 4 (TINY saves every 4), resumed
     shutil.copy(out / "ckpt_4.pt", tmp_path / "split")
-    assert "resuming after 4" in train(tmp_path / "split", data_dir, *MODEL, *mode).stdout
+    with eager():
+        assert "resuming after 4" in train(tmp_path / "split", data_dir, *MODEL, *mode).stdout
     assert_same_weights(out / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
     weight = torch.load(out / "ckpt_8.pt", weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"]
     assert weight.dtype == getattr(torch, master_weights)
@@ -164,18 +174,24 @@ def test_an_offload_checkpoint_resumes_into_fused_adamw_and_back(tmp_path):
         assert torch.equal(state["exp_avg_sq"], fused.state[q]["exp_avg_sq"])
 
 
-def test_the_leanest_mode_composes_with_compile_and_full_checkpointing(tmp_path, data_dir):
-    train(tmp_path / "run", data_dir, *MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True",
-          "--activation_checkpointing=full")
+def test_the_leanest_mode_composes_with_compile_and_full_checkpointing_and_resumes_exactly(tmp_path, data_dir):
+    # compiled: the model per block, and torchao's 4-bit step over bf16 weights with its stochastic rounding
+    leanest = [*MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True", "--activation_checkpointing=full"]
+    train(tmp_path / "run", data_dir, *leanest)
     seen = losses(tmp_path / "run")
     assert len(seen) == 8 and seen[-1] < seen[0]
+    (tmp_path / "split").mkdir()
+    shutil.copy(tmp_path / "run" / "ckpt_4.pt", tmp_path / "split")
+    assert "resuming after 4" in train(tmp_path / "split", data_dir, *leanest).stdout
+    assert_same_weights(tmp_path / "run" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
 
 
 def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, data_dir):
-    skipped = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=4",
-                    env={"TRAINER_FAULTS": "nan@1,2,3,4"})  # no step taken when ckpt_4 is saved
-    assert "saved" in skipped.stdout and "resuming after 4" in train(
-        tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=6").stdout
+    with eager():
+        skipped = train(tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=4",
+                        env={"TRAINER_FAULTS": "nan@1,2,3,4"})  # no step taken when ckpt_4 is saved
+        assert "saved" in skipped.stdout and "resuming after 4" in train(
+            tmp_path / "run", data_dir, *MODEL, *flags("adamw", "bfloat16"), "--max_iters=6").stdout
     for source, dest in ((tmp_path / "run" / "ckpt_6.pt", tmp_path / "sharded"),
                          (tmp_path / "sharded" / "ckpt_6", tmp_path / "back")):  # converted in its own mode
         assert run_here(["scripts/convert_checkpoint.py", source, dest]).returncode == 0

@@ -26,7 +26,6 @@ import lm_eval
 import torch
 import torch.distributed as dist
 from lm_eval.api.model import TemplateLM
-from lm_eval.tasks import TaskManager
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from model import KVCache, mask_padding
@@ -174,11 +173,17 @@ def task_file(data_dir, task):
     return os.path.join(data_dir, f"{task}.jsonl")
 
 
+def task_manager(include_path):
+    """lm-eval's TaskManager over the folders in include_path only. lm_eval.tasks is imported here, not at the
+    top: it loads the datasets library, slow to import, which nothing else in this module needs."""
+    from lm_eval.tasks import TaskManager
+    return TaskManager(include_defaults=False, include_path=include_path)
+
+
 def builtin_configs(tasks):
     """{task: lm-eval's own config} for tasks among PAPER_TASKS (its YAML path and the split it scores)."""
-    root = os.path.dirname(lm_eval.tasks.__file__)
-    index = TaskManager(include_defaults=False,
-                        include_path=sorted({os.path.join(root, BUILTIN_FOLDERS[t]) for t in tasks})).task_index
+    root = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
+    index = task_manager(sorted({os.path.join(root, BUILTIN_FOLDERS[t]) for t in tasks})).task_index
     configs = {}
     for task in tasks:
         entry = index[task]
@@ -209,7 +214,7 @@ def evaluate(lm, tasks, data_dir, include_path=(), limit=None):
     others). PAPER_TASKS come from data_dir's files; any other task from a config in include_path."""
     with tempfile.TemporaryDirectory() as folder:
         write_local_tasks(folder, [t for t in tasks if t in PAPER_TASKS], data_dir)
-        manager = TaskManager(include_defaults=False, include_path=[folder, *include_path])
+        manager = task_manager([folder, *include_path])
         unknown = [t for t in tasks if t not in manager.all_tasks]
         if unknown:
             raise HarnessError(f"unknown task {unknown[0]!r}: use {', '.join(PAPER_TASKS)}, or a task whose config "
