@@ -132,12 +132,13 @@ def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single
 
 
 def test_world_size_changes_both_ways_and_a_cut_short_checkpoint_is_skipped(tmp_path, data_dir, single, fsdp):
-    # sharded by 2 processes, resumed by 1
+    # sharded by 2 processes with max_iters=8, resumed by 1 to 10 (lr_decay_iters is fixed, so step 8 is the same)
     out = tmp_path / "two_to_one"
     shutil.copytree(fsdp / "ckpt_4", out / "ckpt_4")
-    result = run(out, data_dir, "--max_iters=8")
+    result = run(out, data_dir, "--max_iters=10")
     assert "resuming after 4 completed steps" in result.stdout and "not bit-exact" in result.stdout
     assert_close(final_weights(out, 8), final_weights(single, 8))
+    assert ckpts(out) == [8, 10]
     # one process's .pt, resumed by 2 FSDP processes past a newer sharded checkpoint cut short, which is skipped
     out = tmp_path / "one_to_two"
     out.mkdir()
