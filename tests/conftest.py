@@ -27,8 +27,8 @@ if FAST_EXIT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 # torch) and in every process the tests start.
 os.environ["OMP_NUM_THREADS"] = "1"
 # Inductor's CPU kernels as scalar C++, here and in every process the tests start: the tests check what
-# compiled code computes, not its speed, and without SIMD a cold test of torchao's low-bit AdamW takes
-# 40-50% less time (README's test section has the measurement; TORCHINDUCTOR_VEC_ISA_OK=1 keeps SIMD).
+# compiled code computes, not its speed, and without SIMD a cold compile takes a third less time or more
+# (README's test section has the measurement; TORCHINDUCTOR_VEC_ISA_OK=1 keeps SIMD).
 # Read when torch._inductor.config is first imported, which torchao does after this, as the test modules load.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 

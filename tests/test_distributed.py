@@ -93,7 +93,7 @@ def test_ddp_matches_one_process(tmp_path, data_dir, single):
 def test_ddp_with_bf16_weights_matches_one_process(tmp_path, data_dir):
     """DDP cannot reduce fp32 gradients of bf16 weights, so train.py averages them itself, and every rank
     rounds its replica alike; one process and two then follow the same path, to bf16's precision."""
-    bf16 = ["--dtype=bfloat16", "--master_weights=bfloat16", "--n_embd=64", "--block_size=64", "--max_iters=6"]  # test_optim's shapes
+    bf16 = ["--dtype=bfloat16", "--master_weights=bfloat16", "--n_embd=64", "--block_size=64", "--max_iters=6"]
     run(tmp_path / "one", data_dir, *bf16)
     run(tmp_path / "two", data_dir, *bf16, nproc=2)
     assert losses(tmp_path / "two") == pytest.approx(losses(tmp_path / "one"), abs=2e-2)
