@@ -151,7 +151,7 @@ def test_world_size_changes_both_ways_and_a_cut_short_checkpoint_is_skipped(tmp_
     assert_close(final_weights(out, 8), final_weights(single, 8))
 
 
-def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
+def test_sigterm_to_torchrun_leaves_a_complete_checkpoint_that_resumes_to_a_new_max_iters(tmp_path, data_dir):
     out = tmp_path / "sigterm"
     command = torchrun_command(["--standalone", "--nproc_per_node=2"], [
         "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out}", "--strategy=fsdp",
@@ -164,6 +164,10 @@ def test_sigterm_to_torchrun_leaves_a_complete_checkpoint(tmp_path, data_dir):
     [folder] = out.glob("ckpt_*")
     n = int(folder.name[5:])
     assert n >= 2 and final_weights(out, n)
+    # the stopped run, given an end it can reach, continues under FSDP and saves there
+    result = run(out, data_dir, "--strategy=fsdp", f"--max_iters={n + 2}", "--checkpoint_interval=100000", nproc=2)
+    assert f"resuming after {n} completed steps" in result.stdout
+    assert final_weights(out, n + 2)
 
 
 def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
