@@ -24,7 +24,7 @@ TINY_ANY_VOCAB = [a for a in TINY if not a.startswith("--vocab_size")]
 def hf_model(vocab=100, seed=0, **extra):
     torch.manual_seed(seed)
     config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=16, vocab_size=vocab,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **extra)
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **extra)
     return transformers.GPT2LMHeadModel(config).eval()
 
 

@@ -44,6 +44,14 @@ def eager():
     return torch.compiler.set_stance("force_eager")
 
 
+def resumes_exactly(out, split, data_dir, *args):
+    """A copy of out's ckpt_4.pt (TINY saves every 4) resumed in split to step 8 ends with out's weights."""
+    split.mkdir()
+    shutil.copy(out / "ckpt_4.pt", split)
+    assert "resuming after 4" in train(split, data_dir, *args).stdout
+    assert_same_weights(out / "ckpt_8.pt", split / "ckpt_8.pt")
+
+
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory, data_dir):
     """mode -> the out_dir of its uninterrupted 8-step run, trained once for the tests that read it."""
@@ -67,11 +75,8 @@ def test_each_mode_trains_and_resumes_exactly(tmp_path, whole, data_dir, optimiz
     out = whole((optimizer, master_weights, offload))
     seen = losses(out)
     assert len(seen) == 8 and seen[-1] < seen[0]
-    (tmp_path / "split").mkdir()  # the whole run's checkpoint of step 4 (TINY saves every 4), resumed
-    shutil.copy(out / "ckpt_4.pt", tmp_path / "split")
     with eager():
-        assert "resuming after 4" in train(tmp_path / "split", data_dir, *MODEL, *mode).stdout
-    assert_same_weights(out / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
+        resumes_exactly(out, tmp_path / "split", data_dir, *MODEL, *mode)
     weight = torch.load(out / "ckpt_8.pt", weights_only=True)["model"]["transformer.h.0.mlp.c_fc.weight"]
     assert weight.dtype == getattr(torch, master_weights)
 
@@ -180,10 +185,7 @@ def test_the_leanest_mode_composes_with_compile_and_full_checkpointing_and_resum
     train(tmp_path / "run", data_dir, *leanest)
     seen = losses(tmp_path / "run")
     assert len(seen) == 8 and seen[-1] < seen[0]
-    (tmp_path / "split").mkdir()
-    shutil.copy(tmp_path / "run" / "ckpt_4.pt", tmp_path / "split")
-    assert "resuming after 4" in train(tmp_path / "split", data_dir, *leanest).stdout
-    assert_same_weights(tmp_path / "run" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
+    resumes_exactly(tmp_path / "run", tmp_path / "split", data_dir, *leanest)
 
 
 def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, data_dir):
