@@ -56,6 +56,12 @@ DEFAULTS = dict(
     dropout=0.0,
     bias=False,
     activation="gelu",
+    position="learned",
+    rope_theta=10000.0,
+    norm="layernorm",
+    qk_norm=False,
+    tie_embeddings=True,
+    logit_softcap=0.0,
     activation_checkpointing="auto",
     recompute_blocks=-1,
     memory_budget_gb=0.0,
@@ -141,7 +147,13 @@ HELP = {
         vocab_size="rows of the embedding: GPT-2's 50257 padded to a multiple of 64",
         dropout="dropout probability (0: off, as for pre-training)",
         bias="biases in the Linear and LayerNorm layers (as GPT-2)",
-        activation="the MLP's: exact 'gelu', or GPT-2's 'gelu_tanh'",
+        activation="the MLP's: exact 'gelu', GPT-2's 'gelu_tanh', 'relu2' (ReLU squared) or 'swiglu' (hidden 8C/3)",
+        position="'learned' position embeddings (GPT-3) or 'rope' (rotary, Llama's layout; an even head size)",
+        rope_theta="RoPE's base wavelength (10000, as Llama 2)",
+        norm="'layernorm' (GPT-3) or 'rmsnorm' (Llama)",
+        qk_norm="True: a parameter-free RMSNorm on each head's queries and keys before attention",
+        tie_embeddings="True: the LM head is the token embedding (GPT-3); False: a V x n_embd matrix of its own",
+        logit_softcap="> 0: logits become c*tanh(logits/c) (modded-nanogpt, Gemma 2); 0: off",
         activation_checkpointing="'none' keeps every activation; 'selective' recomputes the element-wise ops "
                                  "(~3% more time); 'full' each block's forward (~32%); 'auto' the cheapest that fits",
         recompute_blocks="the policy applies to blocks 0..k-1 only, the rest keep everything; -1 = all",
@@ -331,7 +343,7 @@ def save_json(cfg, path, **extra):
 def check(cfg, world_size, distributed=None):
     """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)
     distributed: under torchrun, even with one process (default: world_size > 1)."""
-    from model import CHECKPOINTING_POLICIES
+    from model import CHECKPOINTING_POLICIES, architecture_problem
     from trainer.mixture import weights_problem
     from trainer.optim import MASTER_WEIGHTS, OPTIMIZERS
     from trainer.precision import RECIPES
@@ -354,8 +366,8 @@ def check(cfg, world_size, distributed=None):
             return f"{key} must be 0 or more, got {getattr(cfg, key)}"
     if problem := weights_problem(cfg.data_mixture) or schedule_problem(cfg):
         return problem
-    if cfg.n_embd % cfg.n_head:
-        return f"n_embd={cfg.n_embd} must be a multiple of n_head={cfg.n_head}"
+    if problem := architecture_problem(cfg):
+        return problem
     if cfg.optimizer not in OPTIMIZERS:
         return f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}"
     if cfg.master_weights not in MASTER_WEIGHTS:

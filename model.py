@@ -3,7 +3,12 @@ The GPT-2 / GPT-3 architecture in one file.
 
 Pre-LayerNorm transformer blocks, fused-QKV causal self-attention through
 scaled_dot_product_attention, a 4x GELU MLP, learned position embeddings and a
-token embedding tied to the LM head.
+token embedding tied to the LM head: GPT-3 exactly, by default.
+
+The internals of later models are settings (docs/architecture.md measures each): rotary positions
+('rope', Su et al. 2021, in Llama's rotate-half layout), RMSNorm, a parameter-free RMSNorm on queries
+and keys (qk_norm), ReLU^2 or SwiGLU in the MLP, an untied LM head and logit soft-capping (c*tanh(z/c),
+inside the chunked head). With every one at its default the model is bit-identical to GPT-3's.
 
 Activation checkpointing trades compute for memory, per block: 'full' keeps only a block's input and
 recomputes its whole forward in backward (about a third more FLOPs); 'selective' keeps the outputs of the
@@ -22,7 +27,34 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 CHECKPOINTING_POLICIES = ("none", "selective", "full")
-ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # name -> F.gelu's approximate=; GPT-2 used tanh
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu2", "swiglu")  # GPT-2 used gelu_tanh; relu2 is ReLU squared
+POSITIONS = ("learned", "rope")
+NORMS = ("layernorm", "rmsnorm")
+NORM_EPS = 1e-5  # LayerNorm's, as GPT-2; RMSNorm's, as Llama 2 (rms_norm_eps)
+
+
+def swiglu_hidden(n_embd):
+    """SwiGLU's hidden width: its three C x H matrices match the 4x MLP's two (8 C^2) at H = 8C/3, rounded
+    up to a multiple of 32 for the matmul tiles (4096 -> 10944, 0.2% over; 128 -> 352, 3% over)."""
+    return 32 * math.ceil(8 * n_embd / 3 / 32)
+
+
+def architecture_problem(c):
+    """The first architecture setting of c (a GPTConfig or train.py's config) a model cannot be built
+    with, as one line, or None: the one check GPTConfig and configurator.check both make."""
+    for key, allowed in (("position", POSITIONS), ("norm", NORMS), ("activation", ACTIVATIONS)):
+        if getattr(c, key) not in allowed:
+            return f"{key} must be one of {', '.join(map(repr, allowed))}, got {getattr(c, key)!r}"
+    if c.n_embd % c.n_head:
+        return f"n_embd={c.n_embd} must be a multiple of n_head={c.n_head}"
+    if c.position == "rope" and (c.n_embd // c.n_head) % 2:
+        return (f"position='rope' rotates pairs of dimensions, so the head size n_embd/n_head must be even, "
+                f"got {c.n_embd}/{c.n_head} = {c.n_embd // c.n_head}")
+    if c.position == "rope" and c.rope_theta <= 0:
+        return f"rope_theta must be more than 0, got {c.rope_theta}"
+    if c.logit_softcap < 0:
+        return f"logit_softcap must be 0 (off) or more, got {c.logit_softcap}"
+    return None
 
 
 @dataclass
@@ -34,7 +66,13 @@ class GPTConfig:
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = True  # bias in Linear and LayerNorm layers, as GPT-2; False is a little faster and as good
-    activation: str = "gelu"  # the MLP's: exact 'gelu', or GPT-2's 'gelu_tanh' (imported GPT-2 weights need it)
+    activation: str = "gelu"  # the MLP's: exact 'gelu', GPT-2's 'gelu_tanh' (its weights need it), 'relu2', 'swiglu'
+    position: str = "learned"  # 'learned' (a position embedding) or 'rope' (rotary, no table)
+    rope_theta: float = 10000.0  # RoPE's base wavelength
+    norm: str = "layernorm"  # or 'rmsnorm' (a gain and no bias, no mean subtracted)
+    qk_norm: bool = False  # a parameter-free RMSNorm over each head's queries and keys before attention
+    tie_embeddings: bool = True  # the LM head is the token embedding (GPT-2/3); False: a matrix of its own
+    logit_softcap: float = 0.0  # > 0: logits are c*tanh(logits/c), as Gemma 2 and modded-nanogpt
     # Rows of the embedding that are tokens, when vocab_size pads past them (imported GPT-2: 50257 of
     # 50304): the logits of the padding are -inf, so no loss or sample sees them. 0: every row is a token.
     n_tokens: int = 0
@@ -44,13 +82,15 @@ class GPTConfig:
     recompute_blocks: int = -1
 
     def __post_init__(self):
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if problem := architecture_problem(self):
+            raise ValueError(problem)
         if self.activation_checkpointing not in CHECKPOINTING_POLICIES:
             raise ValueError(f"activation_checkpointing must be one of {', '.join(CHECKPOINTING_POLICIES)}, "
                              f"got {self.activation_checkpointing!r}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+
+    def mlp_hidden(self):
+        """The MLP's hidden width: 4C, or swiglu_hidden(C) for SwiGLU."""
+        return swiglu_hidden(self.n_embd) if self.activation == "swiglu" else 4 * self.n_embd
 
     def num_recomputed_blocks(self):
         """How many blocks run (part of) their forward again in backward."""
@@ -66,7 +106,8 @@ class GPTConfig:
 
 
 # What a model's weights fix: a checkpoint or imported weights set these, and a run continuing them keeps them.
-ARCHITECTURE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "activation")
+ARCHITECTURE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias", "activation", "position",
+                     "rope_theta", "norm", "qk_norm", "tie_embeddings", "logit_softcap")
 
 
 def model_config(cfg=None, saved_args=None, **fields):
@@ -85,18 +126,37 @@ def model_config(cfg=None, saved_args=None, **fields):
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1, and we keep one code path)."""
+    """LayerNorm with an optional bias, or RMSNorm (kind='rmsnorm': a gain, never a bias): torch's
+    F.layer_norm and F.rms_norm behind one module, so both cast their gains the same way."""
 
-    def __init__(self, ndim, bias):
+    def __init__(self, ndim, bias, kind="layernorm"):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias and kind == "layernorm" else None
+        self.kind = kind
 
     def forward(self, x):
         # in x's dtype: under FSDP's bf16 gathers the residual stream stays fp32 (trainer/sharding.py), and
         # CPU autocast, unlike CUDA's, does not upcast LayerNorm's weights itself; a no-op when they agree
+        if self.kind == "rmsnorm":
+            return F.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), NORM_EPS)
         bias = self.bias.to(x.dtype) if self.bias is not None else None
-        return F.layer_norm(x, self.weight.shape, self.weight.to(x.dtype), bias, 1e-5)
+        return F.layer_norm(x, self.weight.shape, self.weight.to(x.dtype), bias, NORM_EPS)
+
+
+def rope_angles(positions, head_size, theta):
+    """(cos, sin) of RoPE's angles at positions (T,), each (T, head_size) in fp32: pair i of a head, the
+    dimensions i and i + head_size/2 (Llama's rotate-half layout), turns by position / theta^(2i/head_size)."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_size, 2, device=positions.device).float() / head_size)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x, cos, sin):
+    """x (B, heads, T, head_size) turned by RoPE's angles (cos, sin: (T, head_size)), in x's dtype."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos.to(x.dtype) + torch.cat((-x2, x1), dim=-1) * sin.to(x.dtype)
 
 
 class CausalSelfAttention(nn.Module):
@@ -108,11 +168,16 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.qk_norm = config.qk_norm
 
-    def forward(self, x, kv_cache=None):
+    def forward(self, x, kv_cache=None, rope=None):
         B, T, C = x.size()
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.qk_norm:  # before the rotation, which keeps a vector's norm, so the order does not matter
+            q, k = F.rms_norm(q, (q.size(-1),), eps=NORM_EPS), F.rms_norm(k, (k.size(-1),), eps=NORM_EPS)
+        if rope is not None:  # keys enter the cache rotated at their own positions
+            q, k = rotate(q, *rope), rotate(k, *rope)
         if kv_cache is not None:
             k, v = kv_cache.append(k, v)
         # With a cache, the T new queries sit at the end of a longer key sequence: query i may
@@ -134,15 +199,26 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
+    """c_proj(act(c_fc(x))); SwiGLU: c_proj(silu(c_gate(x)) * c_fc(x)), c_gate a third matrix (Llama's gate_proj)."""
+
     def __init__(self, config):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        hidden = config.mlp_hidden()
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.c_gate = nn.Linear(config.n_embd, hidden, bias=config.bias) if config.activation == "swiglu" else None
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
-        self.approximate = ACTIVATIONS[config.activation]
+        self.activation = config.activation
 
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
+        h = self.c_fc(x)
+        if self.activation == "swiglu":
+            h = F.silu(self.c_gate(x)) * h
+        elif self.activation == "relu2":
+            h = F.relu(h).square()
+        else:
+            h = F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
+        return self.dropout(self.c_proj(h))
 
 
 # The attention kernels' forward ops: their outputs (with the logsumexp, and the RNG state of
@@ -154,16 +230,17 @@ _ATTENTION_OPS = {getattr(torch.ops.aten, name).default for name in (
 _MATMUL_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
 
 
-def selective_policy(n_embd):
+def selective_policy(mlp_hidden):
     """What 'selective' keeps: the outputs of c_attn, the attention kernel, attention's c_proj and
-    c_fc; everything else (LayerNorm, GELU, residual adds, bf16 casts of weights and inputs) is
-    recomputed: almost no FLOPs, a few percent of step time in memory traffic. The MLP's c_proj (the one matmul reading the
-    4C-wide hidden) is not kept: backward needs only its input, and its output only feeds the
-    residual add, which backward does not need either."""
+    c_fc (and SwiGLU's c_gate); everything else (LayerNorm or RMSNorm, the QK-norm, RoPE's rotation,
+    GELU, ReLU^2 or SiLU and its product, residual adds, bf16 casts of weights and inputs) is
+    recomputed: almost no FLOPs, a few percent of step time in memory traffic. The MLP's c_proj (the one
+    matmul reading the mlp_hidden-wide hidden) is not kept: backward needs only its input, and its output
+    only feeds the residual add, which backward does not need either."""
     def policy(ctx, op, *args, **kwargs):
         if op in _ATTENTION_OPS:
             return CheckpointPolicy.MUST_SAVE
-        if op in _MATMUL_OPS and args[-1].shape[0] != 4 * n_embd:  # args[-1]: the (in, out) weight
+        if op in _MATMUL_OPS and args[-1].shape[0] != mlp_hidden:  # args[-1]: the (in, out) weight
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
     return policy
@@ -172,25 +249,25 @@ def selective_policy(n_embd):
 class Block(nn.Module):
     def __init__(self, config, checkpointing="none"):
         super().__init__()
-        self.ln_1 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = LayerNorm(config.n_embd, config.bias, config.norm)
         self.attn = CausalSelfAttention(config)
-        self.ln_2 = LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_2 = LayerNorm(config.n_embd, config.bias, config.norm)
         self.mlp = MLP(config)
         self.checkpointing = checkpointing
-        self.policy = selective_policy(config.n_embd)
+        self.policy = selective_policy(config.mlp_hidden())
 
-    def forward(self, x, kv_cache=None):
+    def forward(self, x, kv_cache=None, rope=None):
         # The checkpoint sits inside forward so that torch.compile (per block) traces it too.
         # preserve_rng_state (the default) replays dropout masks exactly in the recompute.
         if self.checkpointing == "none" or not (self.training and torch.is_grad_enabled()):
-            return self._forward(x, kv_cache)
+            return self._forward(x, kv_cache, rope)
         if self.checkpointing == "full":  # only the block's input is kept
-            return checkpoint(self._forward, x, use_reentrant=False)
-        return checkpoint(self._forward, x, use_reentrant=False,
+            return checkpoint(self._forward, x, None, rope, use_reentrant=False)
+        return checkpoint(self._forward, x, None, rope, use_reentrant=False,
                           context_fn=partial(create_selective_checkpoint_contexts, self.policy))
 
-    def _forward(self, x, kv_cache=None):
-        x = x + self.attn(self.ln_1(x), kv_cache)
+    def _forward(self, x, kv_cache=None, rope=None):
+        x = x + self.attn(self.ln_1(x), kv_cache, rope)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -210,9 +287,14 @@ def mask_padding(logits, n_tokens):
     return logits
 
 
-def _chunk_logits(x, weight, n_tokens):
-    """fp32 logits of some rows, computed in x's dtype (bf16 under autocast) as nn.Linear would."""
-    return mask_padding((x @ weight.t()).float(), n_tokens)
+def softcap(logits, cap):
+    """cap * tanh(logits / cap): every logit within (-cap, cap); cap 0: the logits unchanged."""
+    return cap * torch.tanh(logits / cap) if cap > 0 else logits
+
+
+def _chunk_logits(x, weight, n_tokens, cap=0.0):
+    """fp32 logits of some rows, computed in x's dtype (bf16 under autocast) as nn.Linear would, soft-capped."""
+    return mask_padding(softcap((x @ weight.t()).float(), cap), n_tokens)
 
 
 class ChunkedCrossEntropy(torch.autograd.Function):
@@ -221,17 +303,18 @@ class ChunkedCrossEntropy(torch.autograd.Function):
     backward) and the targets; backward computes each chunk's logits again (a third more head
     FLOPs) to form (softmax - onehot) / count, and from it the chunk's rows of grad_x and its share
     of grad_weight, summed in fp32 across chunks. Plain autograd: DDP's and FSDP's hooks see an
-    ordinary gradient of the (tied) weight."""
+    ordinary gradient of the (tied) weight. With a soft-cap c, the gradient also passes through
+    c*tanh(z/c), whose derivative is 1 - tanh(z/c)^2."""
 
     @staticmethod
-    def forward(ctx, x, weight, targets, dtype, n_tokens, chunk_rows):
+    def forward(ctx, x, weight, targets, dtype, n_tokens, chunk_rows, cap=0.0):
         x_c, w_c = x.to(dtype), weight.to(dtype)  # the casts autocast's F.linear would make
-        total = sum(F.cross_entropy(_chunk_logits(x_c[start:start + chunk_rows], w_c, n_tokens),
+        total = sum(F.cross_entropy(_chunk_logits(x_c[start:start + chunk_rows], w_c, n_tokens, cap),
                                     targets[start:start + chunk_rows], ignore_index=-1, reduction="sum")
                     for start in range(0, len(x_c), chunk_rows))
         count = (targets != -1).sum()  # a tensor: no host sync
         ctx.save_for_backward(x_c, w_c, targets, count)
-        ctx.n_tokens, ctx.chunk_rows, ctx.dtypes = n_tokens, chunk_rows, (x.dtype, weight.dtype)
+        ctx.n_tokens, ctx.chunk_rows, ctx.dtypes, ctx.cap = n_tokens, chunk_rows, (x.dtype, weight.dtype), cap
         return total / count
 
     @staticmethod
@@ -243,26 +326,30 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         for start in range(0, len(x_c), ctx.chunk_rows):
             rows = slice(start, start + ctx.chunk_rows)
             t = targets[rows]
-            g = _chunk_logits(x_c[rows], w_c, ctx.n_tokens).softmax(-1)
+            g = _chunk_logits(x_c[rows], w_c, ctx.n_tokens, ctx.cap)
+            squashed = (g / ctx.cap).square() if ctx.cap > 0 else None  # tanh^2, before the softmax reuses g
+            g = g.softmax(-1)
             g[torch.arange(len(t), device=t.device), t.clamp(min=0)] -= 1  # softmax - onehot
+            if squashed is not None:  # padding's 0 gradient times its inf stays 0
+                g = torch.where(g == 0, g, g * (1 - squashed))
             g = g.mul_((scale * (t != -1))[:, None]).to(w_c.dtype)  # ignored rows get no gradient
             grad_x[rows] = g @ w_c
             grad_w += g.t() @ x_c[rows]  # a (V, C) product in w_c's dtype, added in fp32
-        return grad_x.to(ctx.dtypes[0]), grad_w.to(ctx.dtypes[1]), None, None, None, None
+        return grad_x.to(ctx.dtypes[0]), grad_w.to(ctx.dtypes[1]), None, None, None, None, None
 
 
-def lm_head_loss(x, weight, targets, n_tokens, chunk_rows):
-    """F.cross_entropy(x @ weight^T, targets, ignore_index=-1) with the logits of padding rows past
-    n_tokens at -inf, without the (B*T, V) logits: x (..., C), targets (...). Computed in autocast's
+def lm_head_loss(x, weight, targets, n_tokens, chunk_rows, cap=0.0):
+    """F.cross_entropy(softcap(x @ weight^T, cap), targets, ignore_index=-1) with the logits of padding rows
+    past n_tokens at -inf, without the (B*T, V) logits: x (..., C), targets (...). Computed in autocast's
     dtype when it is on (as nn.Linear would be), else in the weight's."""
     device = x.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
     return ChunkedCrossEntropy.apply(x.reshape(-1, x.size(-1)), weight, targets.reshape(-1), dtype, n_tokens,
-                                     chunk_rows)
+                                     chunk_rows, cap)
 
 
 @torch.no_grad()
-def lm_head_scores(x, weight, targets, n_tokens, chunk_rows):
+def lm_head_scores(x, weight, targets, n_tokens, chunk_rows, cap=0.0):
     """For scoring, without gradients: each position's log-probability of its target under x @ weight^T
     (padding rows past n_tokens left out of the softmax) and whether the target is the argmax, as two
     tensors shaped like targets; a target of -1 scores 0 and True. Computed chunk_rows rows of logits at a
@@ -275,7 +362,7 @@ def lm_head_scores(x, weight, targets, n_tokens, chunk_rows):
     hits = torch.ones(flat.shape, dtype=torch.bool, device=x.device)
     for start in range(0, len(flat), chunk_rows):
         rows, t = slice(start, start + chunk_rows), flat[start:start + chunk_rows]
-        logits, scored = _chunk_logits(x_c[rows], w_c, n_tokens), t != -1
+        logits, scored = _chunk_logits(x_c[rows], w_c, n_tokens, cap), t != -1
         picked = logits.gather(-1, t.clamp(min=0)[:, None])[:, 0] - logits.logsumexp(-1)
         logprobs[rows] = torch.where(scored, picked, 0.0)
         hits[rows] = (logits.argmax(-1) == t) | ~scored
@@ -303,13 +390,14 @@ class GPT(nn.Module):
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            **({"wpe": nn.Embedding(config.block_size, config.n_embd)} if config.position == "learned" else {}),
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config, config.block_checkpointing(i)) for i in range(config.n_layer)]),
-            ln_f=LayerNorm(config.n_embd, bias=config.bias),
+            ln_f=LayerNorm(config.n_embd, config.bias, config.norm),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying: one matrix, counted once
+        if config.tie_embeddings:
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying: one matrix, counted once
         if self.lm_head.weight.is_meta:  # shapes only (memory.py, plan.py): no values to draw, ~0.3 s saved at 6.7B
             return
         self.apply(self._init_weights)
@@ -328,9 +416,10 @@ class GPT(nn.Module):
 
     def get_num_params(self, non_embedding=True):
         """Parameters counted once (tied weights too). non_embedding=True leaves out the position
-        embeddings, as nanoGPT does; the token embedding stays in, since it is also the LM head."""
+        embeddings, as nanoGPT does (RoPE has none); the token embedding stays in, since it is also the LM
+        head (untied, the head is counted, as a matmul, and the embedding still is too)."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
+        if non_embedding and "wpe" in self.transformer:
             n -= self.transformer.wpe.weight.numel()
         return n
 
@@ -347,15 +436,22 @@ class GPT(nn.Module):
         if past + T > self.config.block_size:
             raise ValueError(f"sequence of length {past + T} exceeds block_size {self.config.block_size}")
         pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        x, rope = self.transformer.wte(idx), None
+        if self.config.position == "rope":
+            rope = rope_angles(pos, self.config.n_embd // self.config.n_head, self.config.rope_theta)
+        else:
+            x = x + self.transformer.wpe(pos)
+        x = self.transformer.drop(x)
         for i, block in enumerate(self.transformer.h):
-            x = block(x, kv_caches[i] if kv_caches is not None else None)
+            x = block(x, kv_caches[i] if kv_caches is not None else None, rope)
         x = self.transformer.ln_f(x)
+        cap = self.config.logit_softcap
         if targets is not None:
             head = lm_head_scores if scores else lm_head_loss
             tokens = self.config.n_tokens if n_tokens is None else n_tokens
-            return None, head(x, self.lm_head.weight, targets, tokens, LOSS_CHUNK_ROWS)
-        return mask_padding(self.lm_head(x if every_position else x[:, [-1], :]), self.config.n_tokens), None
+            return None, head(x, self.lm_head.weight, targets, tokens, LOSS_CHUNK_ROWS, cap)
+        logits = softcap(self.lm_head(x if every_position else x[:, [-1], :]), cap)
+        return mask_padding(logits, self.config.n_tokens), None
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True):
