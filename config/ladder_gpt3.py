@@ -1,0 +1,19 @@
+# The scaling ladder on a GPU (python scripts/ladder.py config/ladder_gpt3.py ...; docs/scaling_ladder.md):
+# GPT-3's four smallest sizes (Brown et al., table 2.1) on the Pile, each at 20 tokens per parameter
+# (Chinchilla's ratio) with a three-point learning-rate sweep, plus one run per size at 40 tokens per
+# parameter at its best rate, so that Chinchilla's L(N, D) can be fitted and read at a target's own ratio.
+# What it costs against the 6.7B run: python scripts/plan.py config/train_gpt3_6b_fast.py --ladder_plan config/ladder_gpt3.py
+# A ladder config is read by scripts/ladder.py, not by train.py: these names are its settings.
+base = ['config/train_gpt3_125m.py']
+common = '--checkpoint_interval=1000'  # checkpoints let a stopped run resume (init_from=auto)
+sizes = {
+    '125m': dict(n_layer=12, n_head=12, n_embd=768),
+    '350m': dict(n_layer=24, n_head=16, n_embd=1024),
+    '760m': dict(n_layer=24, n_head=16, n_embd=1536),
+    '1.3b': dict(n_layer=24, n_head=16, n_embd=2048),
+}
+tokens_per_param = (20, 40)
+sweep_points = (5, 3)
+sweep_factors = (2.0, 1.41)
+warmup_fraction = 0.01
+evaluations = 20

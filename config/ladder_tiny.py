@@ -1,0 +1,18 @@
+# The scaling ladder on the CPU (python scripts/ladder.py config/ladder_tiny.py ...; docs/scaling_ladder.md):
+# five sizes of the tiny model on the quick-start corpus (python data/quickstart/prepare.py), 35k to 827k
+# parameters (24x), head size 16 throughout, each trained on 2 tokens per parameter at 1,024 tokens a step.
+# A ladder config is read by scripts/ladder.py, not by train.py: these names are its settings.
+base = ['config/train_tiny.py']
+common = '--batch_size=8 --gradient_accumulation_steps=1 --eval_iters=20 --checkpoint_interval=0'
+sizes = {  # the architecture keys the ladder varies; params = model.get_num_params(), as train.py counts them
+    'w32': dict(n_layer=2, n_head=2, n_embd=32),
+    'w48': dict(n_layer=2, n_head=3, n_embd=48),
+    'w64': dict(n_layer=3, n_head=4, n_embd=64),
+    'w96': dict(n_layer=4, n_head=6, n_embd=96),
+    'w128': dict(n_layer=4, n_head=8, n_embd=128),
+}
+tokens_per_param = 2  # far below Chinchilla's 20: what 2 CPU cores afford; the same rule at every size
+sweep_points = (5, 3)  # learning rates at the first size, then at each larger one
+sweep_factors = (2.0, 2.0, 1.41)  # between neighbouring rates: at the first size, the second, then onwards
+warmup_fraction = 0.1
+evaluations = 20  # per run: the curve the in-run forecast is measured on

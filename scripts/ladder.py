@@ -1,0 +1,353 @@
+"""A scaling ladder: a recipe trained at a family of small sizes, its learning rate swept at each, and fitted,
+to forecast the final val loss, best learning rate and zero-shot scores of a size nobody has trained yet.
+
+    python data/quickstart/prepare.py
+    nice -n 10 python scripts/ladder.py config/ladder_tiny.py --recipe "adamw: --optimizer=adamw" \\
+        --recipe "muon: --optimizer=muon --learning_rate=8e-3" --jobs 2 --out out/ladder_tiny
+    python scripts/ladder.py config/ladder_gpt3.py --recipe "fast: --optimizer=muon" --nproc 8 --out out/ladder
+
+The ladder's config (config/ladder_tiny.py, config/ladder_gpt3.py) names the train.py configs every run
+starts from, the sizes (the architecture keys it varies), the tokens rule (tokens_per_param: a fixed number
+of training tokens per parameter; a second ratio adds one run per size at its best learning rate, which
+lets Chinchilla's L(N, D) be fitted) and the sweep: at the first size `sweep_points[0]` learning rates
+`sweep_factors[0]` apart around the recipe's learning_rate, then at each larger size a sweep centred on
+the optimum the sizes below predict (their best learning rates' power law), narrowing as it climbs; a
+best rate at a sweep's edge adds a point beyond it. Every run is train.py (under torchrun with --nproc)
+in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read back from its metrics.jsonl; a run with a `done` record is not
+repeated, so a stopped ladder reruns where it stopped and a larger size added to the config runs alone.
+It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the
+held-out check: fitted without the largest size, the prediction for it beside what it measured; each
+recipe's compute multiplier against the first; the data and vocabulary it was measured on) and
+OUT/ladder.png (val loss against training compute, the fits extrapolated with their bands).
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import runpy
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+import configurator  # noqa: E402
+from trainer import ladder, metrics  # noqa: E402
+from plan import build_meta_model  # noqa: E402  (scripts/ is on sys.path: this script's folder)
+
+VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
+          "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
+# a recipe's own is the first sweep's centre)
+SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), sweep_points=(5, 3),
+                sweep_factors=(2.0, 2.0, 1.41), warmup_fraction=0.1, evaluations=20, min_lr_ratio=0.1,
+                target="")
+
+
+def load_settings(path):
+    """The ladder config's settings over SETTINGS; an unknown name is an error."""
+    if not Path(path).is_file():
+        raise SystemExit(f"error: ladder config not found: {path}")
+    scope = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
+    if unknown := set(scope) - set(SETTINGS):
+        raise SystemExit(f"error: {path}: unknown ladder setting(s) {sorted(unknown)}; known: {sorted(SETTINGS)}")
+    settings = {**SETTINGS, **scope}
+    ratios = settings["tokens_per_param"]
+    settings["tokens_per_param"] = tuple(ratios) if isinstance(ratios, (tuple, list)) else (float(ratios),)
+    return settings
+
+
+def parse_recipe(text):
+    """'name: --key=value ...' -> (name, [overrides]); a recipe may not set what the ladder varies."""
+    name, sep, rest = text.partition(":")
+    name = name.strip()
+    if not sep or not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise SystemExit(f"error: --recipe {text!r}: write it as 'NAME: --key=value ...' (NAME: letters, digits, _ -)")
+    overrides = shlex.split(rest)
+    for arg in overrides:
+        key = arg[2:].partition("=")[0]
+        if key in VARIED and key != "learning_rate":
+            raise SystemExit(f"error: recipe {name!r} sets {key}, which the ladder varies per run; "
+                             f"drop it (sizes are the ladder config's, tokens follow tokens_per_param)")
+    return name, overrides
+
+
+def identity(cfg):
+    """What the ladder's losses were measured on: a ladder.json from other data or vocabulary is not this one."""
+    meta = Path(cfg.data_dir) / "meta.json"
+    info = json.loads(meta.read_text()) if meta.is_file() else {}
+    return {"dataset": cfg.dataset, "vocab_size": cfg.vocab_size, "encoding": info.get("encoding"),
+            "train_tokens": info.get("splits", {}).get("train", {}).get("tokens")}
+
+
+def check_identity(found, expected, where):
+    """One line and exit when a ladder's data or vocabulary is not this run's."""
+    differs = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v}
+    if differs:
+        raise SystemExit(f"error: {where} was measured on other data or vocabulary ("
+                         + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b) in differs.items())
+                         + "); its fits do not apply: use another --out, or a ladder of this data")
+
+
+class Ladder:
+    """One ladder: its settings, where its runs go, and how each is trained."""
+
+    def __init__(self, settings, out, jobs=1, nproc=1):
+        self.s, self.out, self.jobs, self.nproc = settings, Path(out), jobs, nproc
+
+    def argv(self, recipe, shape, lr, ratio):
+        """The configurator's arguments for one run (and so train.py's)."""
+        probe = configurator.load_config([*self.s["base"], *shlex.split(self.s["common"]), *recipe,
+                                          *(f"--{k}={v}" for k, v in shape.items())])
+        tokens_per_iter = probe.batch_size * probe.gradient_accumulation_steps * probe.block_size
+        iters = max(10, round(ratio * self.params(probe) / tokens_per_iter))
+        return [*self.s["base"], *shlex.split(self.s["common"]), *recipe, *(f"--{k}={v}" for k, v in shape.items()),
+                f"--max_iters={iters}", f"--lr_decay_iters={iters}",
+                f"--warmup_iters={max(1, round(self.s['warmup_fraction'] * iters))}",
+                f"--eval_interval={max(1, iters // self.s['evaluations'])}",
+                f"--learning_rate={lr:.3g}", f"--min_lr={lr * self.s['min_lr_ratio']:.3g}"]
+
+    @staticmethod
+    def params(cfg):
+        return build_meta_model(cfg, "none").get_num_params()
+
+    def run(self, name, recipe, size, shape, lr, ratio):
+        """Train one run unless it is done; its record for ladder.json."""
+        out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}"
+        args = self.argv(recipe, shape, lr, ratio)
+        if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):
+            out_dir.mkdir(parents=True, exist_ok=True)
+            launcher = [sys.executable] if self.nproc == 1 else \
+                ["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"]
+            command = [*launcher, "train.py", *args, f"--out_dir={out_dir}", "--init_from=auto"]
+            print("+ " + " ".join(command[1:]), flush=True)
+            env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+            result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+            if result.returncode != 0:
+                raise SystemExit(f"error: {' '.join(command[1:])} failed: {result.stderr.strip().splitlines()[-1:]}")
+        start = metrics.read(out_dir, "start")[-1]
+        evals = [r for r in metrics.latest_per_iter(metrics.read(out_dir, "eval")) if r.get("val_loss") is not None]
+        return {"recipe": name, "size": size, **shape, "params": start["params"], "lr": float(f"{lr:.3g}"),
+                "tokens_per_param": ratio, "tokens": start["max_iters"] * start["tokens_per_iter"],
+                "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
+                "final_val_loss": evals[-1]["val_loss"], "out_dir": str(out_dir), "scores": scores(out_dir)}
+
+    def run_many(self, name, recipe, size, shape, lrs, ratio):
+        with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
+            return list(pool.map(lambda lr: self.run(name, recipe, size, shape, lr, ratio), lrs))
+
+    def climb(self, name, recipe):
+        """Every size of one recipe, its sweep centred on what the sizes below predict; all its runs."""
+        runs, rungs = [], []  # rungs: (params, best lr) of each size so far
+        ratio, extra = self.s["tokens_per_param"][0], self.s["tokens_per_param"][1:]
+        start_lr = configurator.load_config([*self.s["base"], *shlex.split(self.s["common"]), *recipe]).learning_rate
+        for i, (size, shape) in enumerate(self.s["sizes"].items()):
+            points = self.s["sweep_points"][min(i, len(self.s["sweep_points"]) - 1)]
+            factor = self.s["sweep_factors"][min(i, len(self.s["sweep_factors"]) - 1)]
+            n = self.params(configurator.load_config(self.argv(recipe, shape, start_lr, ratio)))
+            centre = start_lr if not rungs else rungs[0][1] if len(rungs) == 1 else \
+                float(ladder.fit_lr(*zip(*rungs), min_points=2)(n))
+            lrs = [float(f"{centre * factor ** (j - (points - 1) / 2):.3g}") for j in range(points)]
+            sweep = self.run_many(name, recipe, size, shape, lrs, ratio)
+            for _ in range(2):  # a best rate at the sweep's edge: one more point beyond it, twice at most
+                best, edge = ladder.best_lr([r["lr"] for r in sweep], [r["final_val_loss"] for r in sweep])
+                if not edge:
+                    break
+                beyond = min(r["lr"] for r in sweep) / factor if edge == "low" else max(r["lr"] for r in sweep) * factor
+                sweep += self.run_many(name, recipe, size, shape, [beyond], ratio)
+            best, edge = ladder.best_lr([r["lr"] for r in sweep], [r["final_val_loss"] for r in sweep])
+            rungs.append((sweep[0]["params"], best))
+            for r in sweep:
+                r["sweep_best_lr"], r["sweep_edge"] = best, edge
+            runs += sweep + self.run_many(name, recipe, size, shape, [best], extra[0]) if extra else sweep
+            for other in extra[1:]:
+                runs += self.run_many(name, recipe, size, shape, [best], other)
+        return runs
+
+
+def scores(out_dir):
+    """The newest checkpoint's zero-shot scores (scripts/eval.py's ckpt_N.eval.json): {task/metric: value}."""
+    found = sorted(Path(out_dir).glob("ckpt_*.eval.json"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))
+    if not found:
+        return {}
+    results = json.loads(found[-1].read_text())["results"]
+    return {f"{task}/{metric}": value for task, figures in results.items() for metric, value in figures.items()
+            if metric != "n" and not metric.endswith("_stderr") and isinstance(value, (int, float))}
+
+
+def best_runs(runs, ratio):
+    """Per size, the run with the lowest final val loss at the sweep's ratio, by size."""
+    best = {}
+    for r in runs:
+        if r["tokens_per_param"] == ratio and (r["size"] not in best or r["final_val_loss"] < best[r["size"]]["final_val_loss"]):
+            best[r["size"]] = r
+    return sorted(best.values(), key=lambda r: r["params"])
+
+
+def fits(runs, ratio):
+    """One recipe's fits (the best learning rate, the final val loss along the rule, and where the ladder
+    measured several ratios or has scores, Chinchilla's form and the task fits) as JSON-ready dicts."""
+    best = best_runs(runs, ratio)
+    sizes = [r["params"] for r in best]
+    out = {"lr": ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in best]).to_json(),
+           "loss": ladder.fit_loss(sizes, [r["final_val_loss"] for r in best]).to_json()}
+    at_best = [r for r in runs if r["tokens_per_param"] != ratio] + best
+    if len({r["tokens_per_param"] for r in at_best}) > 1:
+        out["loss_nd"] = ladder.fit_loss([r["params"] for r in at_best], [r["final_val_loss"] for r in at_best],
+                                         [r["tokens"] for r in at_best]).to_json()
+    tasks = sorted({k for r in best for k in r["scores"]})
+    for task in tasks:  # Bhagia et al.'s step 2 on the val loss (eval.py gives no task loss)
+        have = [r for r in best if task in r["scores"]]
+        try:
+            out.setdefault("tasks", {})[task] = ladder.fit_task([r["final_val_loss"] for r in have],
+                                                                [r["scores"][task] for r in have]).to_json()
+        except ladder.FitError as e:
+            out.setdefault("task_problems", {})[task] = str(e)
+    return out
+
+
+def held_out(runs, ratio):
+    """Fitted on all sizes but the largest: the prediction for the largest beside what it measured."""
+    best = best_runs(runs, ratio)
+    if len(best) < ladder.MIN_SIZES + 1:
+        return {"problem": f"{len(best)} sizes: holding one out leaves fewer than {ladder.MIN_SIZES} to fit"}
+    last, rest = best[-1], best[:-1]
+    sizes = [r["params"] for r in rest]
+    loss = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest]).predict(last["params"])
+    lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
+    measured = last["final_val_loss"]
+    return {"size": last["size"], "params": last["params"], "measured_val_loss": measured,
+            "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
+            "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
+            "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
+            "sweep_lrs": sorted(r["lr"] for r in runs if r["size"] == last["size"] and r["tokens_per_param"] == ratio)}
+
+
+def compute_multipliers(reference, other, ratio, at=()):
+    """How many times the reference recipe's training compute reaches the other's loss at each of its
+    sizes (measured) and at `at` (the other's predicted loss there): (N_ref / N)^2 along the tokens rule,
+    as compute is 6 N D = 6 ratio N^2. Above 1: the other recipe saves compute."""
+    ref_fit = ladder.Fit.from_json(reference["fits"]["loss"])
+    other_fit = ladder.Fit.from_json(other["fits"]["loss"])
+    out = {}
+    points = [(r["size"], r["params"], r["final_val_loss"]) for r in best_runs(other["runs"], ratio)]
+    points += [(name, n, float(other_fit(n))) for name, n in at]
+    for name, n, loss in points:
+        needed = ladder.size_for_loss(ref_fit, loss, ratio)
+        out[name] = needed if isinstance(needed, str) else (needed / n) ** 2
+    return out
+
+
+def plot(result, path, target_params=None):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ratio = result["tokens_per_param"][0]
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    largest = max(r["params"] for rec in result["recipes"].values() for r in rec["runs"])
+    grid = np.geomspace(min(r["params"] for rec in result["recipes"].values() for r in rec["runs"]),
+                        target_params or 4 * largest, 60)
+    for (name, rec), color in zip(result["recipes"].items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        runs = [r for r in rec["runs"] if r["tokens_per_param"] == ratio]
+        ax.scatter([r["flops"] for r in runs], [r["final_val_loss"] for r in runs], s=8, color=color, alpha=0.3)
+        best = best_runs(rec["runs"], ratio)
+        ax.scatter([r["flops"] for r in best], [r["final_val_loss"] for r in best], s=24, color=color,
+                   label=f"{name}: best of each sweep")
+        fit = ladder.Fit.from_json(rec["fits"]["loss"])
+        bands = np.array([fit.predict(n) for n in grid])
+        ax.plot(6 * ratio * grid ** 2, bands[:, 0], color=color, label=f"{name}: {fit.form} fit")
+        ax.fill_between(6 * ratio * grid ** 2, bands[:, 1], bands[:, 2], color=color, alpha=0.15)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"training compute, FLOPs (6 N D, D = {ratio:g} N)")
+    ax.set_ylabel("final val loss")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def joined(argv):
+    """--recipe "name: --x=1" as --recipe=...: argparse takes a value that starts with '--' for an option."""
+    out, rest = [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        out.append(f"{arg}={rest.pop(0)}" if arg == "--recipe" and rest else arg)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config", help="the ladder's config, e.g. config/ladder_tiny.py")
+    p.add_argument("--recipe", action="append", required=True, help="'NAME: --key=value ...' (repeatable)")
+    p.add_argument("--out", required=True, help="folder for the runs, ladder.json and ladder.png")
+    p.add_argument("--jobs", type=int, default=1, help="runs of one sweep trained at once (CPU: one per core)")
+    p.add_argument("--nproc", type=int, default=1, help="GPUs per run: train.py under torchrun")
+    args = p.parse_args(joined(sys.argv[1:] if argv is None else argv))
+    settings = load_settings(args.config)
+    recipes = dict(parse_recipe(r) for r in args.recipe)
+    if len(settings["sizes"]) < ladder.MIN_SIZES:
+        raise SystemExit(f"error: {args.config} has {len(settings['sizes'])} sizes, a fit needs at least "
+                         f"{ladder.MIN_SIZES}: add sizes")
+    out = Path(args.out)
+    base = configurator.load_config([*settings["base"], *shlex.split(settings["common"])])
+    data = identity(base)
+    if (out / "ladder.json").is_file():
+        check_identity(json.loads((out / "ladder.json").read_text())["data"], data, out / "ladder.json")
+    lad = Ladder(settings, out, args.jobs, args.nproc)
+    ratio = settings["tokens_per_param"][0]
+    result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
+              list(settings["tokens_per_param"]), "recipes": {}}
+    for name, recipe in recipes.items():
+        runs = lad.climb(name, recipe)
+        result["recipes"][name] = {"overrides": recipe, "runs": runs}
+        try:
+            result["recipes"][name]["fits"] = fits(runs, ratio)
+        except ladder.FitError as e:
+            raise SystemExit(f"error: recipe {name}: {e}")
+        result["recipes"][name]["held_out"] = held_out(runs, ratio)
+    names = list(recipes)
+    for other in names[1:]:
+        result["recipes"][other]["compute_multiplier_vs_" + names[0]] = compute_multipliers(
+            result["recipes"][names[0]], result["recipes"][other], ratio)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ladder.json").write_text(json.dumps(result, indent=1))
+    plot(result, out / "ladder.png")
+    print(summary(result))
+    print(f"wrote {out / 'ladder.json'} and {out / 'ladder.png'}")
+
+
+def summary(result):
+    lines = []
+    ratio = result["tokens_per_param"][0]
+    for name, rec in result["recipes"].items():
+        lines.append(f"{name} ({' '.join(rec['overrides'])}), {ratio:g} tokens per parameter:")
+        for r in best_runs(rec["runs"], ratio):
+            lrs = sorted(x["lr"] for x in rec["runs"] if x["size"] == r["size"] and x["tokens_per_param"] == ratio)
+            lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}  "
+                         f"best lr {r['sweep_best_lr']:.3g} (swept {', '.join(f'{x:.3g}' for x in lrs)})")
+        f = rec["fits"]
+        lr, loss = f["lr"]["named"], f["loss"]["named"]
+        lines.append(f"  best lr = {lr['c']:.3g} * N^{lr['b']:.3f} (±{f['lr']['stderr']['b']:.3f} on the exponent)")
+        lines.append(f"  final val loss: {f['loss']['form']}, " + ", ".join(f"{k} {v:.4g}" for k, v in loss.items()))
+        h = rec["held_out"]
+        if "problem" in h:
+            lines.append(f"  held out: none, {h['problem']}")
+        else:
+            lines.append(f"  held out {h['size']} ({h['params']:,} params): predicted {h['predicted_val_loss']:.4f} "
+                         f"[{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], measured {h['measured_val_loss']:.4f} "
+                         f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval); "
+                         f"recommended lr {h['recommended_lr']:.3g}, its sweep's best {h['sweep_best_lr']:.3g} "
+                         f"({h['lr_ratio']:.2f}x)")
+        for key, value in rec.items():
+            if key.startswith("compute_multiplier_vs_"):
+                lines.append(f"  compute multiplier against {key[22:]} (its compute to reach this loss, "
+                             "over this one's): " + ", ".join(
+                                 f"{k} {v:.2f}x" if not isinstance(v, str) else f"{k} {v}" for k, v in value.items()))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

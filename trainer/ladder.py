@@ -1,0 +1,210 @@
+"""The scaling ladder's fits: from a recipe's runs at several small sizes to its loss, learning rate and
+zero-shot scores at a size nobody has trained yet (scripts/ladder.py runs the ladder, plan.py reads it).
+
+Every fit is least squares through scipy.optimize.curve_fit, with curve_fit's covariance of the parameters
+(scaled by the residuals, as the scatter of small runs is not known in advance). A prediction carries a
+±Z sigma interval: the fit's uncertainty at that point (the delta method through the covariance) combined
+with one run's scatter about the law, since a new run scatters as the ladder's did.
+
+The forms, by the ladder's name for them (x: N the parameters, D the training tokens, or a task's loss):
+    lr          lr = c * N^b                       the best learning rate by size, fitted in log space
+    power       L = A * N^-alpha                   the final val loss along a fixed tokens-per-parameter rule
+    saturating  L = E + A * N^-alpha               the same with an irreducible loss E
+    chinchilla  L = E + A * N^-alpha + B * D^-beta (Hoffmann et al.), when the ladder measured several D/N
+    sigmoid     acc = a / (1 + exp(-k * (L - L0))) + b   a task's score against a loss (Bhagia et al.'s step 2)
+With D a fixed multiple of N, D carries no information of its own: Chinchilla's B and beta fold into A and
+alpha, so along the rule L(N) is all the data can identify. Between power and saturating the ladder takes
+the lower AICc (Akaike's criterion corrected for few points, which charges each parameter heavily when
+there are 4 or 5 sizes): E is kept only when the points show the curve bending towards it.
+"""
+import math
+
+import numpy as np
+
+Z = 2.0  # prediction intervals are ±2 sigma: about 95% when the scatter is normal
+MIN_SIZES = 3
+
+
+class FitError(ValueError):
+    """Why a fit cannot be made, in one line a user can act on."""
+
+
+def _lr(n, logc, b):
+    return logc + b * np.log(n)  # log lr
+
+
+def _power(n, loga, alpha):
+    return np.exp(loga - alpha * np.log(n))
+
+
+def _saturating(n, e, loga, alpha):
+    return e + np.exp(loga - alpha * np.log(n))
+
+
+def _chinchilla(nd, e, loga, alpha, logb, beta):
+    n, d = nd
+    return e + np.exp(loga - alpha * np.log(n)) + np.exp(logb - beta * np.log(d))
+
+
+def _sigmoid(loss, a, k, l0, b):
+    return a / (1 + np.exp(-k * (loss - l0))) + b
+
+
+# name: (function, parameter names, fitted in log space)
+FORMS = {
+    "lr": (_lr, ("logc", "b"), True),
+    "power": (_power, ("logA", "alpha"), False),
+    "saturating": (_saturating, ("E", "logA", "alpha"), False),
+    "chinchilla": (_chinchilla, ("E", "logA", "alpha", "logB", "beta"), False),
+    "sigmoid": (_sigmoid, ("a", "k", "L0", "b"), False),
+}
+
+
+class Fit:
+    """A fitted form: its parameters, their covariance, and the scatter of the points about it."""
+
+    def __init__(self, form, params, cov, scatter, n):
+        self.form, self.params, self.cov = form, np.asarray(params, float), np.asarray(cov, float)
+        self.scatter, self.n = scatter, n  # residual standard deviation (log space for 'lr'), points fitted
+
+    def raw(self, x):
+        fn, _, _ = FORMS[self.form]
+        return fn(x, *self.params)
+
+    def __call__(self, x):
+        value = self.raw(x)
+        return np.exp(value) if FORMS[self.form][2] else value
+
+    def predict(self, x):
+        """(value, low, high) at one point: ±Z sigma of the fit's uncertainty there and one run's scatter."""
+        value = float(np.ravel(self.raw(x))[0])
+        grad = np.empty(len(self.params))
+        for i, p in enumerate(self.params):  # the prediction's sensitivity to each parameter
+            h = 1e-6 * max(abs(p), 1e-3)
+            bumped = self.params.copy()
+            bumped[i] = p + h
+            grad[i] = (float(np.ravel(FORMS[self.form][0](x, *bumped))[0]) - value) / h
+        sigma = math.sqrt(max(float(grad @ self.cov @ grad), 0.0) + self.scatter ** 2)
+        low, high = value - Z * sigma, value + Z * sigma
+        return tuple(map(math.exp, (value, low, high))) if FORMS[self.form][2] else (value, low, high)
+
+    def named(self):
+        """{parameter: value}, with A and B as themselves rather than their logs."""
+        out = {}
+        for name, value in zip(FORMS[self.form][1], self.params):
+            out[name[3:] if name.startswith("log") else name] = math.exp(value) if name.startswith("log") else value
+        return out
+
+    def to_json(self):
+        return {"form": self.form, "params": dict(zip(FORMS[self.form][1], self.params.tolist())),
+                "named": self.named(), "cov": self.cov.tolist(), "scatter": self.scatter, "n": self.n,
+                "stderr": dict(zip(FORMS[self.form][1], np.sqrt(np.clip(np.diag(self.cov), 0, None)).tolist()))}
+
+    @classmethod
+    def from_json(cls, d):
+        return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], d["scatter"], d["n"])
+
+    def aicc(self):
+        """Akaike's criterion corrected for small samples; inf where the points cannot pay for the parameters."""
+        p, n = len(self.params), self.n
+        if n - p - 1 <= 0:
+            return math.inf
+        return n * math.log(max(self.scatter ** 2 * (n - p) / n, 1e-300)) + 2 * p + 2 * p * (p + 1) / (n - p - 1)
+
+
+def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="points"):
+    """Fit one form; FitError when there are too few points or the fit does not converge."""
+    y = np.asarray(y, float)
+    if len(y) < min_points:
+        raise FitError(f"{len(y)} {what}, a fit needs at least {min_points}: add a size to the ladder")
+    fn, names, in_log = FORMS[form]
+    target = np.log(y) if in_log else y
+    from scipy.optimize import curve_fit  # here: scipy's import is half a second of every start
+    try:
+        params, cov = curve_fit(fn, x, target, p0=p0, bounds=bounds, maxfev=50000)
+    except (RuntimeError, ValueError) as e:
+        raise FitError(f"the {form} fit did not converge on these {len(y)} {what} ({e})") from None
+    residuals = target - fn(x, *params)
+    dof = len(y) - len(names)
+    scatter = math.sqrt((residuals ** 2).sum() / dof) if dof > 0 else 0.0
+    if dof <= 0 or not np.isfinite(cov).all():  # exactly determined: the points fix it, nothing measures its error
+        cov = np.zeros((len(names), len(names)))
+    return Fit(form, params, cov, scatter, len(y))
+
+
+def fit_lr(sizes, lrs, min_points=MIN_SIZES):
+    """The best learning rate against size: lr = c * N^b (a straight line in log-log)."""
+    logn, loglr = np.log(sizes), np.log(lrs)
+    b, logc = np.polyfit(logn, loglr, 1) if len(sizes) > 1 else (0.0, float(loglr[0]))
+    return fit("lr", np.asarray(sizes, float), lrs, [logc, b], min_points=min_points, what="sizes")
+
+
+def fit_loss(sizes, losses, tokens=None):
+    """The final val loss against size: 'power' or 'saturating' (the lower AICc) along one tokens-per-
+    parameter rule; 'chinchilla' when tokens are given and their ratio to size varies."""
+    n, y = np.asarray(sizes, float), np.asarray(losses, float)
+    if len(set(np.round(n))) < MIN_SIZES:
+        raise FitError(f"{len(set(np.round(n)))} sizes, a fit needs at least {MIN_SIZES}: add a size to the ladder")
+    slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
+    if tokens is not None and np.ptp(np.log(np.asarray(tokens, float) / n)) > 0.1:
+        d = np.asarray(tokens, float)
+        e0 = 0.5 * y.min()
+        return fit("chinchilla", (n, d), y, [e0, intercept, -slope, intercept, -slope],
+                   bounds=([0, -50, 0, -50, 0], [y.min(), 50, 3, 50, 3]), min_points=6, what="runs")
+    power = fit("power", n, y, [intercept, -slope], what="sizes")
+    try:
+        saturating = fit("saturating", n, y, [0.5 * y.min(), intercept, -slope],
+                         bounds=([0, -50, 0], [y.min(), 50, 3]), what="sizes")
+    except FitError:
+        return power
+    return saturating if saturating.aicc() < power.aicc() else power
+
+
+def fit_task(losses, scores):
+    """Bhagia et al.'s second step: a task's score against a loss, a sigmoid falling as the loss rises
+    (b the floor: chance; a + b the ceiling)."""
+    x, y = np.asarray(losses, float), np.asarray(scores, float)
+    return fit("sigmoid", x, y, [max(y.max() - y.min(), 1e-3) * 2, -5.0, float(np.median(x)), y.min() * 0.9],
+               bounds=([0, -100, 0, 0], [100, 0, 100, 100]), min_points=4, what="checkpoints")
+
+
+def best_lr(lrs, losses):
+    """(best learning rate, which edge of the sweep it is on or None): the vertex of a parabola in log lr
+    through the lowest final loss and its two neighbours, kept between them; at an edge, that point."""
+    order = np.argsort(lrs)
+    lrs, losses = np.asarray(lrs, float)[order], np.asarray(losses, float)[order]
+    k = int(np.argmin(losses))
+    if k == 0 or k == len(lrs) - 1:
+        return float(lrs[k]), "low" if k == 0 else "high"
+    x, y = np.log(lrs[k - 1:k + 2]), losses[k - 1:k + 2]
+    a, b, _ = np.polyfit(x, y, 2)
+    vertex = -b / (2 * a) if a > 0 else x[1]
+    return float(math.exp(min(max(vertex, x[0]), x[2]))), None
+
+
+def size_for_loss(loss_fit, target, ratio=None):
+    """The parameters at which a loss fit reaches target along its tokens rule (D = ratio * N for
+    chinchilla), or a one-line reason it never does."""
+    floor = loss_fit.named().get("E", 0.0)
+    if target <= floor:
+        return f"never, by this fit: its loss approaches {floor:.4f} and the target is {target:.4f}"
+    from scipy.optimize import brentq
+    f = (lambda logn: loss_fit(np.exp(logn)) - target) if loss_fit.form != "chinchilla" else \
+        (lambda logn: loss_fit((np.exp(logn), ratio * np.exp(logn))) - target)
+    low, high = math.log(1.0), math.log(1e16)
+    if f(high) > 0:
+        return f"never, by this fit: not even at 1e16 parameters (loss {f(high) + target:.4f} there)"
+    return float(math.exp(brentq(f, low, high))) if f(low) > 0 else 1.0
+
+
+def tokens_for_loss(loss_fit, n, target):
+    """The tokens a model of n parameters needs to reach target by a chinchilla fit, or a one-line reason."""
+    if loss_fit.form != "chinchilla":
+        return ("this ladder measured one tokens-per-parameter ratio, so its fit has no term in tokens: give "
+                "tokens_per_param two ratios in the ladder's config")
+    named = loss_fit.named()
+    rest = target - named["E"] - named["A"] * n ** -named["alpha"]
+    if rest <= 0:
+        return (f"never, by this fit: at {n:.3g} parameters the loss approaches "
+                f"{named['E'] + named['A'] * n ** -named['alpha']:.4f} and the target is {target:.4f}")
+    return float((named["B"] / rest) ** (1 / named["beta"]))
