@@ -197,8 +197,11 @@ def fits(runs, ratio):
            "loss": ladder.fit_loss(sizes, [r["final_val_loss"] for r in best]).to_json()}
     at_best = [r for r in runs if r["tokens_per_param"] != ratio] + best
     if len({r["tokens_per_param"] for r in at_best}) > 1:
-        out["loss_nd"] = ladder.fit_loss([r["params"] for r in at_best], [r["final_val_loss"] for r in at_best],
-                                         [r["tokens"] for r in at_best]).to_json()
+        try:
+            out["loss_nd"] = ladder.fit_loss([r["params"] for r in at_best], [r["final_val_loss"] for r in at_best],
+                                             [r["tokens"] for r in at_best]).to_json()
+        except ladder.FitError as e:  # the fit along the rule still stands
+            out["loss_nd_problem"] = str(e)
     tasks = sorted({k for r in best for k in r["scores"]})
     for task in tasks:  # Bhagia et al.'s step 2 on the val loss (eval.py gives no task loss)
         have = [r for r in best if task in r["scores"]]

@@ -18,6 +18,7 @@ the lower AICc (Akaike's criterion corrected for few points, which charges each 
 there are 4 or 5 sizes): E is kept only when the points show the curve bending towards it.
 """
 import math
+import warnings
 
 import numpy as np
 
@@ -65,7 +66,7 @@ class Fit:
 
     def __init__(self, form, params, cov, scatter, n):
         self.form, self.params, self.cov = form, np.asarray(params, float), np.asarray(cov, float)
-        self.scatter, self.n = scatter, n  # residual standard deviation (log space for 'lr'), points fitted
+        self.scatter, self.n = scatter, n  # residual standard deviation (log space for 'lr'; inf: an exact fit)
 
     def raw(self, x):
         fn, _, _ = FORMS[self.form]
@@ -97,12 +98,14 @@ class Fit:
 
     def to_json(self):
         return {"form": self.form, "params": dict(zip(FORMS[self.form][1], self.params.tolist())),
-                "named": self.named(), "cov": self.cov.tolist(), "scatter": self.scatter, "n": self.n,
+                "named": self.named(), "cov": self.cov.tolist(), "n": self.n,
+                "scatter": self.scatter if math.isfinite(self.scatter) else None,  # None: an exact fit
                 "stderr": dict(zip(FORMS[self.form][1], np.sqrt(np.clip(np.diag(self.cov), 0, None)).tolist()))}
 
     @classmethod
     def from_json(cls, d):
-        return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], d["scatter"], d["n"])
+        scatter = math.inf if d["scatter"] is None else d["scatter"]
+        return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], scatter, d["n"])
 
     def aicc(self):
         """Akaike's criterion corrected for small samples; inf where the points cannot pay for the parameters."""
@@ -119,17 +122,20 @@ def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="po
         raise FitError(f"{len(y)} {what}, a fit needs at least {min_points}: add a size to the ladder")
     fn, names, in_log = FORMS[form]
     target = np.log(y) if in_log else y
-    from scipy.optimize import curve_fit  # here: scipy's import is half a second of every start
+    from scipy.optimize import OptimizeWarning, curve_fit  # here: scipy's import is half a second of every start
     try:
-        params, cov = curve_fit(fn, x, target, p0=p0, bounds=bounds, maxfev=50000)
+        with warnings.catch_warnings():  # an undetermined covariance is handled below
+            warnings.simplefilter("ignore", OptimizeWarning)
+            params, cov = curve_fit(fn, x, target, p0=p0, bounds=bounds, maxfev=50000)
     except (RuntimeError, ValueError) as e:
         raise FitError(f"the {form} fit did not converge on these {len(y)} {what} ({e})") from None
     residuals = target - fn(x, *params)
     dof = len(y) - len(names)
-    scatter = math.sqrt((residuals ** 2).sum() / dof) if dof > 0 else 0.0
-    if dof <= 0 or not np.isfinite(cov).all():  # exactly determined: the points fix it, nothing measures its error
-        cov = np.zeros((len(names), len(names)))
-    return Fit(form, params, cov, scatter, len(y))
+    if dof <= 0:  # the points fix the parameters exactly and nothing measures their error: no interval
+        return Fit(form, params, np.zeros((len(names), len(names))), math.inf, len(y))
+    if not np.isfinite(cov).all():
+        raise FitError(f"these {len(y)} {what} do not determine the {form} form's parameters")
+    return Fit(form, params, cov, math.sqrt((residuals ** 2).sum() / dof), len(y))
 
 
 def fit_lr(sizes, lrs, min_points=MIN_SIZES):

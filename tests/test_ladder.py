@@ -1,0 +1,190 @@
+"""The scaling ladder, in-process: trainer/ladder.py's fits recover the laws synthetic ladders are drawn from and
+their intervals cover the truth; scripts/ladder.py climbs a synthetic recipe (a stand-in for train.py that writes
+the metrics.jsonl a run would, from a known law), finds its optimum, holds out the largest size, trains nothing
+on a rerun and only the new size when one is added; bad input is one line."""
+import json
+import math
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import configurator
+from conftest import REPO, run_here
+from trainer import ladder, metrics
+
+sys.path.insert(0, str(REPO / "scripts"))
+import ladder as ladder_script  # noqa: E402
+import plan  # noqa: E402
+
+SIZES = np.geomspace(1e5, 3e7, 6)
+
+
+def noisy(values, scale, seed=0):
+    return np.asarray(values) * (1 + np.random.default_rng(seed).normal(0, scale, len(values)))
+
+
+def test_the_lr_fit_recovers_its_power_law_and_its_interval_covers_the_next_size():
+    lrs = noisy(0.3 * SIZES ** -0.25, 0.03)
+    fit = ladder.fit_lr(SIZES[:-1], lrs[:-1])
+    assert fit.named()["c"] == pytest.approx(0.3, rel=0.5) and fit.named()["b"] == pytest.approx(-0.25, abs=0.03)
+    value, low, high = fit.predict(SIZES[-1])
+    assert low < 0.3 * SIZES[-1] ** -0.25 < high and low < value < high
+
+
+def test_the_loss_fit_recovers_a_saturating_law_and_prefers_it_to_a_power_law():
+    losses = noisy(1.5 + 30 * SIZES ** -0.3, 0.001)
+    fit = ladder.fit_loss(SIZES, losses)
+    assert fit.form == "saturating"
+    named = fit.named()
+    assert named["E"] == pytest.approx(1.5, abs=0.1) and named["alpha"] == pytest.approx(0.3, abs=0.05)
+    value, low, high = ladder.fit_loss(SIZES[:-1], losses[:-1]).predict(SIZES[-1])
+    truth = 1.5 + 30 * SIZES[-1] ** -0.3
+    assert low < truth < high and value == pytest.approx(truth, rel=0.01)
+
+
+def test_a_pure_power_law_is_fitted_as_one_and_four_sizes_cannot_pay_for_E():
+    losses = noisy(40 * SIZES ** -0.2, 0.002)
+    fit = ladder.fit_loss(SIZES, losses)
+    assert fit.form == "power" and fit.named()["alpha"] == pytest.approx(0.2, abs=0.01)
+    assert ladder.fit_loss(SIZES[:4], noisy(1.5 + 30 * SIZES[:4] ** -0.3, 0.001)).form == "power"  # AICc: n - p - 1 = 0
+
+
+def test_chinchilla_is_fitted_when_the_ladder_measured_several_ratios():
+    n, d = np.meshgrid(SIZES, [10.0, 40.0])
+    n, d = n.ravel(), (d * n).ravel()
+    truth = dict(E=1.7, A=400.0, alpha=0.34, B=410.0, beta=0.28)
+    losses = noisy(truth["E"] + truth["A"] * n ** -truth["alpha"] + truth["B"] * d ** -truth["beta"], 0.0005)
+    fit = ladder.fit_loss(n, losses, d)
+    assert fit.form == "chinchilla"
+    for key, value in truth.items():
+        assert fit.named()[key] == pytest.approx(value, rel=0.15), key
+    tokens = ladder.tokens_for_loss(fit, 6.7e9, 2.2)  # inverts the law: its loss there is the target
+    assert fit((6.7e9, tokens)) == pytest.approx(2.2, abs=1e-6)
+    assert ladder.tokens_for_loss(fit, 6.7e9, 1.69).startswith("never, by this fit")
+
+
+def test_the_task_sigmoid_recovers_bhagias_second_step():
+    losses = np.linspace(2.2, 4.0, 8)
+    scores = noisy(0.55 / (1 + np.exp(6.0 * (losses - 3.0))) + 0.25, 0.002)
+    fit = ladder.fit_task(losses, scores)
+    named = fit.named()
+    assert named["a"] == pytest.approx(0.55, abs=0.05) and named["k"] == pytest.approx(-6.0, rel=0.2)
+    assert named["L0"] == pytest.approx(3.0, abs=0.05) and named["b"] == pytest.approx(0.25, abs=0.03)
+
+
+def test_best_lr_is_the_parabolas_vertex_and_says_when_it_is_at_an_edge():
+    lrs = [1e-3, 2e-3, 4e-3, 8e-3]
+    losses = [(math.log(lr / 3e-3)) ** 2 + 2.0 for lr in lrs]
+    best, edge = ladder.best_lr(lrs, losses)
+    assert best == pytest.approx(3e-3, rel=1e-6) and edge is None
+    assert ladder.best_lr(lrs, [4, 3, 2, 1]) == (8e-3, "high") and ladder.best_lr(lrs, [1, 2, 3, 4]) == (1e-3, "low")
+
+
+def test_too_few_sizes_and_an_unreachable_target_are_one_line():
+    with pytest.raises(ladder.FitError, match="2 sizes, a fit needs at least 3"):
+        ladder.fit_loss([1e5, 1e6], [3.0, 2.5])
+    with pytest.raises(ladder.FitError, match="2 sizes, a fit needs at least 3"):
+        ladder.fit_lr([1e5, 1e6], [1e-3, 5e-4])
+    fit = ladder.fit_loss(SIZES, noisy(1.5 + 30 * SIZES ** -0.3, 0.001))
+    assert ladder.size_for_loss(fit, 1.4).startswith("never, by this fit")
+    assert fit(ladder.size_for_loss(fit, 2.0)) == pytest.approx(2.0, abs=1e-6)
+
+
+# -----------------------------------------------------------------------------
+# scripts/ladder.py on a synthetic recipe
+
+def law(n, d, lr, optimizer):
+    """The synthetic recipe's final val loss: a power law in size along the ladder's rule (2 tokens per
+    parameter; more tokens lower it), a parabola in log lr about an optimum that falls as a power of size
+    (Muon's 4x AdamW's, and its loss 5% lower)."""
+    best = (4.0 if optimizer == "muon" else 1.0) * 0.05 * n ** -0.3
+    return (0.95 if optimizer == "muon" else 1.0) * 8.0 * n ** -0.1 * (d / (2 * n)) ** -0.05 \
+        + 0.05 * math.log(lr / best) ** 2
+
+
+@pytest.fixture
+def fake_train(monkeypatch):
+    """train.py replaced by the law: each call writes the start, eval and done records a run would."""
+    calls = []
+
+    def run(command, **kwargs):
+        args = command[command.index("train.py") + 1:]
+        cfg = configurator.load_config(args)
+        n = plan.build_meta_model(cfg, "none").get_num_params()
+        record = metrics.Metrics(cfg.out_dir)
+        record("start", 0, max_iters=cfg.max_iters, tokens_per_iter=cfg.batch_size * cfg.block_size, params=n)
+        tokens = cfg.max_iters * cfg.batch_size * cfg.block_size
+        record("eval", cfg.max_iters, val_loss=law(n, tokens, cfg.learning_rate, cfg.optimizer))
+        record("done", cfg.max_iters, best_val_loss=None)
+        calls.append(cfg.out_dir)
+        return types.SimpleNamespace(returncode=0, stderr="")
+    monkeypatch.setattr(ladder_script.subprocess, "run", run)
+    return calls
+
+
+def ladder_config(tmp_path, widths, **extra):
+    path = tmp_path / "ladder_test.py"
+    sizes = {f"w{w}": dict(n_layer=2, n_head=2, n_embd=w) for w in widths}
+    path.write_text(f"base = ['config/train_tiny.py']\ncommon = '--batch_size=4 --gradient_accumulation_steps=1'\n"
+                    f"sizes = {sizes!r}\ntokens_per_param = 2\n" + "".join(f"{k} = {v!r}\n" for k, v in extra.items()))
+    return str(path)
+
+
+def climb(config, out, *recipes):
+    argv = [config, "--out", str(out)]
+    for r in recipes:
+        argv += ["--recipe", r]
+    ladder_script.main(argv)
+    return json.loads((out / "ladder.json").read_text())
+
+
+def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_nothing(tmp_path, fake_train, capsys):
+    config = ladder_config(tmp_path, [16, 32, 48, 64, 96])
+    result = climb(config, tmp_path / "out", "adamw: --optimizer=adamw", "muon: --optimizer=muon --learning_rate=8e-3")
+    for name, factor in (("adamw", 1.0), ("muon", 4.0)):
+        rec = result["recipes"][name]
+        for r in ladder_script.best_runs(rec["runs"], 2):  # the sweep found the law's optimum at every size
+            assert r["sweep_best_lr"] == pytest.approx(factor * 0.05 * r["params"] ** -0.3, rel=0.02)
+            assert r["sweep_edge"] is None
+        assert rec["fits"]["lr"]["named"]["b"] == pytest.approx(-0.3, abs=0.01)
+        held = rec["held_out"]
+        assert held["inside"] and abs(held["relative_error"]) < 0.01 and held["lr_ratio"] == pytest.approx(1, abs=0.05)
+    assert all(v > 1 for v in result["recipes"]["muon"]["compute_multiplier_vs_adamw"].values())
+    assert "held out w96" in capsys.readouterr().out
+    trained = len(fake_train)
+    climb(config, tmp_path / "out", "adamw: --optimizer=adamw", "muon: --optimizer=muon --learning_rate=8e-3")
+    assert len(fake_train) == trained  # the rerun trained nothing
+    climb(ladder_config(tmp_path, [16, 32, 48, 64, 96, 128]), tmp_path / "out", "adamw: --optimizer=adamw")
+    assert {p.split("/")[-1].split("_")[0] for p in fake_train[trained:]} == {"w128"}  # only the new size
+
+
+def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit(tmp_path, fake_train):
+    result = climb(ladder_config(tmp_path, [16, 32, 48], tokens_per_param=(2, 4)), tmp_path / "out",
+                   "adamw: --optimizer=adamw")
+    runs = result["recipes"]["adamw"]["runs"]
+    assert sum(r["tokens_per_param"] == 4 for r in runs) == 3
+    fit = result["recipes"]["adamw"]["fits"]["loss_nd"]
+    assert fit["form"] == "chinchilla" and fit["n"] == 6
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--recipe", "big: --n_embd=256"], "recipe 'big' sets n_embd, which the ladder varies per run"),
+    (["--recipe", "no colon"], "write it as 'NAME: --key=value ...'"),
+])
+def test_a_recipe_that_changes_what_the_ladder_varies_is_refused_in_one_line(tmp_path, argv, message):
+    result = run_here(["scripts/ladder.py", ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "o"), *argv])
+    assert result.returncode != 0 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_too_few_sizes_and_a_ladder_of_other_data_are_refused_in_one_line(tmp_path):
+    result = run_here(["scripts/ladder.py", ladder_config(tmp_path, [16, 32]), "--out", str(tmp_path / "o"),
+                       "--recipe", "a: --optimizer=adamw"])
+    assert result.returncode != 0 and "2 sizes, a fit needs at least 3" in result.stderr
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "ladder.json").write_text(json.dumps({"data": {"dataset": "pile", "vocab_size": 50304}}))
+    result = run_here(["scripts/ladder.py", ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "o"),
+                       "--recipe", "a: --optimizer=adamw"])
+    assert result.returncode != 0 and "measured on other data or vocabulary (dataset 'pile'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o" / "runs").exists()
