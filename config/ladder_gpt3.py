@@ -1,7 +1,8 @@
 # The scaling ladder on a GPU (python scripts/ladder.py config/ladder_gpt3.py ...; docs/scaling_ladder.md):
 # GPT-3's four smallest sizes (Brown et al., table 2.1) on the Pile, each at 20 tokens per parameter
-# (Chinchilla's ratio) with a three-point learning-rate sweep, plus one run per size at 40 tokens per
-# parameter at its best rate, so that Chinchilla's L(N, D) can be fitted and read at a target's own ratio.
+# (Chinchilla's ratio, and about the fast 6.7B recipe's) with a learning-rate sweep (5 points at 125M, 3 at
+# 350M and 760M; 1.3B runs once, at the rate the sizes below predict), plus one run per size at 10 tokens
+# per parameter at its best rate, so that Chinchilla's L(N, D) can be fitted and read at a target's own ratio.
 # What it costs against the 6.7B run: python scripts/plan.py config/train_gpt3_6b_fast.py --ladder_plan config/ladder_gpt3.py
 # A ladder config is read by scripts/ladder.py, not by train.py: these names are its settings.
 base = ['config/train_gpt3_125m.py']
@@ -12,8 +13,8 @@ sizes = {
     '760m': dict(n_layer=24, n_head=16, n_embd=1536),
     '1.3b': dict(n_layer=24, n_head=16, n_embd=2048),
 }
-tokens_per_param = (20, 40)
-sweep_points = (5, 3)
+tokens_per_param = (20, 10)
+sweep_points = (5, 3, 3, 1)
 sweep_factors = (2.0, 1.41)
 warmup_fraction = 0.01
 evaluations = 20

@@ -75,28 +75,11 @@ def parse_recipe(text):
     return name, overrides
 
 
-def identity(cfg):
-    """What the ladder's losses were measured on: a ladder.json from other data or vocabulary is not this one."""
-    meta = Path(cfg.data_dir) / "meta.json"
-    info = json.loads(meta.read_text()) if meta.is_file() else {}
-    return {"dataset": cfg.dataset, "vocab_size": cfg.vocab_size, "encoding": info.get("encoding"),
-            "train_tokens": info.get("splits", {}).get("train", {}).get("tokens")}
-
-
-def check_identity(found, expected, where):
-    """One line and exit when a ladder's data or vocabulary is not this run's."""
-    differs = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v}
-    if differs:
-        raise SystemExit(f"error: {where} was measured on other data or vocabulary ("
-                         + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b) in differs.items())
-                         + "); its fits do not apply: use another --out, or a ladder of this data")
-
-
 class Ladder:
     """One ladder: its settings, where its runs go, and how each is trained."""
 
     def __init__(self, settings, out, jobs=1, nproc=1):
-        self.s, self.out, self.jobs, self.nproc = settings, Path(out), jobs, nproc
+        self.s, self.out, self.jobs, self.nproc = settings, out and Path(out), jobs, nproc  # out None: argv only
 
     def argv(self, recipe, shape, lr, ratio):
         """The configurator's arguments for one run (and so train.py's)."""
@@ -153,7 +136,7 @@ class Ladder:
                 float(ladder.fit_lr(*zip(*rungs), min_points=2)(n))
             lrs = [float(f"{centre * factor ** (j - (points - 1) / 2):.3g}") for j in range(points)]
             sweep = self.run_many(name, recipe, size, shape, lrs, ratio)
-            for _ in range(2):  # a best rate at the sweep's edge: one more point beyond it, twice at most
+            for _ in range(2 if points > 1 else 0):  # a best rate at the sweep's edge: a point beyond it, twice at most
                 best, edge = ladder.best_lr([r["lr"] for r in sweep], [r["final_val_loss"] for r in sweep])
                 if not edge:
                     break
@@ -296,9 +279,10 @@ def main(argv=None):
                          f"{ladder.MIN_SIZES}: add sizes")
     out = Path(args.out)
     base = configurator.load_config([*settings["base"], *shlex.split(settings["common"])])
-    data = identity(base)
-    if (out / "ladder.json").is_file():
-        check_identity(json.loads((out / "ladder.json").read_text())["data"], data, out / "ladder.json")
+    data = ladder.identity(base)
+    if (out / "ladder.json").is_file() and (problem := ladder.identity_problem(
+            json.loads((out / "ladder.json").read_text())["data"], data, out / "ladder.json")):
+        raise SystemExit(f"error: {problem}; use another --out")
     lad = Ladder(settings, out, args.jobs, args.nproc)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":

@@ -34,6 +34,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
 from trainer import hardware  # noqa: E402
+from trainer import ladder as ladder_fits  # noqa: E402
+from trainer.evaluation import gpt3_reference  # noqa: E402
 from trainer import memory  # noqa: E402
 from trainer import mixture  # noqa: E402
 from trainer import offload  # noqa: E402
@@ -543,7 +545,16 @@ def parse_args(argv):
                         help="GB/s per GPU between nodes, e.g. 50 for 400 Gb/s InfiniBand per GPU (default 50)")
     parser.add_argument("--intranode", type=float, default=450.0,
                         help="GB/s per GPU inside a node: NVLink 4 or MI300X Infinity Fabric (default 450)")
+    parser.add_argument("--ladder", metavar="LADDER_JSON", help="scripts/ladder.py's ladder.json: print its predictions "
+                        "for this run (final val loss, learning rate, zero-shot scores, each recipe's compute multiplier)")
+    parser.add_argument("--target_val_loss", type=float, help="with --ladder: the tokens and days to reach this val loss")
+    parser.add_argument("--target", metavar="TASK=SCORE", help="with --ladder: the tokens and days to reach a zero-shot "
+                                                              "score, e.g. hellaswag=67.4 (needs the ladder's task fits)")
+    parser.add_argument("--ladder_plan", metavar="LADDER_CONFIG", help="what scripts/ladder.py with this config costs on "
+                                                                       "the same GPU, MFU and price, as a share of this run")
     args, config_args = parser.parse_known_args(argv)
+    if (args.target_val_loss is not None or args.target) and not args.ladder:
+        parser.error("--target_val_loss and --target read a ladder's fits: add --ladder OUT/ladder.json")
     if args.nodes:
         if args.nodes < 1 or args.gpus_per_node < 1 or args.interconnect <= 0 or args.intranode <= 0:
             parser.error("--nodes and --gpus_per_node must be >= 1, --interconnect and --intranode > 0 (GB/s)")
@@ -581,8 +592,16 @@ def main(argv=None):
         other = make_plan(configurator.load_config_or_exit([args.beside]), plan["gpu"], args.mfu, args.price_per_hour,
                           args.gpus)
         plan["beside"] = {"config": args.beside, **{k: other[k] for k in ("total_tokens", "days", "cost_usd")}}
+    try:
+        if args.ladder:
+            plan["ladder"] = ladder_forecast(cfg, plan, args.ladder, args.target_val_loss, args.target)
+        if args.ladder_plan:
+            plan["ladder_plan"] = ladder_cost(args.ladder_plan, plan, args.mfu, args.price_per_hour, args.gpus)
+    except (ValueError, OSError, KeyError) as e:  # a ladder of other data, a target it cannot read, a missing file
+        print(f"plan: error: {e}", file=sys.stderr)
+        sys.exit(2)
     print(json.dumps(plan, indent=1) if args.json else report(plan, cfg, config_args) + cluster_text(plan.get("cluster"))
-          + beside_text(plan))
+          + beside_text(plan) + ladder_text(plan))
     budget_note(cfg, config_args)
 
 
@@ -596,6 +615,115 @@ def beside_text(plan):
             f"  that run  {other['total_tokens'] / 1e9:,.1f}B tokens, {other['days']:,.1f} days, ${other['cost_usd']:,.0f}"
             f"  (this run takes {plan['days'] / other['days']:.2f}x its days; the quality each reaches is not planned)")
 
+
+# -----------------------------------------------------------------------------
+# the scaling ladder's predictions (scripts/ladder.py, trainer/ladder.py)
+
+def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
+    """Per recipe of a ladder.json, at this run's size and tokens: the predicted final val loss and its
+    interval (Chinchilla's form where the ladder measured several tokens per parameter, else its fit along
+    its one ratio, noted when this run's differs), the recommended learning rate, the zero-shot scores of its
+    task fits beside GPT-3's, the tokens and days to a target; and each recipe's compute multiplier against
+    the first: the first recipe's compute to reach this recipe's loss over this run's."""
+    with open(path) as f:
+        result = json.load(f)
+    if problem := ladder_fits.identity_problem(result["data"], ladder_fits.identity(cfg), path):
+        raise ValueError(problem)
+    n, tokens, ratio = plan["params_without_position_embeddings"], plan["total_tokens"], result["tokens_per_param"][0]
+    out = {"path": path, "ladder_ratio": ratio, "run_ratio": tokens / n, "recipes": {}}
+    reference = None
+    for name, rec in result["recipes"].items():
+        fits = rec["fits"]
+        nd = "loss_nd" in fits
+        loss_fit = ladder_fits.Fit.from_json(fits["loss_nd" if nd else "loss"])
+        row = {"form": loss_fit.form, "val_loss": loss_fit.predict((n, tokens) if nd else n),
+               "lr": ladder_fits.Fit.from_json(fits["lr"]).predict(n), "scores": {}}
+        for key, task_fit in fits.get("tasks", {}).items():
+            task, metric = key.split("/")
+            row["scores"][key] = (float(ladder_fits.Fit.from_json(task_fit)(row["val_loss"][0])),
+                                  gpt3_reference(n, task, metric)[1])
+        goal = target_loss if target is None else target_loss_for(fits, target)
+        if goal is not None:
+            needed = goal if isinstance(goal, str) else ladder_fits.tokens_for_loss(loss_fit, n, goal)
+            row["target"] = needed if isinstance(needed, str) else {
+                "val_loss": goal, "tokens": needed, "days": needed / plan["tokens_per_second"] / 86400}
+        if reference is None:
+            reference = loss_fit
+        elif nd:  # at this run's size: the tokens the first recipe needs for this loss, over this run's
+            needed = ladder_fits.tokens_for_loss(reference, n, row["val_loss"][0])
+            row["compute_multiplier"] = needed if isinstance(needed, str) else needed / tokens
+        else:  # along the ladder's rule compute is 6 ratio N^2
+            needed = ladder_fits.size_for_loss(reference, row["val_loss"][0], ratio)
+            row["compute_multiplier"] = needed if isinstance(needed, str) else (needed / n) ** 2
+        out["recipes"][name] = row
+    return out
+
+
+def target_loss_for(fits, target):
+    """The val loss at which a TASK=SCORE target is reached by the ladder's task fit, or why it is not."""
+    task, sep, score = target.partition("=")
+    keys = [k for k in fits.get("tasks", {}) if k.split("/")[0] == task]
+    if not sep or not keys:
+        raise ValueError(f"--target {target}: the ladder has no task fit for {task!r} (it has "
+                         f"{sorted(fits.get('tasks', {})) or 'none: run scripts/eval.py on its checkpoints'})")
+    value = float(score)
+    return ladder_fits.loss_for_score(ladder_fits.Fit.from_json(fits["tasks"][keys[0]]), value / 100 if value > 1 else value)
+
+
+def ladder_cost(path, plan, mfu, price_per_hour, gpus):
+    """What scripts/ladder.py with this ladder config trains for one recipe, priced by make_plan on this plan's
+    GPU, MFU and price: each size's sweep at the first tokens_per_param and one run per other ratio (the extra
+    points a sweep's edge adds are not counted), and its share of this run's GPU-hours."""
+    import ladder as ladder_runs  # scripts/ladder.py, beside this file: the runs it would train
+    settings = ladder_runs.load_settings(path)
+    runner, rows = ladder_runs.Ladder(settings, out=None), []
+    for i, (size, shape) in enumerate(settings["sizes"].items()):
+        for j, ratio in enumerate(settings["tokens_per_param"]):
+            count = settings["sweep_points"][min(i, len(settings["sweep_points"]) - 1)] if j == 0 else 1
+            one = make_plan(configurator.load_config(runner.argv([], shape, 1e-3, ratio)), plan["gpu"], mfu,
+                            price_per_hour, gpus)
+            rows.append({"size": size, "tokens_per_param": ratio, "runs": count, "params": one["params"],
+                         "gpu_hours": count * one["days"] * 24 * gpus, "cost_usd": count * one["cost_usd"]})
+    hours = sum(r["gpu_hours"] for r in rows)
+    return {"config": path, "rows": rows, "gpu_hours": hours, "cost_usd": sum(r["cost_usd"] for r in rows),
+            "share": hours / (plan["days"] * 24 * plan["gpus"])}
+
+
+def ladder_text(plan):
+    """The ladder's predictions and cost, for --ladder and --ladder_plan."""
+    lines = []
+    if "ladder" in plan:
+        lad = plan["ladder"]
+        lines += ["", f"the scaling ladder's predictions ({lad['path']}; fitted on small runs, extrapolated: "
+                      "an estimate, not a measurement):"]
+        if not any(r["form"] == "chinchilla" for r in lad["recipes"].values()) \
+                and abs(math.log(lad["run_ratio"] / lad["ladder_ratio"])) > 0.1:
+            lines.append(f"  note: the ladder measured {lad['ladder_ratio']:g} tokens per parameter and this run has "
+                         f"{lad['run_ratio']:.1f}: its losses are for a run of this size at the ladder's ratio")
+        for name, r in lad["recipes"].items():
+            (loss, low, high), (lr, lr_low, lr_high) = r["val_loss"], r["lr"]
+            lines.append(f"  {name}: final val loss {loss:.3f} [{low:.3f}, {high:.3f}] ({r['form']} fit), "
+                         f"learning rate {lr:.3g} [{lr_low:.3g}, {lr_high:.3g}]")
+            if "compute_multiplier" in r:
+                m = r["compute_multiplier"]
+                lines.append(f"    compute multiplier against {next(iter(lad['recipes']))}: "
+                             + (m if isinstance(m, str) else f"{m:.2f}x (its compute to reach this loss, over this run's)"))
+            for key, (score, gpt3) in r["scores"].items():
+                lines.append(f"    {key:<24} predicted {100 * score:5.1f}   GPT-3 at this size: "
+                             + ("-" if gpt3 is None else f"{gpt3:g}"))
+            if "target" in r:
+                t = r["target"]
+                lines.append("    target: " + (t if isinstance(t, str) else f"val loss {t['val_loss']:.3f} after "
+                                               f"{t['tokens'] / 1e9:,.1f}B tokens, {t['days']:,.1f} days at this plan's speed"))
+    if "ladder_plan" in plan:
+        lp = plan["ladder_plan"]
+        runs = sum(r["runs"] for r in lp["rows"])
+        lines += ["", f"the ladder {lp['config']} per recipe on this GPU, MFU and price: {runs} runs, "
+                      f"{lp['gpu_hours']:,.0f} GPU-hours, ${lp['cost_usd']:,.0f}: {lp['share']:.1%} of this run's "
+                      "GPU-hours (Bhagia et al.'s ladder: ~1% of its target's compute)"]
+        lines += [f"  {r['size']:<6} {r['params'] / 1e6:7.0f}M params, {r['tokens_per_param']:g} tokens/param: "
+                  f"{r['runs']} run(s), {r['gpu_hours']:,.1f} GPU-hours" for r in lp["rows"]]
+    return "\n" + "\n".join(lines) if lines else ""
 
 def budget_note(cfg, config_args):
     """A line on stderr when --key=value overrides change the run's token count: a config derives

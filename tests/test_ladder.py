@@ -188,3 +188,72 @@ def test_too_few_sizes_and_a_ladder_of_other_data_are_refused_in_one_line(tmp_pa
                        "--recipe", "a: --optimizer=adamw"])
     assert result.returncode != 0 and "measured on other data or vocabulary (dataset 'pile'" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o" / "runs").exists()
+
+
+# -----------------------------------------------------------------------------
+# plan.py --ladder and --ladder_plan
+
+FAST = "config/train_gpt3_6b_fast.py"
+
+
+def synthetic_ladder(path, cfg, loss_scale=1.0):
+    """A ladder.json of the fast recipe's data whose fits come from known laws (the GPU ladder's sizes, 10
+    and 20 tokens per parameter): Chinchilla's, an lr power law, and a HellaSwag sigmoid on the loss."""
+    n, d = np.meshgrid(np.array([125e6, 350e6, 760e6, 1.3e9]), [10.0, 20.0])
+    n, d = n.ravel(), (d * n).ravel()
+
+    def fits(scale):
+        losses = noisy(scale * (1.7 + 400 * n ** -0.34 + 410 * d ** -0.28), 0.002)
+        loss_grid = np.linspace(2.0, 4.0, 8)
+        return {"loss": ladder.fit_loss(n[4:], losses[4:]).to_json(),
+                "loss_nd": ladder.fit_loss(n, losses, d).to_json(),
+                "lr": ladder.fit_lr(n[4:], noisy(0.3 * n[4:] ** -0.25, 0.02)).to_json(),
+                "tasks": {"hellaswag/acc_norm": ladder.fit_task(
+                    loss_grid, 0.6 / (1 + np.exp(5 * (loss_grid - 2.6))) + 0.25).to_json()}}
+    path.write_text(json.dumps({"data": ladder.identity(cfg), "tokens_per_param": [20, 10],
+                                "recipes": {"adamw": {"fits": fits(1.0)}, "muon": {"fits": fits(loss_scale)}}}))
+    return str(path)
+
+
+def test_plan_prints_the_ladders_loss_lr_scores_and_days_to_a_target(tmp_path):
+    path = synthetic_ladder(tmp_path / "ladder.json", configurator.load_config([FAST]), loss_scale=0.97)
+    result = run_here(["scripts/plan.py", FAST, "--gpu", "h200", "--ladder", path, "--target", "hellaswag=67.4"])
+    assert result.returncode == 0, result.stderr
+    out = result.stdout[result.stdout.index("the scaling ladder's predictions"):]
+    assert "adamw: final val loss " in out and "(chinchilla fit), learning rate " in out
+    assert "hellaswag/acc_norm" in out and "GPT-3 at this size: 67.4" in out
+    assert "target: val loss " in out and "B tokens, " in out and " days at this plan's speed" in out
+    assert "compute multiplier against adamw: " in out  # Muon's 3% lower loss, as adamw's extra compute
+
+
+def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them(tmp_path):
+    cfg = configurator.load_config([FAST])
+    path = synthetic_ladder(tmp_path / "ladder.json", cfg, loss_scale=0.97)
+    plan_ = {"params_without_position_embeddings": 6.7e9, "total_tokens": 134e9, "tokens_per_second": 1e4}
+    forecast = plan.ladder_forecast(cfg, plan_, path, target_loss=2.3)
+    adamw, muon = forecast["recipes"]["adamw"], forecast["recipes"]["muon"]
+    fit = ladder.Fit.from_json(json.loads(open(path).read())["recipes"]["adamw"]["fits"]["loss_nd"])
+    assert fit((6.7e9, adamw["target"]["tokens"])) == pytest.approx(2.3, abs=1e-6)
+    assert adamw["target"]["days"] == pytest.approx(adamw["target"]["tokens"] / 1e4 / 86400)
+    low, high = adamw["val_loss"][1:]
+    assert low < 1.7 + 400 * 6.7e9 ** -0.34 + 410 * 134e9 ** -0.28 < high
+    assert muon["compute_multiplier"] > 1
+    never = plan.ladder_forecast(cfg, plan_, path, target_loss=1.6)["recipes"]["adamw"]["target"]
+    assert never.startswith("never, by this fit")
+    assert plan.ladder_forecast(cfg, plan_, path, target="hellaswag=90")["recipes"]["adamw"]["target"].startswith(
+        "never, by this fit")
+
+
+def test_plan_refuses_a_ladder_of_other_data_in_one_line(tmp_path):
+    path = synthetic_ladder(tmp_path / "ladder.json", configurator.load_config(["config/train_tiny.py"]))
+    result = run_here(["scripts/plan.py", FAST, "--gpu", "h200", "--ladder", path])
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "measured on other data or vocabulary (dataset 'quickstart', here 'pile'" in result.stderr
+
+
+def test_ladder_plan_prices_each_run_the_ladder_config_would_train():
+    cfg = configurator.load_config([FAST])
+    target = plan.make_plan(cfg, "h200", 0.4, 2.0, 1)
+    cost = plan.ladder_cost("config/ladder_gpt3.py", target, 0.4, 2.0, 1)
+    assert [r["runs"] for r in cost["rows"]] == [5, 1, 3, 1, 3, 1, 1, 1]  # the sweeps, and one run per size at 10
+    assert cost["share"] == pytest.approx(cost["gpu_hours"] / (target["days"] * 24)) and 0 < cost["share"] < 1

@@ -17,8 +17,10 @@ alpha, so along the rule L(N) is all the data can identify. Between power and sa
 the lower AICc (Akaike's criterion corrected for few points, which charges each parameter heavily when
 there are 4 or 5 sizes): E is kept only when the points show the curve bending towards it.
 """
+import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -176,10 +178,13 @@ def fit_task(losses, scores):
 
 def best_lr(lrs, losses):
     """(best learning rate, which edge of the sweep it is on or None): the vertex of a parabola in log lr
-    through the lowest final loss and its two neighbours, kept between them; at an edge, that point."""
+    through the lowest final loss and its two neighbours, kept between them; at an edge, that point; of a
+    one-point sweep, its rate."""
     order = np.argsort(lrs)
     lrs, losses = np.asarray(lrs, float)[order], np.asarray(losses, float)[order]
     k = int(np.argmin(losses))
+    if len(lrs) == 1:  # no sweep: the rate the sizes below predicted
+        return float(lrs[0]), None
     if k == 0 or k == len(lrs) - 1:
         return float(lrs[k]), "low" if k == 0 else "high"
     x, y = np.log(lrs[k - 1:k + 2]), losses[k - 1:k + 2]
@@ -214,3 +219,31 @@ def tokens_for_loss(loss_fit, n, target):
         return (f"never, by this fit: at {n:.3g} parameters the loss approaches "
                 f"{named['E'] + named['A'] * n ** -named['alpha']:.4f} and the target is {target:.4f}")
     return float((named["B"] / rest) ** (1 / named["beta"]))
+
+
+def loss_for_score(task_fit, score):
+    """The loss at which a task's sigmoid reaches score (Bhagia et al.'s step 2 inverted), or a one-line
+    reason it never does: the sigmoid lies between b (chance) and a + b (its ceiling)."""
+    named = task_fit.named()
+    a, k, l0, b = named["a"], named["k"], named["L0"], named["b"]
+    if not b < score < a + b:
+        return f"never, by this fit: its score lies between {b:.3f} and {a + b:.3f}, and the target is {score:.3f}"
+    return float(l0 - math.log(a / (score - b) - 1) / k)
+
+def identity(cfg):
+    """What a ladder's losses were measured on (cfg: a resolved config): its data and vocabulary."""
+    meta = Path(cfg.data_dir) / "meta.json"
+    info = json.loads(meta.read_text()) if meta.is_file() else {}
+    return {"dataset": cfg.dataset, "data_mixture": cfg.data_mixture or None, "vocab_size": cfg.vocab_size,
+            "encoding": info.get("encoding"),
+            "train_tokens": info.get("splits", {}).get("train", {}).get("tokens")}
+
+
+def identity_problem(found, expected, where):
+    """One line when a ladder (found: its ladder.json's "data") was measured on other data or vocabulary than
+    expected, whose losses its fits do not predict; else None. A figure missing on either side is not compared."""
+    differs = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v and None not in (found.get(k), v)}
+    if differs:
+        return (f"{where} was measured on other data or vocabulary ("
+                + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b) in differs.items()) + "): its fits do not apply")
+    return None
