@@ -19,13 +19,25 @@ a line for each, then waits --poll seconds for the next; it stops after the run'
 at once with --poll 0, and a restart carries on where it stopped.
 """
 import os
+import signal
+import sys
+
+
+def stop_at_once(signum, frame):
+    """SIGINT before --watch takes it over (stopping.hear_sigint), or while one checkpoint is scored: nothing is half
+    written (results land whole, at the end), so exit now, quietly."""
+    print("eval.py: stopped by SIGINT before writing anything", file=sys.stderr, flush=True)
+    sys.exit(130)
+
+
+if __name__ == "__main__":  # heard from here on: `cmd &` in a script starts a process with SIGINT ignored, which
+    signal.signal(signal.SIGINT, stop_at_once)  # Python keeps, and a signal during the imports below was lost
 
 # before datasets is imported: never the hub, and none of its progress bars for files of a few MB
 os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from datetime import timedelta  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -161,7 +173,7 @@ def main(argv=None):
     if args.watch:
         if world_size > 1:
             sample.fail("--watch runs in one process: start it with python, not torchrun")
-        stopping.hear_sigint()  # started with `&` from a script, it would otherwise ignore Ctrl-C and kill -INT
+        stopping.hear_sigint()  # from now on a stop is a KeyboardInterrupt here, which says where eval.jsonl stands
         try:
             return watch(args)
         except KeyboardInterrupt:  # a checkpoint half scored is scored again by the next watch

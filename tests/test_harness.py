@@ -7,6 +7,10 @@ own `hf` model. Tiny random models and made-up task files (data/eval/prepare.py 
 import importlib.util
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -168,6 +172,53 @@ def test_watch_scores_each_checkpoint_once_resumes_and_plots(run, tmp_path, caps
     assert sorted(curves) == [("hellaswag", "acc_norm"), ("winogrande", "acc")] and sorted(curves[("winogrande", "acc")]) == [10, 20, 30]
     plot_log.main([str(out_dir), "--out", str(tmp_path / "plot.png")])
     assert "lm-eval curves for 2 task metric(s)" in capsys.readouterr().out and (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def sigint_heard(pid):
+    """Whether the process no longer ignores SIGINT (bit 1 of /proc's SigIgn mask: signal 2)."""
+    with open(f"/proc/{pid}/status") as f:
+        ignored = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return not ignored & (1 << (signal.SIGINT - 1))
+
+
+def wait_for(condition, what, timeout=120):
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"no {what} in {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("when", ["importing", "scoring", "waiting"])
+def test_watch_started_with_sigint_ignored_stops_on_it_within_10s_leaving_eval_jsonl_whole(run, tmp_path, when):
+    """`python scripts/eval.py --watch OUT &` in a script starts with SIGINT ignored, which Python keeps: kill -INT
+    must stop it wherever it is, the seconds of imports included (a signal there used to be lost)."""
+    out_dir = tmp_path / "run"
+    for step in (10, 20):
+        save(out_dir, step)
+    lines = tmp_path / "output"  # stdout and stderr (loading ..., lm-eval's progress bars), unbuffered
+    with open(lines, "w") as output:
+        child = subprocess.Popen([sys.executable, "scripts/eval.py", "--watch", str(out_dir), "--data_dir",
+                                  str(run / "tasks"), "--tasks", "hellaswag", "--device", "cpu", "--poll", "60"],
+                                 cwd=REPO, stdout=output, stderr=output,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        marker = {"importing": None, "scoring": "loading ", "waiting": "watch: step 20 scored"}[when]
+        wait_for(lambda: sigint_heard(child.pid), "SIGINT handler")
+        if marker:
+            wait_for(lambda: marker in lines.read_text(), repr(marker))
+        else:  # still importing torch and lm-eval, seconds before the first line
+            assert "watch:" not in lines.read_text()
+        child.send_signal(signal.SIGINT)
+        sent = time.time()
+        child.wait(timeout=60)
+        assert time.time() - sent < 10 and child.returncode == 130 and "Traceback" not in lines.read_text(), lines.read_text()
+    finally:
+        child.kill()
+    records = [json.loads(line) for line in (out_dir / "eval.jsonl").read_text().splitlines()] \
+        if (out_dir / "eval.jsonl").exists() else []  # every line whole, oldest checkpoint first
+    assert [r["iter"] for r in records] == [10, 20][:len(records)] and (when != "waiting" or len(records) == 2)
+    assert ("watch: stopped by SIGINT" in lines.read_text()) == (when != "importing")
 
 
 def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
