@@ -117,7 +117,8 @@ class Ladder:
         return {"recipe": name, "size": size, **shape, "params": start["params"], "lr": float(f"{lr:.3g}"),
                 "tokens_per_param": ratio, "tokens": start["max_iters"] * start["tokens_per_iter"],
                 "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
-                "final_val_loss": evals[-1]["val_loss"], "out_dir": str(out_dir), "scores": scores(out_dir)}
+                "final_val_loss": evals[-1]["val_loss"], "out_dir": str(out_dir), "scores": scores(out_dir),
+                "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals]}  # for forecast.Prior
 
     def run_many(self, name, recipe, size, shape, lrs, ratio):
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
@@ -162,19 +163,10 @@ def scores(out_dir):
             if metric != "n" and not metric.endswith("_stderr") and isinstance(value, (int, float))}
 
 
-def best_runs(runs, ratio):
-    """Per size, the run with the lowest final val loss at the sweep's ratio, by size."""
-    best = {}
-    for r in runs:
-        if r["tokens_per_param"] == ratio and (r["size"] not in best or r["final_val_loss"] < best[r["size"]]["final_val_loss"]):
-            best[r["size"]] = r
-    return sorted(best.values(), key=lambda r: r["params"])
-
-
 def fits(runs, ratio):
     """One recipe's fits (the best learning rate, the final val loss along the rule, and where the ladder
     measured several ratios or has scores, Chinchilla's form and the task fits) as JSON-ready dicts."""
-    best = best_runs(runs, ratio)
+    best = ladder.best_runs(runs, ratio)
     sizes = [r["params"] for r in best]
     out = {"lr": ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in best]).to_json(),
            "loss": ladder.fit_loss(sizes, [r["final_val_loss"] for r in best]).to_json()}
@@ -198,7 +190,7 @@ def fits(runs, ratio):
 
 def held_out(runs, ratio):
     """Fitted on all sizes but the largest: the prediction for the largest beside what it measured."""
-    best = best_runs(runs, ratio)
+    best = ladder.best_runs(runs, ratio)
     if len(best) < ladder.MIN_SIZES + 1:
         return {"problem": f"{len(best)} sizes: holding one out leaves fewer than {ladder.MIN_SIZES} to fit"}
     last, rest = best[-1], best[:-1]
@@ -220,7 +212,7 @@ def compute_multipliers(reference, other, ratio, at=()):
     ref_fit = ladder.Fit.from_json(reference["fits"]["loss"])
     other_fit = ladder.Fit.from_json(other["fits"]["loss"])
     out = {}
-    points = [(r["size"], r["params"], r["final_val_loss"]) for r in best_runs(other["runs"], ratio)]
+    points = [(r["size"], r["params"], r["final_val_loss"]) for r in ladder.best_runs(other["runs"], ratio)]
     points += [(name, n, float(other_fit(n))) for name, n in at]
     for name, n, loss in points:
         needed = ladder.size_for_loss(ref_fit, loss, ratio)
@@ -240,7 +232,7 @@ def plot(result, path, target_params=None):
     for (name, rec), color in zip(result["recipes"].items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
         runs = [r for r in rec["runs"] if r["tokens_per_param"] == ratio]
         ax.scatter([r["flops"] for r in runs], [r["final_val_loss"] for r in runs], s=8, color=color, alpha=0.3)
-        best = best_runs(rec["runs"], ratio)
+        best = ladder.best_runs(rec["runs"], ratio)
         ax.scatter([r["flops"] for r in best], [r["final_val_loss"] for r in best], s=24, color=color,
                    label=f"{name}: best of each sweep")
         fit = ladder.Fit.from_json(rec["fits"]["loss"])
@@ -311,7 +303,7 @@ def summary(result):
     ratio = result["tokens_per_param"][0]
     for name, rec in result["recipes"].items():
         lines.append(f"{name} ({' '.join(rec['overrides'])}), {ratio:g} tokens per parameter:")
-        for r in best_runs(rec["runs"], ratio):
+        for r in ladder.best_runs(rec["runs"], ratio):
             lrs = sorted(x["lr"] for x in rec["runs"] if x["size"] == r["size"] and x["tokens_per_param"] == ratio)
             lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}  "
                          f"best lr {r['sweep_best_lr']:.3g} (swept {', '.join(f'{x:.3g}' for x in lrs)})")

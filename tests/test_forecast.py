@@ -1,9 +1,11 @@
 """The forecast (forecast.py), in-process on synthetic curves: its bar covers the true final loss of a curve that
 follows the law with noise, widens to the backtest's miss when the law misfits, says why there is none when
 the points cannot determine it, and writes its line and record."""
+import json
 import types
 
 import numpy as np
+import pytest
 
 import configurator
 from trainer import forecast, metrics, schedule
@@ -72,3 +74,60 @@ def test_report_logs_the_line_and_writes_the_record(tmp_path):
     assert written["iter"] == 250 and written["at_iter"] == 400 and set(written) >= {"val_loss", "error"}
     forecast.report(forecast.Forecaster(rates, 20), tmp_path, 30, 400, lines.append, record)
     assert lines[1].startswith("forecast: none yet, ")
+
+
+# -----------------------------------------------------------------------------
+# the scaling ladder's prior (forecast.Prior)
+
+def ladder_json(path, shape=lambda f: 1 + 0.6 * (1 - f) ** 2, sizes=(1e4, 3e4, 1e5, 3e5), data=None):
+    """A ladder.json whose best runs' final val loss is 20 N^-0.2 and whose curves are final * shape(fraction)."""
+    fractions = np.linspace(0.05, 1.0, 20)
+    runs = [{"size": f"s{i}", "params": n, "tokens_per_param": 2, "final_val_loss": 20 * n ** -0.2,
+             "curve": [[f, 20 * n ** -0.2 * shape(f)] for f in fractions]} for i, n in enumerate(sizes)]
+    path.write_text(json.dumps({"data": data or {"dataset": "quickstart", "vocab_size": 320}, "tokens_per_param": [2],
+                                "recipes": {"adamw": {"runs": runs}}}))
+    return str(path)
+
+
+def test_the_prior_predicts_the_size_and_takes_the_level_from_the_run(tmp_path):
+    prior = forecast.prior(ladder_json(tmp_path / "ladder.json"), 1e6)
+    final = 20 * 1e6 ** -0.2
+    value, low, high = prior.predicted
+    assert value == pytest.approx(final, rel=1e-3) and low < final < high
+    off = 1.05 * final  # the run ends 5% above the ladder's law: its level, not the ladder's, is forecast
+    points = [(it, off * (1 + 0.6 * (1 - it / 400) ** 2)) for it in (40, 60, 80, 100)]  # up to 25% of 400 steps
+    made, error = prior.forecast(points, 400)
+    assert made == pytest.approx(off, rel=1e-3) and error < 0.01 * made
+    assert prior.forecast([], 400) == "no evaluation yet"
+
+
+def test_the_prior_uses_only_the_ladders_sizes_below_the_run(tmp_path):
+    path = ladder_json(tmp_path / "ladder.json")
+    assert forecast.prior(path, 5e4) == "the ladder has 2 size(s) below this run's 50,000 parameters; its prior needs 3"
+
+
+def test_report_prints_the_ladders_prediction_beside_the_forecast_and_the_measured_loss(tmp_path):
+    rates = lrs("cosine")
+    forecaster = forecast.Forecaster(rates, 20, forecast.prior(ladder_json(tmp_path / "ladder.json"), 1e6))
+    record, lines = metrics.Metrics(tmp_path), []
+    for it, loss in synthetic(rates, 0.002)[:10]:
+        record("eval", it, val_loss=loss)
+    forecast.report(forecaster, tmp_path, 100, 400, lines.append, record)
+    assert lines[0].startswith("forecast: none yet, ")  # the law alone has too little to go on at 25%
+    assert lines[1].startswith("forecast with the ladder's prior: val loss ") and "; the ladder predicted " in lines[1]
+    assert "; measured now " in lines[1]
+    written = metrics.read(tmp_path, "forecast")[-1]
+    assert written["source"] == "ladder prior" and set(written) >= {"val_loss", "error", "ladder_val_loss"}
+
+
+def test_a_prior_that_cannot_be_read_is_one_line(tmp_path):
+    cfg = types.SimpleNamespace(**dict(configurator.DEFAULTS, dataset="quickstart", vocab_size=320,
+                                       data_dir=str(tmp_path)))
+    cfg.forecast_prior = str(tmp_path / "missing.json")
+    assert "cannot read it as scripts/ladder.py's ladder.json" in forecast.prior_problem(cfg)
+    cfg.forecast_prior = ladder_json(tmp_path / "ladder.json") + ":muon"
+    assert "the ladder has no recipe 'muon' (it has ['adamw'])" in forecast.prior_problem(cfg)
+    cfg.forecast_prior = ladder_json(tmp_path / "other.json", data={"dataset": "pile", "vocab_size": 50304})
+    assert "measured on other data or vocabulary" in forecast.prior_problem(cfg)
+    cfg.forecast_prior = ladder_json(tmp_path / "ladder.json")
+    assert forecast.prior_problem(cfg) is None

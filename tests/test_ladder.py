@@ -145,7 +145,7 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
     result = climb(config, tmp_path / "out", "adamw: --optimizer=adamw", "muon: --optimizer=muon --learning_rate=8e-3")
     for name, factor in (("adamw", 1.0), ("muon", 4.0)):
         rec = result["recipes"][name]
-        for r in ladder_script.best_runs(rec["runs"], 2):  # the sweep found the law's optimum at every size
+        for r in ladder.best_runs(rec["runs"], 2):  # the sweep found the law's optimum at every size
             assert r["sweep_best_lr"] == pytest.approx(factor * 0.05 * r["params"] ** -0.3, rel=0.02)
             assert r["sweep_edge"] is None
         assert rec["fits"]["lr"]["named"]["b"] == pytest.approx(-0.3, abs=0.01)

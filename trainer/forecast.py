@@ -24,12 +24,17 @@ backtest's, as extrapolation error grows with the horizon. E = max(the fit's spr
 evaluation's scatter about the fit, since the final val loss is a noisy evaluation too; that scaled miss). Until
 the backtest can be made (b still in warmup, too few points before b, or, for WSD, no decay before b) there is
 no forecast, and none while E is over MAX_RELATIVE_ERROR of the forecast.
+
+With forecast_prior (a scaling ladder's ladder.json, scripts/ladder.py) a second forecast comes beside it from
+the first evaluation: Prior, the ladder's curve shape at this run's level, and the ladder's own prediction
+for this size, so one run tells whether the ladder was right.
 """
+import json
 import math
 
 import numpy as np
 
-from trainer import metrics
+from trainer import ladder, metrics
 
 MIN_POINTS = 5
 MOMENTUM = 0.999  # Tissue et al.'s lambda for the annealing area
@@ -57,9 +62,9 @@ def law(s1s2, l0, a, alpha, c):
 class Forecaster:
     """Fits the law to (iteration, val loss) points of a run whose steps have the learning rates lrs."""
 
-    def __init__(self, lrs, warmup_iters):
+    def __init__(self, lrs, warmup_iters, prior=None):
         self.s1, self.s2 = areas(lrs, warmup_iters)
-        self.warmup_iters, self.end = warmup_iters, len(lrs)
+        self.warmup_iters, self.end, self.prior = warmup_iters, len(lrs), prior  # prior: a scaling ladder's (Prior)
 
     def predict(self, points):
         """(val_loss, error) at the end of the schedule, or a one-line reason there is none to print."""
@@ -127,11 +132,93 @@ def report(forecaster, out_dir, iter_num, max_iters, log, record):
     if iter_num >= max_iters:
         return
     evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
-    result = forecaster.predict([(r["iter"], r["val_loss"]) for r in evals if r["iter"] <= iter_num
-                                 and r.get("val_loss") is not None])
+    points = [(r["iter"], r["val_loss"]) for r in evals if r["iter"] <= iter_num and r.get("val_loss") is not None]
+    result = forecaster.predict(points)
     if isinstance(result, str):
         log(f"forecast: none yet, {result}")
-        return
-    value, error = result
-    log(f"forecast: val loss {value:.4f} at iter {max_iters} (±{error:.4f})")
-    record("forecast", iter_num, at_iter=max_iters, val_loss=value, error=error)
+    else:
+        log(f"forecast: val loss {result[0]:.4f} at iter {max_iters} (±{result[1]:.4f})")
+        record("forecast", iter_num, at_iter=max_iters, val_loss=result[0], error=result[1])
+    if isinstance(forecaster.prior, str):
+        log(f"forecast with the ladder's prior: none, {forecaster.prior}")
+    elif forecaster.prior:  # beside it, the ladder's: its prediction for this size and its shape at this run's level
+        made, (predicted, low, high) = forecaster.prior.forecast(points, max_iters), forecaster.prior.predicted
+        log(f"forecast with the ladder's prior: " + (f"none yet, {made}" if isinstance(made, str) else
+            f"val loss {made[0]:.4f} (±{made[1]:.4f})") + f"; the ladder predicted {predicted:.4f} [{low:.4f}, {high:.4f}]"
+            + (f"; measured now {points[-1][1]:.4f}" if points else ""))
+        if not isinstance(made, str):
+            record("forecast", iter_num, at_iter=max_iters, val_loss=made[0], error=made[1], source="ladder prior",
+                   ladder_val_loss=predicted)
+
+
+LEVEL_POINTS = 3  # the prior's level: the mean over the run's last this many evaluations
+
+
+class Prior:
+    """A scaling ladder's prior (scripts/ladder.py's ladder.json) for a run of n parameters, from the ladder's
+    sizes below it: the final val loss its loss law predicts there, and the shape of its runs' val-loss
+    curves: each best run's curve divided by its final val loss, by fraction of the run. At each fraction the
+    shape is a line in log N through the ladder's sizes, read at n; the run's own evaluations give the level
+    (val loss / shape, averaged over its last LEVEL_POINTS evaluations). So the law's shape comes from the
+    ladder and its level from the run: one number to measure, from the first evaluation after warmup. It
+    assumes the run follows the ladder's recipe and schedule in fractions of its length (the same
+    tokens-per-parameter rule, warmup share and decay). Its error: the shape's scatter about its line at
+    that fraction (two sizes are spent on the line) and the spread of the level's estimates."""
+
+    def __init__(self, result, recipe, n):
+        ratio = result["tokens_per_param"][0]
+        runs = [r for r in ladder.best_runs(result["recipes"][recipe]["runs"], ratio) if r["params"] < n]
+        if len(runs) < ladder.MIN_SIZES:
+            raise ladder.FitError(f"the ladder has {len(runs)} size(s) below this run's {n:,.0f} parameters; "
+                                  f"its prior needs {ladder.MIN_SIZES}")
+        fit = ladder.fit_loss([r["params"] for r in runs], [r["final_val_loss"] for r in runs])
+        self.predicted = fit.predict(n)  # (value, low, high)
+        self.n, self.curves = n, [(r["params"], np.array(r["curve"])) for r in runs]
+
+    def shape(self, fraction):
+        """(val loss / final val loss at this fraction of the run, the scatter of the ladder's sizes about it)."""
+        logn = np.log([n for n, _ in self.curves])
+        ratios = np.array([np.interp(fraction, c[:, 0], c[:, 1] / c[-1, 1]) for _, c in self.curves])
+        slope, intercept = np.polyfit(logn, ratios, 1)
+        misses = ratios - (intercept + slope * logn)
+        return intercept + slope * math.log(self.n), math.sqrt((misses ** 2).sum() / max(len(ratios) - 2, 1))
+
+    def forecast(self, points, end):
+        """(val_loss, error) at the end of the run from its (iteration, val loss) points so far."""
+        points = [(it, loss) for it, loss in points if 0 < it < end and math.isfinite(loss)][-LEVEL_POINTS:]
+        if not points:
+            return "no evaluation yet"
+        shapes = [self.shape(it / end) for it, _ in points]
+        levels = np.array([loss / ratio for (_, loss), (ratio, _) in zip(points, shapes)])
+        value = float(levels.mean())
+        spread = float(levels.std(ddof=1) / math.sqrt(len(levels))) if len(levels) > 1 else 0.0
+        return value, math.hypot(value * shapes[-1][1] / shapes[-1][0], spread)
+
+
+def prior(spec, n):
+    """The Prior of forecast_prior = 'OUT/ladder.json' or 'OUT/ladder.json:RECIPE' (default: the ladder's first
+    recipe) for a run of n parameters; None when spec is ''; why there is none when the ladder cannot give one
+    for this size (report logs it: the run goes on without it). prior_problem has checked the file."""
+    if not spec:
+        return None
+    path, _, recipe = spec.partition(":")
+    with open(path) as f:
+        result = json.load(f)
+    try:
+        return Prior(result, recipe or next(iter(result["recipes"])), n)
+    except ladder.FitError as e:
+        return str(e)
+
+
+def prior_problem(cfg):
+    """One line when cfg's forecast_prior cannot be read for this run (configurator.check), else None."""
+    path, _, recipe = cfg.forecast_prior.partition(":")
+    try:
+        with open(path) as f:
+            result = json.load(f)
+    except (OSError, ValueError) as e:
+        return f"forecast_prior={cfg.forecast_prior!r}: cannot read it as scripts/ladder.py's ladder.json ({e})"
+    if recipe and recipe not in result.get("recipes", {}):
+        return f"forecast_prior={cfg.forecast_prior!r}: the ladder has no recipe {recipe!r} (it has {sorted(result.get('recipes', {}))})"
+    problem = ladder.identity_problem(result.get("data", {}), ladder.identity(cfg), path)
+    return f"forecast_prior: {problem}" if problem else None

@@ -230,6 +230,15 @@ def loss_for_score(task_fit, score):
         return f"never, by this fit: its score lies between {b:.3f} and {a + b:.3f}, and the target is {score:.3f}"
     return float(l0 - math.log(a / (score - b) - 1) / k)
 
+def best_runs(runs, ratio):
+    """Per size, the run with the lowest final val loss at the sweep's ratio, by size."""
+    best = {}
+    for r in runs:
+        if r["tokens_per_param"] == ratio and (r["size"] not in best or r["final_val_loss"] < best[r["size"]]["final_val_loss"]):
+            best[r["size"]] = r
+    return sorted(best.values(), key=lambda r: r["params"])
+
+
 def identity(cfg):
     """What a ladder's losses were measured on (cfg: a resolved config): its data and vocabulary."""
     meta = Path(cfg.data_dir) / "meta.json"
