@@ -31,6 +31,7 @@ DEFAULTS = dict(
     hellaswag_interval=1000,
     hellaswag_file="",
     hellaswag_limit=0,
+    forecast_prior="",
     init_from="auto",
     init_weights="",
     checkpoint_interval=1000,
@@ -118,6 +119,8 @@ HELP = {
         hellaswag_interval="iterations between HellaSwag evaluations (and at the end); 0: off",
         hellaswag_file="data/hellaswag/prepare.py's hellaswag.json or the official jsonl; '': beside the bins",
         hellaswag_limit="score only the first N examples (0: all 10,042)",
+        forecast_prior="a scaling ladder's ladder.json (scripts/ladder.py), or 'PATH:RECIPE': its prediction and "
+                       "a forecast from its curve shape beside the in-run forecast (trainer/forecast.py)",
         init_from="'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', a ckpt path to roll back "
                   "to, or 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' (a new run from OpenAI's weights)",
         init_weights="a new run from these weights (a Hugging Face GPT-2 folder, a ckpt_N.pt or ckpt_N/): "
@@ -399,4 +402,7 @@ def check(cfg, world_size, distributed=None):
     if cfg.gradient_accumulation_steps % world_size:
         return (f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must divide among {world_size} "
                 f"processes; the global batch is batch_size x gradient_accumulation_steps at any world size")
+    if cfg.forecast_prior:
+        from trainer import forecast  # here: numpy for a key few runs set
+        return forecast.prior_problem(cfg)
     return None

@@ -202,7 +202,8 @@ wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_n
 if wandb_run:
     record.forward = lambda r: wandb_logging.log(wandb_run, r)  # wandb charts the records metrics.jsonl gets
 forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, start.cooldown_from) for it in range(cfg.max_iters)],
-                                 cfg.warmup_iters) if master and cfg.eval_interval > 0 else None
+                                 cfg.warmup_iters, forecast.prior(cfg.forecast_prior, n_params)) \
+    if master and cfg.eval_interval > 0 else None  # prior: a scaling ladder's prediction beside the forecast
 
 
 # -----------------------------------------------------------------------------
