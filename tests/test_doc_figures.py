@@ -1,4 +1,4 @@
-"""The memory figures the docs quote are the ones scripts/plan.py gives now, computed here by plan.py's own
+"""The memory and time figures the docs quote are the ones scripts/plan.py gives now, computed here by plan.py's own
 functions in-process (its meta model, memory.estimate, auto's choice), so that a change of the pricing cannot
 leave the docs behind. A failure lists every stale figure: the doc, the figure it quotes, and the value to
 write instead. (The simulated columns of docs/memory.md need `plan.py --simulate`, minutes at 6.7B, and
@@ -16,6 +16,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import plan  # noqa: E402
 
 SIX_B = "config/train_gpt3_6b.py"
+FAST = "config/train_gpt3_6b_fast.py"
 AUTO_TEXT = {"none": "no recompute", "selective": "selective", "full": "full"}
 
 
@@ -66,7 +67,27 @@ def figures():
     e = memory.estimate(plan.build_meta_model(small, "none"), small.batch_size, small.dtype, 1, small.strategy,
                         ("none", -1), *optim.mode_of(vars(small)), fp8="")
     found["1.3b none total"] = gb(e["total"]), "plan.py config/train_gpt3_1_3b.py --gpu h200 (by policy: none)"
+    fast, six_b = configurator.load_config([FAST]), configurator.load_config([SIX_B])  # cfg's fp8 was changed above
+    for key in ("h200", "mi300x"):  # plan.py's defaults: 40% MFU, $2 a GPU-hour, one GPU
+        command = f"{FAST} --gpu {key} --beside {SIX_B}"
+        plans = {"fast": plan.make_plan(fast, key, 0.4, 2.0, 1), "gpt3": plan.make_plan(six_b, key, 0.4, 2.0, 1)}
+        found[f"{key} recipe command"] = command, "the command for the fast-recipe table's row"
+        for recipe, p in plans.items():
+            found[f"{key} {recipe} tokens"] = p["total_tokens"] / 1e9, f"plan.py {command}"
+            found[f"{key} {recipe} days"] = p["days"], f"plan.py {command}"
+            found[f"{key} {recipe} dollars"] = f"{p['cost_usd']:,.0f}", f"plan.py {command}"
+        found[f"{key} days ratio"] = f"{plans['fast']['days'] / plans['gpt3']['days']:.2f}", f"plan.py {command}"
     return found
+
+
+def recipe_row(gpu, label):
+    """docs/time_to_quality.md's row of the fast recipe beside GPT-3's on one GPU: one quote for each figure."""
+    names = [f"{gpu} {recipe} {what}" for recipe in ("fast", "gpt3") for what in ("tokens", "days", "dollars")]
+    names.append(f"{gpu} days ratio")
+    row = r"^\| " + label + r" \| {}B, {} days, \${} \| {}B, {} days, \${} \| {}× \|"
+    anything = [r"[\d.]+", r"[\d.]+", r"[\d,]+"] * 2 + [r"[\d.]+"]
+    return [("docs/time_to_quality.md", row.format(*[f"({a})" if j == i else a for j, a in enumerate(anything)]), name)
+            for i, name in enumerate(names)]
 
 
 # (doc, a regex whose one group is the figure, the figure's name in `figures`)
@@ -132,6 +153,9 @@ QUOTES = [
     ("README.md", r"MI300X: [a-z ]+, ([\d.]+) GB", "mi300x auto peak"),
     ("README.md", r"H200 \(`--gpu h200`\): (no recompute|selective|full), [\d.]+ GB", "h200 auto policy"),
     ("README.md", r"H200 \(`--gpu h200`\): [a-z ]+, ([\d.]+) GB", "h200 auto peak"),
+    *recipe_row("h200", "H200"), *recipe_row("mi300x", "MI300X"),
+    *[("docs/time_to_quality.md", rf"^python scripts/plan.py ({FAST} --gpu {key} .*)$", f"{key} recipe command")
+      for key in ("h200", "mi300x")],
 ]
 
 
