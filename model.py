@@ -169,6 +169,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.qk_norm = config.qk_norm
+        self.block_size = config.block_size  # the most a KV cache holds
 
     def forward(self, x, kv_cache=None, rope=None):
         B, T, C = x.size()
@@ -179,7 +180,7 @@ class CausalSelfAttention(nn.Module):
         if rope is not None:  # keys enter the cache rotated at their own positions
             q, k = rotate(q, *rope), rotate(k, *rope)
         if kv_cache is not None:
-            k, v = kv_cache.append(k, v)
+            k, v = kv_cache.append(k, v, self.block_size)
         # With a cache, the T new queries sit at the end of a longer key sequence: query i may
         # see every cached key plus new keys up to i, which is_causal (top-left aligned) would
         # get wrong when T > 1, so the mask is explicit then.
@@ -370,18 +371,30 @@ def lm_head_scores(x, weight, targets, n_tokens, chunk_rows, cap=0.0):
 
 
 class KVCache:
-    """Keys and values of one layer for the tokens seen so far, so generation runs one new token per step."""
+    """Keys and values of one layer for the tokens seen so far, so generation runs one new token per step.
+    They are written in place into buffers that double when full (up to the context, limit): a step copies
+    one token's keys, where concatenating copied the whole cache every step (a fifth of a decode step's
+    time on the CPU, scripts/bench/bench_sample.py)."""
 
     def __init__(self):
         self.k = self.v = None
+        self.length = 0
 
-    def append(self, k, v):
-        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
-        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
-        return self.k, self.v
+    def append(self, k, v, limit):
+        end = self.length + k.size(2)
+        if self.k is None or end > self.k.size(2):
+            size = max(end, min(limit, 2 * end))
+            grown = [t.new_empty(*t.shape[:2], size, t.size(3)) for t in (k, v)]
+            if self.k is not None:
+                grown[0][:, :, :self.length], grown[1][:, :, :self.length] = self.k[:, :, :self.length], \
+                    self.v[:, :, :self.length]
+            self.k, self.v = grown
+        self.k[:, :, self.length:end], self.v[:, :, self.length:end] = k, v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
 
     def __len__(self):
-        return 0 if self.k is None else self.k.size(2)
+        return self.length
 
 
 class GPT(nn.Module):

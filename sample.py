@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import torch
 
 from model import GPT, model_config
-from trainer import bins, checkpoint, hardware, tokenizer
+from trainer import bins, checkpoint, environment, hardware, tokenizer
 
 REQUIRED_KEYS = ("model", "model_args")
 
@@ -134,6 +134,8 @@ def main(argv=None):
         fail("need --num_samples >= 1, --max_new_tokens >= 0, --temperature > 0 and --top_k >= 0")
     torch.manual_seed(args.seed)
     model, state, enc, device, autocast = load_model(args)
+    if device == "cpu":  # a decode step is many tiny ops: threads the machine lacks make each one wait (a 10x slowdown)
+        log(environment.use_cpu_threads())
     dtype = "bfloat16" if isinstance(autocast, torch.autocast) else "float32"
     idx = torch.tensor([prompt_ids(args, enc, model.config.vocab_size)], dtype=torch.long, device=device)
     log(f"sampling {args.num_samples} x {args.max_new_tokens} tokens from step {state.get('iter_num')} "

@@ -120,9 +120,12 @@ def test_generate_top_k_restricts_choices():
     assert seen <= allowed and len(seen) > 1
 
 
-def test_kv_cache_matches_full_recompute():
+@pytest.mark.parametrize("modern", [{}, dict(position="rope", norm="rmsnorm", qk_norm=True, activation="swiglu",
+                                              tie_embeddings=False, logit_softcap=15.0)])
+def test_kv_cache_matches_full_recompute(modern):
+    """Sampling, and past block_size the sliding window, with RoPE's cached keys rotated where they were made."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(**TINY)).eval()
+    model = GPT(GPTConfig(**TINY, **modern)).eval()
     idx = torch.randint(0, 96, (2, 7))
     torch.manual_seed(5)
     cached = model.generate(idx, 30, use_cache=True)

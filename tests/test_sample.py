@@ -18,8 +18,10 @@ def tiny_model(seed=0):
 
 
 @torch.no_grad()
-def test_cached_logits_match_full_forward():
-    model = tiny_model()
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_cached_logits_match_full_forward(position):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**MODEL_ARGS, position=position)).eval()
     idx = torch.randint(0, 320, (2, 20), generator=torch.Generator().manual_seed(1))
     caches = [KVCache() for _ in model.transformer.h]
     logits, _ = model(idx[:, :5], kv_caches=caches)  # a prompt, then one token at a time
@@ -33,6 +35,16 @@ def test_cached_logits_match_full_forward():
     chunk, _ = model(idx[:, 9:14], kv_caches=caches)
     full, _ = model(idx[:, :14])
     torch.testing.assert_close(chunk, full, rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_greedy_generation_with_the_cache_equals_without(position):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**MODEL_ARGS, position=position)).eval()
+    prompt = torch.randint(0, 320, (2, 6), generator=torch.Generator().manual_seed(1))
+    greedy = [model.generate(prompt, 40, top_k=1, use_cache=use_cache) for use_cache in (True, False)]
+    assert torch.equal(*greedy)  # 46 tokens: past block_size 32, the window slides
 
 
 @pytest.fixture
