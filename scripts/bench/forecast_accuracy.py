@@ -9,18 +9,26 @@ printed it or why not (too few points, no backtest yet, a WSD run's stable phase
 forecast), whether the final val loss fell inside forecast ± E, and the first forecast train.log printed.
 Then, over every forecast train.log printed, how many bars held the final val loss. Prints a markdown table
 and writes it as JSON to --out.
+
+    python scripts/bench/forecast_accuracy.py --ladder out/ladder_tiny/ladder.json
+
+With --ladder it trains nothing: for each recipe of a scaling ladder (scripts/ladder.py) it takes the largest
+size's best run and sets beside its final val loss, at 25% and 50% of that run, the law's fit, the forecast
+with the ladder's prior (forecast.Prior, from the sizes below it: the ladder's shape at the run's level) and
+"the val loss now", each with its error against the final.
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import forecast, metrics  # noqa: E402
+from trainer import forecast, ladder, metrics  # noqa: E402
 from trainer.schedule import learning_rate  # noqa: E402
 
 
@@ -35,7 +43,10 @@ def main(argv=None):
     p.add_argument("--work", default="/tmp/forecast_accuracy", help="where the runs' out_dirs go")
     p.add_argument("--out", default="/tmp/forecast_accuracy/results.json")
     p.add_argument("--args", default="", help="more train.py overrides for every run, e.g. a smaller model")
+    p.add_argument("--ladder", help="a ladder.json: measure its largest runs with and without its prior instead")
     args = p.parse_args(argv)
+    if args.ladder:
+        return ladder_table(args.ladder, args.out)
     rows, coverage = [], []
     for schedule in args.schedules:
         for seed in args.seeds:
@@ -76,6 +87,37 @@ def main(argv=None):
               "the final val loss within ±E")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "coverage": coverage}, indent=2))
+
+
+def ladder_table(path, out):
+    """Each recipe's largest best run: its forecasts at 25% and 50% with and without the ladder's prior."""
+    result, rows = json.loads(Path(path).read_text()), []
+    for name, rec in result["recipes"].items():
+        run = ladder.best_runs(rec["runs"], result["tokens_per_param"][0])[-1]
+        cfg = types.SimpleNamespace(**json.loads((Path(run["out_dir"]) / "config.json").read_text()))
+        evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(run["out_dir"], "eval"))]
+        final, end = evals[-1][1], cfg.max_iters
+        law = forecast.Forecaster([learning_rate(it, cfg) for it in range(end)], cfg.warmup_iters)
+        prior = forecast.Prior(result, name, run["params"])
+        for share in (0.25, 0.5):
+            points = [(it, loss) for it, loss in evals if it <= share * end]
+            for method, made in (("law", law.fit(points)), ("ladder prior", prior.forecast(points, end)),
+                                 ("val loss now", (points[-1][1], 0.0))):
+                value = None if isinstance(made, str) else made[0]
+                rows.append({"recipe": name, "size": run["size"], "at": points[-1][0] / end, "method": method,
+                             "forecast": value, "error_bar": made if value is None else made[1],
+                             "final_val_loss": final, "relative_error": None if value is None else value / final - 1})
+        rows.append({"recipe": name, "size": run["size"], "method": "the ladder's prediction (sizes below)",
+                     "at": 0.0, "forecast": prior.predicted[0], "error_bar": (prior.predicted[2] - prior.predicted[1]) / 2,
+                     "final_val_loss": final, "relative_error": prior.predicted[0] / final - 1})
+    print("| recipe | size | at | method | forecast (±error) | final val loss | forecast / final − 1 |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        made = f"{r['forecast']:.4f} (±{r['error_bar']:.4f})" if r["forecast"] is not None else f"none: {r['error_bar']}"
+        diff = "—" if r["relative_error"] is None else f"{r['relative_error']:+.2%}"
+        print(f"| {r['recipe']} | {r['size']} | {r['at']:.0%} | {r['method']} | {made} | {r['final_val_loss']:.4f} | {diff} |")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps({"ladder": path, "rows": rows}, indent=2))
 
 
 def row(schedule, seed, at, final, made, printed):
