@@ -239,6 +239,11 @@ def plot(result, path, target_params=None):
         bands = np.array([fit.predict(n) for n in grid])
         ax.plot(6 * ratio * grid ** 2, bands[:, 0], color=color, label=f"{name}: {fit.form} fit")
         ax.fill_between(6 * ratio * grid ** 2, bands[:, 1], bands[:, 2], color=color, alpha=0.15)
+        if "predicted_val_loss" in (held := rec["held_out"]):  # fitted without the largest size: its prediction
+            low, high = held["interval"]
+            ax.errorbar([best[-1]["flops"]], [held["predicted_val_loss"]], fmt="x", color=color, capsize=4,
+                        yerr=[[held["predicted_val_loss"] - low], [high - held["predicted_val_loss"]]],
+                        label=f"{name}: {held['size']} predicted without it")
     ax.set_xscale("log")
     ax.set_xlabel(f"training compute, FLOPs (6 N D, D = {ratio:g} N)")
     ax.set_ylabel("final val loss")
