@@ -19,6 +19,8 @@ import sys
 import types
 from pathlib import Path
 
+from trainer import RunError
+
 # The defaults are GPT-3 125M on The Pile (GPT-3 paper, Table 2.1: context 2048, AdamW betas
 # 0.9/0.95, weight decay 0.1, clip 1.0); config/ files state what differs. HELP says what each key does.
 DEFAULTS = dict(
@@ -217,15 +219,27 @@ def missing_help():
 
 class Config(types.SimpleNamespace):
     """The settings as attributes; `sources` (outside vars(), so never saved as a setting) says where each
-    value came from: 'by default', 'in <config file>', 'on the command line', or 'from <checkpoint or weights>'."""
-    __slots__ = ("sources",)
+    value came from: 'by default', 'in <config file>', 'on the command line', or 'from <checkpoint or weights>'.
+    freeze() ends the changes: train.py resolves cfg once (the start point, the memory choice), then a value
+    means the same wherever the run reads it."""
+    __slots__ = ("sources", "frozen")
+
+    def __setattr__(self, key, value):
+        if getattr(self, "frozen", False):
+            raise AttributeError(f"cfg.{key}: the config is frozen once train.py has resolved it; decide the value "
+                                 f"before configurator.Config.freeze()")
+        super().__setattr__(key, value)
+
+    def freeze(self):
+        object.__setattr__(self, "frozen", True)
+        return self
 
 
 # the form of a key whose type is not obvious from a value, for its type error
 EXAMPLES = {"data_mixture": "{'data/pile': 0.7, 'data/dclm': 0.3}"}
 
 
-class ConfigError(Exception):
+class ConfigError(RunError):
     """A config problem, described in one line the user can act on."""
 
 

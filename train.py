@@ -7,6 +7,7 @@ Top to bottom: config, processes, device, start point, data, model, optimizer, t
 in trainer/. The same command again continues from out_dir's newest loadable checkpoint; Ctrl+C, SIGTERM and SIGHUP
 stop after the current micro-batch, saving the last completed step. People read out_dir/train.log, tools metrics.jsonl.
 """
+import functools
 import math
 import os
 import sys
@@ -22,8 +23,8 @@ if problem := environment.torch_problem():
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
 from trainer import (
-    bins, checkpoint, elastic, evaluation, faults, forecast, hardware, hellaswag, memory, metrics, mixture, optim,
-    precision, resume, runlock, runlog, saving, schedule, sharding, spikes, stopping, tokenizer, wandb_logging)
+    RunError, checkpointer, elastic, environment, evaluation, faults, forecast, hardware, hellaswag, memory, metrics,
+    mixture, optim, precision, runlock, runlog, schedule, sharding, spikes, start, stopping, tokenizer, wandb_logging)
 
 # -----------------------------------------------------------------------------
 # config (configurator.py: every key, its default and help, and where each value came from)
@@ -33,20 +34,20 @@ cfg = configurator.load_config_or_exit(sys.argv[1:])
 # processes: one, or one per GPU under torchrun
 distributed, rank, local_rank, world_size = elastic.ranks()
 master = rank == 0  # only rank 0 writes train.log, config.json, wandb and .pt checkpoints
-if problem := resume.fork_problem(cfg):  # before the lock and train.log: a fork's source is only read
+if problem := start.fork_problem(cfg):  # before the lock and train.log: a fork's source is only read
     sys.exit(f"error: {problem}")
 # one run per out_dir: a second one would interleave train.log and overwrite checkpoints
 out_dir_lock = runlock.hold_or_exit(cfg.out_dir, "training run") if master else None
-run_log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
-log, fail = run_log, run_log.fail
+log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 record = metrics.Metrics(cfg.out_dir, enabled=master)  # what tools read: out_dir/metrics.jsonl (metrics.py)
-sys.excepthook = run_log.crash
-run_log.explain = lambda error: environment.compile_failure(error) if cfg.compile else None  # one line, not a traceback
+sys.excepthook = log.crash  # from here on every RunError is one line, `error: ...`, and exit status 1
+if cfg.compile:  # a library's error explained in one line, not a traceback
+    log.explainers.append(environment.compile_failure)
 
 if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size and distributed:  # one node's GPUs: its fast link shards
-    cfg.hsdp_shard_size = sharding.node_size() or fail(sharding.NODE_SIZE_UNKNOWN)
+    cfg.hsdp_shard_size = sharding.node_size()
 if problem := configurator.check(cfg, world_size, distributed) or elastic.restart_problem():
-    fail(problem)
+    raise RunError(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
     + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))
 if master and (restarted := elastic.restart_line(cfg.out_dir)):
@@ -59,64 +60,46 @@ allocator = memory.use_expandable_segments()  # before the device initialises, w
 device, device_type, problem = hardware.use_device(cfg.device, local_rank)
 if problem := problem or (cfg.fp8 and (precision.device_problem(device) or precision.kernel_problem(cfg.fp8, device))) or (
         device_type == "cuda" and environment.compiler_problem(cfg.compile)):
-    fail(problem)
+    raise RunError(problem)
 if device_type == "cpu":  # threads the machine has free, not one a core whatever the load (environment.py)
     log(environment.use_cpu_threads())
 timeout = sharding.init_processes(cfg, device_type, log) if distributed else None
 
 # -----------------------------------------------------------------------------
-# what to start from: a checkpoint (resume, roll back), imported weights, or scratch (resume.py)
-try:
-    start = resume.start_point(cfg, configurator.DEFAULTS, master, log)
-except resume.ResumeError as e:
-    fail(str(e))
-log(schedule.describe(cfg, start.cooldown_from))
+# what to start from: a checkpoint (resume, roll back), imported weights, or scratch (start.py)
+begin = start.start_point(cfg, configurator.DEFAULTS, master, log)
+log(schedule.describe(cfg, begin.cooldown_from))
 with torch.device("meta"):
-    shapes = GPT(model_config(cfg, start.saved_args))  # every shape and no storage: what memory.py's estimates read
+    shapes = GPT(model_config(cfg, begin.saved_args))  # every shape and no storage: what memory.py's estimates read
 save_group = sharding.save_group(cfg, shapes.get_num_params(non_embedding=False), timeout, log) if distributed else None
 if distributed:  # names the hung rank
-    run_log.explain = lambda error, compiling=run_log.explain: compiling(error) or elastic.explain_timeout(
-        error, save_group, timeout)
-saver = saving.Saver(cfg.checkpoint_async, save_group, log)
+    log.explainers.append(functools.partial(elastic.explain_timeout, group=save_group, timeout=timeout))
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
-try:  # refuse now rather than after minutes of allocating; auto picks the cheapest setting that fits
-    choice = memory.settle_run(shapes, cfg, device, world_size, log)
-except memory.DoesNotFit as e:
-    fail(f"{e}; see python scripts/plan.py {' '.join(sys.argv[1:])}")
+choice = memory.settle_run(shapes, cfg, device, world_size, log, sys.argv[1:])  # refuse now, not after minutes of allocating
 cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
-gptconf = model_config(cfg, start.saved_args, activation_checkpointing=choice.activation_checkpointing,
+cfg.freeze()  # resolved: from here on a value means the same wherever it is read
+gptconf = model_config(cfg, begin.saved_args, activation_checkpointing=choice.activation_checkpointing,
                        recompute_blocks=choice.recompute_blocks)
-model_args = {k: getattr(gptconf, k) for k in (*ARCHITECTURE_KEYS, "n_tokens")}  # what checkpoints keep
 
 # -----------------------------------------------------------------------------
 # data: uint16 token bins of one folder or a weighted mixture of several (mixture.py), each sampled
 # without replacement in a per-epoch permutation of windows
 if cfg.data_mixture and cfg.data_dir != os.path.join("data", cfg.dataset):
     log(f"note: data_mixture is set, so the training and validation data do not come from data_dir {cfg.data_dir}")
-try:
-    tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
-    sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, start.origin,
-                                   mixed=bool(cfg.data_mixture))
-    encoding = sampler.encoding(fallback=start.encoding)  # saved in checkpoints, so sample.py can decode
-except (bins.BinError, mixture.MixtureError) as e:
-    fail(str(e))
+tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
+sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, begin.origin,
+                               mixed=bool(cfg.data_mixture))
+encoding = sampler.encoding(fallback=begin.encoding)  # saved in checkpoints, so sample.py can decode
 # every rank draws the same global batch and takes its share: the batches do not depend on the number of processes
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
 val_windows = sampler.val_windows(cfg.eval_iters, eval_batch_size)  # the same every time: val losses compare
 tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
-try:
-    hellaswag_examples = hellaswag.for_run(cfg, encoding or "gpt2", gptconf.block_size, log)
-except hellaswag.EncodingMismatch as e:
-    fail(f"hellaswag_file: {e}")
+hellaswag_examples = hellaswag.for_run(cfg, encoding or "gpt2", gptconf.block_size, log)
 
 
 def get_batch(read, indices):
     """x and y of the windows read(indices, block_size) gives: a mixture's draws, or one val bin's indices."""
-    try:
-        windows = torch.from_numpy(read(indices, gptconf.block_size))
-    except bins.BinError as e:
-        fail(str(e))
-    windows = hardware.to_device(windows, device)
+    windows = hardware.to_device(torch.from_numpy(read(indices, gptconf.block_size)), device)
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -129,10 +112,10 @@ with torch.device(device):  # built in place: at 6.7B a CPU build then a copy wo
     raw_model = GPT(gptconf)  # the plain module, whose state_dict has no wrapper prefixes
 n_params = raw_model.get_num_params()
 log(f"built {raw_model.get_num_params(non_embedding=False):,} parameters in {time.time() - t0:.1f}s")
-if start.weights is not None:  # before compile and sharding, identically on every rank
-    raw_model.load_state_dict(start.weights)
-    log(f"starting from {start.pretrained}'s weights at iteration 0, with a fresh optimizer and data order")
-    start.weights = None
+if begin.weights is not None:  # before compile and sharding, identically on every rank
+    raw_model.load_state_dict(begin.weights)
+    log(f"starting from {begin.pretrained}'s weights at iteration 0, with a fresh optimizer and data order")
+    begin.weights = None
 if cfg.master_weights == "bfloat16":  # 2 bytes a weight, gradients still fp32 (optim.py)
     optim.use_bf16_weights(raw_model)
 how = sharding.mode(cfg, distributed)  # 'ddp', 'by_hand', 'fsdp' (hsdp too) or 'single'
@@ -145,42 +128,38 @@ optimizer = optim.build(raw_model, cfg.optimizer, cfg.weight_decay, cfg.learning
                         device_type, cfg.master_weights, cfg.optimizer_offload)
 if isinstance(optimizer, optim.MuonAdamW):
     log(optimizer.describe())
-guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after)
+guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after,
+                          cfg.max_nonfinite_steps, log, record)
 fp8_all_gather = cfg.fp8 and fsdp  # each weight's scale then comes from one all-reduce after each change of the weights
 
 
-def load_training_state(state, after_rollback=False):
-    """A checkpoint into the live run (resume.py); returns its iteration."""
-    global best_val_loss, wandb_run_id
-    try:
-        iteration, best_val_loss, wandb_run_id = resume.restore(state, cfg, raw_model, optimizer, sampler, guard, rank,
-                                                                world_size, device_type, log, after_rollback)
-    except resume.ResumeError as e:
-        fail(str(e))
-    if fp8_all_gather:
-        precision.update_weight_scales(raw_model)
-    return iteration
+def step_loss(iteration, loss_sum):
+    """Once the step's gradients are complete: they are averaged over the ranks where DDP does not, and the
+    loss over the whole global batch is returned. The tests' injected faults wrap this (faults.py)."""
+    if how == "by_hand":
+        optim.average_gradients(raw_model.parameters(), world_size)
+    return sharding.mean(loss_sum / micro_steps)
 
 
-iter_num, best_val_loss, wandb_run_id, load_seconds = 0, float("inf"), None, None
-if start.state is not None:
-    t0 = time.time()
-    iter_num = load_training_state(start.state)
-    load_seconds = start.load_seconds + time.time() - t0  # its read, then the copy into the model and optimizer
-    log(f"resuming after {iter_num} completed steps (best val loss {best_val_loss:.4f})")
-    if start.cooldown_from is not None and not start.continuing_fork:  # a fork is a run of its own, wandb's too
-        wandb_run_id = None
-    start.state = None  # the mmap'd tensors have been copied into the model and optimizer
+step_loss = faults.active.wrap(step_loss, raw_model.parameters, rank == world_size - 1, guard.replayed)
+
+# -----------------------------------------------------------------------------
+# the checkpointer: what a checkpoint holds, when it is written, and how one goes back in (checkpointer.py)
+run = checkpointer.RunState({k: getattr(gptconf, k) for k in (*ARCHITECTURE_KEYS, "n_tokens")}, encoding,
+                            begin.cooldown_from)
+checkpoints = checkpointer.Checkpointer(cfg, {"model": raw_model, "optimizer": optimizer, "sampler": sampler,
+                                              "spikes": guard, "run": run}, device, fsdp, save_group, log, record)
+iter_num, load_seconds = checkpoints.restore(begin)
 
 if master:
-    configurator.save_json(cfg, os.path.join(cfg.out_dir, "config.json"), **model_args)
+    configurator.save_json(cfg, os.path.join(cfg.out_dir, "config.json"), **run.model_args)
 record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params, world_size=world_size,
        restarts=elastic.restarts(), batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
        activation_checkpointing=gptconf.activation_checkpointing, recompute_blocks=gptconf.recompute_blocks,
        load_seconds=load_seconds)
 for line in sampler.describe(tokens_per_iter, cfg.max_iters, iter_num):  # after the resume: what was drawn counts
     log(line)
-if sampler.changes:  # the val loss is weighted otherwise from here on (its best was reset: resume.py)
+if sampler.changes:  # the val loss is weighted otherwise from here on (its best was reset: checkpointer.py)
     record("weights_changed", iter_num, changes=sampler.changes, weights={s.name: s.share for s in sampler.sources})
 
 # MFU against the peak of the GPU we really have
@@ -197,21 +176,20 @@ autocast, step_casts, train_autocast = precision.autocast_contexts(cfg.dtype, de
 
 # -----------------------------------------------------------------------------
 # wandb: optional, and never allowed to hang or prompt inside tmux (wandb_logging.py)
-wandb_run, wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), wandb_run_id, log) \
-    if cfg.wandb_log and master else (None, wandb_run_id)
+wandb_run, run.wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), run.wandb_run_id,
+                                                  log) if cfg.wandb_log and master else (None, run.wandb_run_id)
 if wandb_run:
     record.forward = lambda r: wandb_logging.log(wandb_run, r)  # wandb charts the records metrics.jsonl gets
-forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, start.cooldown_from) for it in range(cfg.max_iters)],
+forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, begin.cooldown_from) for it in range(cfg.max_iters)],
                                  cfg.warmup_iters, forecast.prior(cfg.forecast_prior, n_params)) \
     if master and cfg.eval_interval > 0 else None  # prior: a scaling ladder's prediction beside the forecast
 
 
 # -----------------------------------------------------------------------------
 # helpers of the loop
-def evaluate():
+def evaluate(iteration, forecasting=False):
     """The val loss (the sources' weighted mean) logged and recorded, and the best so far; with a data_mixture
-    also one line per source and val/<name>."""
-    global best_val_loss
+    also one line per source and val/<name>. forecasting: in the loop, the forecast of the final loss too."""
     t_eval = time.time()
     losses = evaluation.val_losses(model, sampler, val_windows, get_batch, autocast, device, rank, world_size)
     if cfg.data_mixture:
@@ -219,62 +197,63 @@ def evaluate():
             seen, epochs = sampler.accounting(name)
             log(f"source {name}: {seen:,} tokens seen ({epochs:.2f} epochs), val loss {loss:.4f}")
     val_loss = sampler.headline(losses)
-    best_val_loss = min(best_val_loss, val_loss)
-    record("eval", iter_num, tokens=iter_num * tokens_per_iter, val_loss=val_loss, best_val_loss=best_val_loss,
+    run.best_val_loss = min(run.best_val_loss, val_loss)
+    record("eval", iteration, tokens=iteration * tokens_per_iter, val_loss=val_loss, best_val_loss=run.best_val_loss,
            **({"sources": losses} if cfg.data_mixture else {}))
-    log(f"eval iter {iter_num}: val loss {val_loss:.4f}" + (f", best {best_val_loss:.4f}" if clock.steps else "")
+    log(f"eval iter {iteration}: val loss {val_loss:.4f}" + (f", best {run.best_val_loss:.4f}" if clock.steps else "")
         + f" ({time.time() - t_eval:.1f}s)")
+    if forecaster and forecasting:  # the val loss at max_iters, fitted to the evaluations so far (forecast.py)
+        forecast.report(forecaster, cfg.out_dir, iteration, cfg.max_iters, log, record)
 
 
-def evaluate_hellaswag():
+def evaluate_hellaswag(iteration):
     t_eval = time.time()
-    result = hellaswag.evaluate(model, hellaswag_examples, gptconf.block_size, device, autocast,
-                                cfg.hellaswag_limit, rank, world_size, tokenizer.get_encoding(encoding or "gpt2").n_vocab)
-    log(f"hellaswag iter {iter_num}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
+    result = hellaswag.evaluate(model, hellaswag_examples, gptconf.block_size, device, autocast, cfg.hellaswag_limit,
+                                tokenizer.get_encoding(encoding or "gpt2").n_vocab)
+    log(f"hellaswag iter {iteration}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
         f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
-    record("hellaswag", iter_num, acc_norm=result["acc_norm"], acc=result["acc"], n=result["n"])
+    record("hellaswag", iteration, acc_norm=result["acc_norm"], acc=result["acc"], n=result["n"])
 
 
-def save(step_start):
-    """Save the state after iter_num steps; step_start: the data and RNG states where a resumed run begins."""
-    state = resume.run_state(cfg, model_args, iter_num, best_val_loss, step_start, wandb_run_id, encoding, guard,
-                             start.cooldown_from)
-    try:
-        seconds = resume.save(saver, state, raw_model, optimizer, cfg, iter_num, fsdp, master, device)
-    except (resume.ResumeError, checkpoint.CheckpointError) as e:
-        fail(str(e))
-    record("save", iter_num, asynchronous=cfg.checkpoint_async, sharded=fsdp, seconds=seconds)
+def log_step(iteration, loss, grad_norm, lr, dt):
+    """The step's line in train.log and its record in metrics.jsonl."""
+    tokens_per_sec, peak = tokens_per_iter / dt, hardware.peak_memory(device_type)
+    mfu, hfu = utilisation(tokens_per_sec)  # per GPU
+    figures = dict(loss=loss, lr=lr, grad_norm=grad_norm, step_time=dt, tokens_per_sec=tokens_per_sec, mfu=mfu, hfu=hfu)
+    log(runlog.step_line(iteration, figures, hardware.peak_memory_text(peak, cfg.optimizer_offload), world_size,
+                         clock.eta(cfg.max_iters - iteration), show_hfu=utilisation.recomputes))
+    record("step", iteration, **figures, tokens=iteration * tokens_per_iter, peak_memory=peak)
 
 
-def roll_back(first_spike, spike_data):
-    """Back to a checkpoint before a burst of spikes, past the spike's data (resume.py); its iteration or None."""
-    try:
-        return resume.roll_back(first_spike, spike_data, iter_num, cfg, guard, sampler, master, saver,
-                                lambda state: load_training_state(state, after_rollback=True), log)
-    except (resume.ResumeError, checkpoint.CheckpointError) as e:
-        fail(str(e))
+def say_how_it_ended(iteration, stopped):
+    """The run's last line and record: stopped by a signal (resumable), or done at max_iters."""
+    if stopped:
+        log(f"stopped by {stop_signal.name()} after {iteration} completed steps; run the same command to continue")
+        record("stop", iteration, signal=stop_signal.name())
+    elif iteration >= cfg.max_iters:
+        record("done", iteration, best_val_loss=run.best_val_loss)
+        log(f"done: {iteration} steps (max_iters)"
+            + (f"; best val loss {run.best_val_loss:.4f}" if run.best_val_loss < math.inf else ""))
 
 
 # -----------------------------------------------------------------------------
 # the loop: iter_num counts completed optimizer steps, so `iter N` and ckpt_N.pt agree
-clock = runlog.StepClock(cfg.compile)  # the first step's time, then the average behind the eta
+clock = runlog.StepClock(cfg.compile, log)  # the first step's time, then the average behind the eta
 if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
-    evaluate()
-    if hellaswag_examples and (start.pretrained or iter_num > 0 or cfg.eval_only):
-        evaluate_hellaswag()
+    evaluate(iter_num)
+    if hellaswag_examples and (begin.pretrained or iter_num > 0 or cfg.eval_only):
+        evaluate_hellaswag(iter_num)
     elif hellaswag_examples:  # random weights score 25% by construction: minutes spent learning nothing
         log("hellaswag: skipped at iteration 0 of a run from scratch (random weights score 25%)")
     if cfg.eval_only:
         sharding.end_processes()
         sys.exit(0)
 
-saving = cfg.checkpoint_interval > 0  # 0 turns checkpoints off, for benchmarks
-last_saved_iter, last_save_time = iter_num, time.time()  # a checkpoint's state, or scratch: nothing to save
-step_start = resume.step_start(sampler, device_type)
+step_start = checkpoints.step_start()
 stop_vote = stopping.StopVote(stop_signal, timeout)
 stop_now = sharding.agree(stop_signal.received, device)
 while iter_num < cfg.max_iters and not stop_now:
-    lr = schedule.learning_rate(iter_num, cfg, start.cooldown_from)
+    lr = schedule.learning_rate(iter_num, cfg, begin.cooldown_from)
     optim.set_lr(optimizer, lr)
     t0 = time.time()
     loss_sum = torch.zeros((), device=device)
@@ -291,88 +270,39 @@ while iter_num < cfg.max_iters and not stop_now:
                 x, y = get_batch(sampler.read, my_windows[micro_step + 1])
             (loss / micro_steps).backward()
             loss_sum += loss.detach()  # no .item() here: a host sync per micro-batch stalls the GPU
-            stop_now = stop_vote.read_previous_and_post()
-            if stop_now:
+            if stop_now := stop_vote.read_previous_and_post():
                 break
     if stop_now:
         optimizer.zero_grad(set_to_none=True)  # the unfinished step is dropped; resume redraws its batches
         break
-    if how == "by_hand":
-        optim.average_gradients(raw_model.parameters(), world_size)
-    loss_mean = sharding.mean(loss_sum / micro_steps)  # over the whole global batch
-    loss_mean = faults.active.step(iter_num + 1, loss_mean, raw_model.parameters(), rank == world_size - 1,
-                                   guard.replayed, fail)  # the tests' injected faults (faults.py); else nothing
+    loss_mean = step_loss(iter_num + 1, loss_sum)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
     loss_value, norm_value = sharding.same_on_every_rank(loss_mean, grad_norm)  # one host sync per step
-    # a non-finite or spiking step skips its update; it still counts, and its batches are not seen again
-    skipped = guard.verdict(iter_num + 1, loss_value, norm_value, step_start["sampler"], iter_num >= cfg.warmup_iters)
-    if not skipped:
+    # apply, or skip a non-finite or spiking step (it still counts, its batches are not seen again), or roll back
+    action = guard.after_step(iter_num + 1, loss_value, norm_value, step_start["sampler"], iter_num >= cfg.warmup_iters)
+    if action == spikes.APPLY:
         optim.step(optimizer, cfg.seed * 1_000_003 + iter_num, device_type)  # the same rounding on every rank
         if fp8_all_gather:
             precision.update_weight_scales(raw_model)
     optimizer.zero_grad(set_to_none=how != "ddp")  # DDP's gradients stay views of its buckets
     dt = time.time() - t0
     iter_num += 1
-    step_start = resume.step_start(sampler, device_type)
-
-    if skipped and skipped != spikes.NONFINITE:
-        log(f"iter {iter_num}: loss spike, step skipped: {skipped} ({guard.skipped} skipped in all)")
-        record("spike", iter_num, loss=loss_value, grad_norm=norm_value, reason=skipped, skipped=guard.skipped)
-    burst = guard.burst(iter_num)
-    restored = roll_back(*burst) if burst else None
-    if restored is not None:
-        record("rollback", restored, from_iter=iter_num, first_spike=burst[0])
-        iter_num = restored
-        step_start = resume.step_start(sampler, device_type)
-        if saving:  # over the checkpoint rolled back to: a kill now must not forget the data skip
-            save(step_start)
-        last_saved_iter, last_save_time = iter_num, time.time()
+    step_start = checkpoints.step_start()
+    if action == spikes.ROLL_BACK and (restored := checkpoints.roll_back(iter_num)) is not None:
+        iter_num, step_start = restored, checkpoints.resume_point
         continue
-    if skipped == spikes.NONFINITE:
-        log(f"iter {iter_num}: non-finite loss {loss_value} or grad norm {norm_value}: step skipped "
-            f"({guard.nonfinite_in_a_row} in a row, {guard.nonfinite_total} in all)")
-        record("nonfinite", iter_num, loss=loss_value, grad_norm=norm_value, in_a_row=guard.nonfinite_in_a_row)
-        if guard.nonfinite_in_a_row >= cfg.max_nonfinite_steps:
-            fail(f"{guard.nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back with "
-                 f"--init_from=<an earlier ckpt_N.pt> and a lower learning_rate")
-    if first_step_line := clock.lap(dt):
-        log(first_step_line)
-    if iter_num % cfg.log_interval == 0 and not skipped:
-        tokens_per_sec, peak = tokens_per_iter / dt, hardware.peak_memory(device_type)
-        mfu, hfu = utilisation(tokens_per_sec)  # per GPU
-        log(runlog.step_line(iter_num, loss_value, dt, tokens_per_sec, lr, norm_value,
-                             hardware.peak_memory_text(peak, cfg.optimizer_offload), mfu,
-                             hfu if utilisation.recomputes else None, world_size, clock.eta(cfg.max_iters - iter_num)))
-        record("step", iter_num, loss=loss_value, lr=lr, grad_norm=norm_value, step_time=dt,
-               tokens=iter_num * tokens_per_iter, tokens_per_sec=tokens_per_sec, mfu=mfu, hfu=hfu, peak_memory=peak)
-
+    clock.lap(dt)
+    if iter_num % cfg.log_interval == 0 and action == spikes.APPLY:
+        log_step(iter_num, loss_value, norm_value, lr, dt)
     if cfg.eval_interval > 0 and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
-        evaluate()
-        if forecaster:  # the val loss at max_iters, fitted to the evaluations so far (forecast.py)
-            forecast.report(forecaster, cfg.out_dir, iter_num, cfg.max_iters, log, record)
+        evaluate(iter_num, forecasting=True)
     if hellaswag_examples and (iter_num % cfg.hellaswag_interval == 0 or iter_num == cfg.max_iters):
-        evaluate_hellaswag()
-
-    # clocks differ between machines: a time-based save happens when any rank says so
-    time_to_save = sharding.agree(cfg.checkpoint_minutes > 0 and time.time() - last_save_time >= 60 * cfg.checkpoint_minutes, device)
-    if saving and (iter_num % cfg.checkpoint_interval == 0 or iter_num == cfg.max_iters or time_to_save):
-        save(step_start)
-        last_saved_iter, last_save_time = iter_num, time.time()
+        evaluate_hellaswag(iter_num)
+    checkpoints.maybe_save(iter_num)
     stop_now = sharding.agree(stop_signal.received, device)
 
-if stop_now and saving and iter_num != last_saved_iter:
-    save(step_start)
-try:
-    saver.wait()  # the last save in flight is complete before the process ends
-except checkpoint.CheckpointError as e:
-    fail(str(e))
-if stop_now:
-    log(f"stopped by {stop_signal.name()} after {iter_num} completed steps; run the same command to continue")
-    record("stop", iter_num, signal=stop_signal.name())
-elif iter_num >= cfg.max_iters:
-    record("done", iter_num, best_val_loss=best_val_loss)
-    log(f"done: {iter_num} steps (max_iters)" + (f"; best val loss {best_val_loss:.4f}" if best_val_loss < math.inf else ""))
-if wandb_run:
-    wandb_run.finish()
+checkpoints.finish(iter_num, stopped=stop_now)  # a stopped run's last step saved; the last save complete
+say_how_it_ended(iter_num, stop_now)
+wandb_logging.finish(wandb_run)
 stop_vote.finish()
 sharding.end_processes()

@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainer import checkpoint, sharded_checkpoint  # noqa: E402
+from trainer import checkpoint  # noqa: E402
 from trainer import optim  # noqa: E402
 from model import GPT, model_config  # noqa: E402
 
@@ -48,7 +48,7 @@ def main():
         checkpoint.save_checkpoint(dict(trainer_state, model=model_sd, optimizer=optimizer_sd),
                                    args.dest_dir, state["iter_num"], keep_last_n=0)
     else:
-        sharded_checkpoint.save_sharded(model, optimizer, trainer_state, args.dest_dir, state["iter_num"], keep_last_n=0)
+        checkpoint.save_sharded(model, optimizer, trainer_state, args.dest_dir, state["iter_num"], keep_last_n=0)
 
 
 if __name__ == "__main__":

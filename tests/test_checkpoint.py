@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer import checkpoint, faults, saving
+from trainer import checkpoint, faults
 from trainer.checkpoint import CheckpointError, checkpoint_path, list_checkpoints, load_checkpoint, load_newest, \
     remove_stale_temp_files, roll_back_to, save_checkpoint
 
@@ -201,9 +201,9 @@ def test_disk_full_raises_and_keeps_older_checkpoints(tmp_path, monkeypatch):
 
 SAVE_IN_CHILD = """
 import sys, torch
-from trainer import checkpoint, faults, saving
+from trainer import checkpoint, faults
 n = int(sys.argv[2])
-saver = saving.Saver(asynchronous=sys.argv[3] == 'async', log=lambda line: None)
+saver = checkpoint.Saver(asynchronous=sys.argv[3] == 'async', log=lambda line: None)
 state = {'model': {'w': torch.full((64, 64), float(n))}, 'iter_num': n}
 saver.save_checkpoint(state, sys.argv[1], n, 2)
 state['model']['w'].fill_(-1.0)  # training goes on while an asynchronous save writes: it must not see this
@@ -248,7 +248,7 @@ def test_an_async_save_writes_the_state_it_was_given_and_the_next_save_waits_for
         return write(*args, **kwargs)
     monkeypatch.setattr(checkpoint, 'write_checkpoint', save_when_the_disk_is_free)
     logs = []
-    saver = saving.Saver(asynchronous=True, log=logs.append)
+    saver = checkpoint.Saver(asynchronous=True, log=logs.append)
     state = make_state(1)
     saver.save_checkpoint(state, str(tmp_path), 1, 0)  # returns while its write cannot have begun
     assert steps(tmp_path) == []  # training goes on while it writes
@@ -261,7 +261,7 @@ def test_an_async_save_writes_the_state_it_was_given_and_the_next_save_waits_for
 
 def test_a_failed_async_save_fails_the_next_wait_and_keeps_older_checkpoints(tmp_path, monkeypatch):
     save(tmp_path, 1)
-    saver = saving.Saver(asynchronous=True, log=quiet)
+    saver = checkpoint.Saver(asynchronous=True, log=quiet)
     monkeypatch.setattr(faults, 'active', faults.Faults('disk_full'))
     saver.save_checkpoint(make_state(2), str(tmp_path), 2, 1)  # returns: the failure is in the background
     with pytest.raises(CheckpointError, match='could not write .*ckpt_2.pt'):

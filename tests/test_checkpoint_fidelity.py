@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten_with_path
 
 from model import GPT, GPTConfig
-from trainer import checkpoint, optim, precision, saving, sharding
+from trainer import checkpoint, optim, precision, sharding
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADAMW, ADAMW8, ADAMW4 = ("adamw", "float32", False), ("adamw8bit", "float32", False), ("adamw4bit", "float32", False)
@@ -114,7 +114,7 @@ def test_every_save_path_loads_the_live_values(tmp_path, sharded, asynchronous, 
     model, optimizer = build(fp8, mode, sharded)
     train_step(model, optimizer, 1)
     live = values(model, optimizer)
-    saver = saving.Saver(asynchronous=asynchronous, log=lambda line: None)
+    saver = checkpoint.Saver(asynchronous=asynchronous, log=lambda line: None)
     save(saver, sharded, model, optimizer, str(tmp_path), 1)
     train_step(model, optimizer, 2)  # training goes on while an asynchronous save writes: the file must not see it
     saver.wait()
@@ -135,7 +135,7 @@ def test_every_save_path_loads_the_live_values(tmp_path, sharded, asynchronous, 
 def test_two_asynchronous_saves_in_a_row(tmp_path):
     """A stager per save (reusing one raises KeyError on torch 2.11, pytorch#183413); each file its own step's."""
     model, optimizer = build("", ADAMW, False)
-    saver = saving.Saver(asynchronous=True, log=lambda line: None)
+    saver = checkpoint.Saver(asynchronous=True, log=lambda line: None)
     snapshots = []
     for n in (1, 2):
         train_step(model, optimizer, n)
@@ -185,7 +185,7 @@ def test_a_sharded_fp8_checkpoint_loads_where_torchao_is_not_imported(tmp_path):
     model, optimizer = build("tensorwise", ADAMW, True)
     train_step(model, optimizer, 1)
     live = values(model, optimizer)
-    saving.Saver(log=lambda line: None).save_sharded(model, optimizer, {"iter_num": 1}, str(tmp_path), 1, 0)
+    checkpoint.Saver(log=lambda line: None).save_sharded(model, optimizer, {"iter_num": 1}, str(tmp_path), 1, 0)
     subprocess.run([sys.executable, "-c", LOAD_WITHOUT_TORCHAO, str(tmp_path / "ckpt_1"), REPO,
                     str(tmp_path / "plain.pt")], check=True, timeout=300)
     for name, tensor in torch.load(tmp_path / "plain.pt", weights_only=True).items():
@@ -205,7 +205,7 @@ def _two_rank_worker(rank, folder):
         train_step(model, optimizer, 1)
         live = values(model, optimizer)
         # the save's collectives on a gloo group of their own, as train.py's save_group: training's go on beside them
-        saver = saving.Saver(asynchronous=asynchronous, group=dist.new_group(backend="gloo"), log=lambda line: None)
+        saver = checkpoint.Saver(asynchronous=asynchronous, group=dist.new_group(backend="gloo"), log=lambda line: None)
         save(saver, True, model, optimizer, out, 1)
         train_step(model, optimizer, 2)
         saver.wait()

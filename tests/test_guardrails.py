@@ -4,6 +4,7 @@ name the real cause, crashes in train.log, --help, closed pipes, and a failing r
 scripts run in this interpreter (run_here) where what they decide is the point, in processes (`e2e`)
 where a second live process, a pipe, tmux, a compiler or torchrun is."""
 import base64
+import importlib
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from trainer import runlock
+from trainer import RunError, bins, runlock, runlog
 from conftest import REPO, python, run_here, torchrun, wait_for
 from test_train import TINY, train
 
@@ -184,6 +185,35 @@ def test_an_unexpected_crash_is_written_to_train_log(tmp_path, data_dir, monkeyp
     assert result.returncode == 1 and "ZeroDivisionError" in result.stderr
     assert "Traceback (most recent call last)" in log
     assert last_line(log).startswith("error: train.py crashed: ZeroDivisionError: division by zero")
+
+
+def test_a_run_error_is_one_line_and_so_is_a_library_error_an_explainer_knows(tmp_path, capsys):
+    """runlog's crash hook, train.py's sys.excepthook: a RunError (every refusal's class) is its one line with
+    no traceback; a library's error that an explainer knows is its line, the traceback kept in train.log."""
+    log = runlog.RunLog(str(tmp_path))
+    log.explainers.append(lambda e: "the library failed: do this" if isinstance(e, LookupError) else None)
+    for error in (bins.BinError("data/x/train.bin: odd size"), KeyError("deep inside a library")):
+        try:
+            raise error
+        except Exception as e:
+            log.crash(type(e), e, e.__traceback__)
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["error: data/x/train.bin: odd size", "error: the library failed: do this"]
+    assert "Traceback" not in err
+    written = (tmp_path / "train.log").read_text()
+    assert written.count("Traceback") == 1 and "KeyError" in written  # the library's, for a bug report
+
+
+def test_run_error_is_the_one_base_of_the_trainers_errors():
+    import configurator
+    found = {f"{module.__name__}.{name}": thing for module in [configurator, *map(importlib.import_module, (
+                 f"trainer.{p.stem}" for p in sorted((REPO / "trainer").glob("*.py")) if p.stem != "__init__"))]
+             for name, thing in vars(module).items()
+             if isinstance(thing, type) and issubclass(thing, Exception) and thing.__module__ == module.__name__}
+    # hf.py's and preparation.py's errors are their owners' to move onto RunError
+    strays = sorted(name for name, cls in found.items() if not issubclass(cls, RunError))
+    assert set(strays) <= {"trainer.hf.WeightsError", "trainer.preparation.PrepareError"}, strays
+    assert len(found) - len(strays) >= 10
 
 
 @pytest.mark.e2e

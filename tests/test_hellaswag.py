@@ -131,7 +131,7 @@ state = checkpoint.load_checkpoint(sys.argv[1], log=lambda m: None)
 model = GPT(GPTConfig(**state["model_args"]))
 checkpoint.restore(state, model)
 examples = hellaswag.load(sys.argv[2], get_encoding("bytes"))
-result = hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), 0, dist.get_rank(), 2, 257)
+result = hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), 0, 257)
 if dist.get_rank() == 0:
     print(json.dumps(result))
 dist.destroy_process_group()

@@ -10,7 +10,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
 from model import GPT, model_config
-from trainer import checkpoint, hardware, resume, runlog, sharding, spikes
+from trainer import checkpoint, hardware, runlog, sharding, spikes, start
+from trainer.start import StartError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import plan  # noqa: E402
@@ -48,7 +49,7 @@ def save_run(out_dir, iter_num, **model_args):
 
 def start_point(*argv):
     cfg = configurator.load_config([*TINY, *argv])
-    return cfg, resume.start_point(cfg, configurator.DEFAULTS, True, quiet)
+    return cfg, start.start_point(cfg, configurator.DEFAULTS, True, quiet)
 
 
 def test_start_point_continues_scratch_or_refuses(tmp_path):
@@ -58,26 +59,26 @@ def test_start_point_continues_scratch_or_refuses(tmp_path):
     for argv, message in [(["--init_from=resume"], "has no checkpoint; use init_from='auto'"),
                           ([f"--init_weights={out}", "--init_from=resume"], "drop one of them"),
                           ([f"--init_from={out}/ckpt_9.pt"], "no such checkpoint")]:
-        with pytest.raises(resume.ResumeError, match=message):
+        with pytest.raises(StartError, match=message):
             start_point(f"--out_dir={out}", *argv)
     save_run(out, 4, activation="gelu_tanh")  # a key the config leaves at its default
     cfg, start = start_point(f"--out_dir={out}")
     assert start.state["iter_num"] == 4 and start.origin == "the checkpoint"
     assert cfg.activation == "gelu_tanh" and cfg.sources["activation"] == "from the checkpoint"  # what it implies
     assert model_config(cfg, start.saved_args).activation == "gelu_tanh"
-    with pytest.raises(resume.ResumeError, match="init_from='scratch' but .* holds 1 checkpoint"):
+    with pytest.raises(StartError, match="init_from='scratch' but .* holds 1 checkpoint"):
         start_point(f"--out_dir={out}", "--init_from=scratch")
 
 
 def test_an_architecture_conflict_names_where_it_was_set(tmp_path):
     out = tmp_path / "run"
     save_run(out, 2)
-    with pytest.raises(resume.ResumeError, match=r"n_layer=3 \(set on the command line\) conflicts with the "
+    with pytest.raises(StartError, match=r"n_layer=3 \(set on the command line\) conflicts with the "
                                                  r"checkpoint's n_layer=2"):
         start_point(f"--out_dir={out}", "--n_layer=3")
     wider = tmp_path / "wider.py"
     wider.write_text("n_embd = 48\n")
-    with pytest.raises(resume.ResumeError, match=rf"n_embd=48 \(set in {wider}\) conflicts"):
+    with pytest.raises(StartError, match=rf"n_embd=48 \(set in {wider}\) conflicts"):
         start_point(f"--out_dir={out}", str(wider))
 
 
@@ -143,13 +144,17 @@ def test_the_step_verdict_counts_non_finite_steps_and_judges_spikes():
 
 
 def test_the_step_line_and_its_clock():
-    clock = runlog.StepClock(compiling=True)
-    assert clock.lap(3.0) == "first step took 3.0s (includes warm-up and compilation)" and clock.eta(10) is None
-    assert clock.lap(1.0) is None and clock.eta(7200) == 7200.0
-    line = runlog.step_line(5, 2.0, 0.1, 97038, 1e-4, 0.5, "1.0GB RSS", 0.4, None, 8, clock.eta(7200))
+    said = []
+    clock = runlog.StepClock(compiling=True, log=said.append)
+    clock.lap(3.0)
+    assert said == ["first step took 3.0s (includes warm-up and compilation)"] and clock.eta(10) is None
+    clock.lap(1.0)
+    assert len(said) == 1 and clock.eta(7200) == 7200.0
+    figures = dict(loss=2.0, step_time=0.1, tokens_per_sec=97038, lr=1e-4, grad_norm=0.5, mfu=0.4, hfu=0.5)
+    line = runlog.step_line(5, figures, "1.0GB RSS", 8, clock.eta(7200))
     assert line == ("iter 5: loss 2.0000, time 100ms, mfu 40.0%, tok/s 97,038 (12,130 per GPU), lr 1.000e-04, "
                     "grad norm 0.500, mem 1.0GB RSS, eta 2.0h")
-    assert runlog.step_line(1, 2.0, 0.1, 10, 1e-4, 0.5, "m", None, 0.5).endswith("mem m, hfu 50.0%")
+    assert runlog.step_line(1, dict(figures, mfu=None), "m", show_hfu=True).endswith("mem m, hfu 50.0%")
 
 
 def test_utilisation_counts_recompute_only_where_it_runs():

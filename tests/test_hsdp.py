@@ -8,7 +8,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._fully_shard import _fsdp_collectives
 
 from model import GPT, GPTConfig
-from trainer import sharding
+from trainer import RunError, sharding
 
 
 @pytest.fixture
@@ -47,4 +47,5 @@ def test_all_reduce_only_on_the_last_micro_batch(one_rank_group, monkeypatch):
 
 def test_hsdp_outside_torchrun_is_refused_not_plain_fsdp():
     assert sharding.node_size({"LOCAL_WORLD_SIZE": "8"}) == 8
-    assert sharding.node_size({}) is None and "hsdp_shard_size" in sharding.NODE_SIZE_UNKNOWN
+    with pytest.raises(RunError, match="set hsdp_shard_size to the GPUs per node"):
+        sharding.node_size({})

@@ -3,7 +3,7 @@ used (falling back past a truncated one), and ids outside the encoding decode as
 import pytest
 import torch
 
-from trainer import bins, checkpoint, sharded_checkpoint
+from trainer import bins, checkpoint
 import sample
 from conftest import run_here
 from model import GPT, GPTConfig, KVCache
@@ -96,7 +96,7 @@ def test_reads_an_fsdp_runs_sharded_checkpoint(run_dir, capsys):
     """ckpt_9/ (a folder, as train.py writes under FSDP) holds step 7's weights: the same greedy text."""
     model = tiny_model(seed=7)
     trainer_state = {"model_args": MODEL_ARGS, "iter_num": 9, "config": {}, "encoding": "bytes"}
-    sharded_checkpoint.save_sharded(model, torch.optim.AdamW(model.parameters()), trainer_state, str(run_dir), 9,
+    checkpoint.save_sharded(model, torch.optim.AdamW(model.parameters()), trainer_state, str(run_dir), 9,
                                     keep_last_n=0, log=lambda m: None)
     greedy = ["--device=cpu", "--num_samples=1", "--max_new_tokens=20", "--top_k=1"]
     sample.main([f"--out_dir={run_dir}", *greedy])

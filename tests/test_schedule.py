@@ -1,4 +1,4 @@
-"""The learning-rate schedules (schedule.py) and cooldown forks (resume.py): the shapes, and one fork through
+"""The learning-rate schedules (schedule.py) and cooldown forks (start.py): the shapes, and one fork through
 train.py (in this process), which must anneal the model and leave its source's out_dir byte-for-byte as it was."""
 import hashlib
 import types
@@ -7,7 +7,7 @@ import pytest
 
 import configurator
 from conftest import VOCAB, run_here
-from trainer import metrics, resume, schedule
+from trainer import metrics, schedule, start
 
 
 def cfg(**overrides):
@@ -71,11 +71,11 @@ def test_bad_schedule_settings_are_one_line(override, word):
 
 
 def test_a_fork_needs_a_checkpoint_path_and_its_own_out_dir(tmp_path):
-    assert resume.fork_problem(cfg()) is None
-    assert "init_from" in resume.fork_problem(cfg(cooldown_iters=5, init_from="auto"))
-    own = resume.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"), out_dir=str(tmp_path)))
+    assert start.fork_problem(cfg()) is None
+    assert "init_from" in start.fork_problem(cfg(cooldown_iters=5, init_from="auto"))
+    own = start.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"), out_dir=str(tmp_path)))
     assert "own out_dir" in own
-    assert resume.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"),
+    assert start.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"),
                                    out_dir=str(tmp_path / "fork"))) is None
 
 

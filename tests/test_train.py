@@ -6,6 +6,7 @@ The guarantees a weeks-long run relies on: resume is bit-exact, signals save and
 kills and full disks during a save lose nothing, rotation is numeric, poisoned steps never
 reach a checkpoint, and bad input stops with one clear line.
 """
+import ast
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import pytest
 import torch
 
+import configurator
 from trainer import memory, metrics
 from conftest import REPO, VOCAB, python, run_here, wait_for
 from model import GPT, GPTConfig
@@ -223,6 +225,22 @@ def test_wandb_without_credentials_goes_offline_and_keeps_its_id(tmp_path, data_
     assert "no wandb credentials" in result.stdout and "logging offline" in result.stdout
     run_id = torch.load(tmp_path / "out" / "ckpt_2.pt", weights_only=True)["wandb_run_id"]
     assert run_id and list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
+
+
+def test_the_config_is_frozen_once_the_start_point_and_the_memory_choice_are_made():
+    cfg = configurator.load_config(TINY).freeze()
+    with pytest.raises(AttributeError, match="cfg.batch_size: the config is frozen"):
+        cfg.batch_size = 2
+    assert vars(cfg)["batch_size"] == 4 and "frozen" not in vars(cfg)  # what config.json and checkpoints save
+    source = (REPO / "train.py").read_text()
+    lines = source.splitlines()
+    frozen_at = next(i for i, line in enumerate(lines, 1) if line.startswith("cfg.freeze()"))
+    before = "\n".join(lines[:frozen_at])
+    assert "start.start_point(cfg" in before and "memory.settle_run(" in before  # both decided before it
+    assigned = [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Assign, ast.AugAssign))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                for t in ast.walk(target) if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "cfg"]
+    assert assigned and max(assigned) < frozen_at  # the resolving assignments, all before the freeze
 
 
 def test_auto_picks_what_fits_the_budget_and_trains_the_same(tmp_path, data_dir, reference):

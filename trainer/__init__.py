@@ -4,10 +4,16 @@ The modules are stacked in floors (layers), lowest first. A module imports only 
 lower ones, and never in a cycle (tests/test_layout.py checks both), so data flows one way: text, bins,
 model, training, checkpoints, evaluation.
   1. elastic, environment, faults, hardware, metrics, runlock, runlog, stopping, tokenizer, wandb_logging: the machine and the run's telemetry
-  2. bins, mixture, preparation, checkpoint, sharded_checkpoint, saving: bytes on disk: token bins, their mixtures,
-     the prepare job, checkpoints (the .pt format and the files on disk, the sharded format, the Saver)
+  2. bins, mixture, preparation, checkpoint: bytes on disk: token bins, their mixtures, the prepare job,
+     checkpoints (the .pt and sharded formats, the files on disk, synchronous and background writes)
   3. model.py (top level): the GPT itself, which imports nothing of ours
   4. precision, offload, optim, memory, schedule, forecast, sharding, spikes: how a model is trained, and what it costs
-  5. resume, evaluation, hellaswag, hf, harness: a run's state going back in, evaluation, Hugging Face's layout,
+  5. start, checkpointer, evaluation, hellaswag, hf, harness: where a run starts, the Checkpointer (what a
+     checkpoint holds, when it is written, how it goes back in), evaluation, Hugging Face's layout,
      lm-evaluation-harness over the model
 """
+
+
+class RunError(Exception):
+    """A refusal or a run failure the user can act on: str() is one line. Every module's error derives from it,
+    and train.py's crash hook (runlog.RunLog.crash) prints it as `error: ...` on the failing rank's behalf."""

@@ -13,13 +13,15 @@ import os
 
 import numpy as np
 
+from trainer import RunError
+
 DTYPE = np.dtype("<u2")  # uint16 holds every id of a vocab of at most 65536
 SPLITS = ("train", "val")
 META_FILE = "meta.json"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above this package
 
 
-class BinError(Exception):
+class BinError(RunError):
     """A data dir that cannot be used, as one line telling the user what to do."""
 
 

@@ -16,11 +16,13 @@ A checkpoint is out_dir/ckpt_<N>.pt, N = completed optimizer steps, no zero padd
   training (torchao's fp8 weights under FSDP2), so the file holds the values and loads without torchao.
 Only the process that saves (rank 0) should call the functions that change out_dir.
 
-Under FSDP a checkpoint is a folder out_dir/ckpt_<N>/ instead (sharded_checkpoint.py writes it):
-model and optimizer shards from torch.distributed.checkpoint, resharded on load, plus
-trainer_state.pt (everything else, as in a .pt file). Discovery, loading, rotation, fallback and
-roll back, here, treat both forms alike, ordered by N. saving.py's Saver runs either format's save
-synchronously or in the background, by the same steps.
+Under FSDP a checkpoint is a folder out_dir/ckpt_<N>/ instead (save_sharded): model and optimizer
+shards from torch.distributed.checkpoint, resharded on load, plus trainer_state.pt (everything else, as
+in a .pt file). Discovery, loading, rotation, fallback and roll back treat both forms alike, ordered by N.
+The Saver runs either format's save synchronously or in the background, by the same steps.
+
+This file is the formats and the files; checkpointer.py's Checkpointer decides when a run saves and what a
+checkpoint holds beyond weights and optimizer, and is what train.py calls.
 """
 
 
@@ -32,6 +34,7 @@ import pickle
 import re
 import shutil
 import tempfile
+import threading
 import time
 
 import torch
@@ -45,7 +48,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.serialization import config as serialization_config
 
-from trainer import faults
+from trainer import RunError, faults
 
 # no sign and no zero padding, so each step has exactly one name (ckpt_010.pt is not step 10)
 _CKPT_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)\.pt')
@@ -56,7 +59,7 @@ ROLLED_BACK_DIR = 'rolled_back'  # roll_back_to moves checkpoints here; discover
 REQUIRED_KEYS = ('model', 'iter_num')
 
 
-class CheckpointError(Exception):
+class CheckpointError(RunError):
     """A checkpoint could not be written or read; str() says which file, why, and what to do."""
 
 
@@ -279,7 +282,7 @@ def stage(state, host_copy=False):
 def start_save(state, out_dir, iter_num, keep_last_n, log=print, host_copy=False):
     """Rank 0, a .pt save's first half: the state to write, staged (host_copy: copied to host memory).
     Returns the second half, finish(), which writes ckpt_<iter_num>.pt as save_checkpoint says (on a
-    thread of its own for an asynchronous save, saving.py)."""
+    thread of its own for an asynchronous save, the Saver)."""
     t0 = time.time()
     staged = stage(state, host_copy)
     if host_copy:
@@ -527,10 +530,132 @@ def restore(state, model, optimizer=None):
         except BaseException as e:  # dcp's CheckpointException derives from BaseException
             if isinstance(e, KeyboardInterrupt):
                 raise
-            raise CheckpointError(f"cannot load {state['sharded_path']}: {_one_line(e)}") from e
+            raise CheckpointError(f"cannot load {state['sharded_path']}: {_one_line(e)}; move that checkpoint aside "
+                                  f"and rerun to resume from the one before") from e
         model_sd, optimizer_sd = target["model"], target.get("optimizer")
         options = StateDictOptions()
     if optimizer is None:
         set_model_state_dict(model, model_sd, options=options)
     else:
         set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optimizer_sd, options=options)
+
+
+def _sharded_paths(out_dir, iter_num):
+    return os.path.join(out_dir, f'ckpt_{operator.index(iter_num)}'), os.path.join(out_dir, f'.ckpt_{iter_num}.tmp-sharded')
+
+
+def _sharded_failed(e, path, tmp, out_dir):
+    if _rank() == 0:
+        _remove(tmp)
+    if isinstance(e, (CheckpointError, KeyboardInterrupt)):
+        raise e
+    raise CheckpointError(f"could not write {path}: {_one_line(e)}; older checkpoints are untouched. "
+                          f"Check free space in {out_dir} and rerun the same command to resume.") from e
+
+
+def _publish(trainer_state, path, tmp, out_dir, iter_num, keep_last_n, t0, log):
+    """Rank 0, once every rank's shards and DCP's .metadata are in tmp: trainer_state.pt, then the renames."""
+    try:
+        _write_and_sync(trainer_state, os.path.join(tmp, TRAINER_STATE), path)
+    except BaseException as e:
+        _sharded_failed(e, path, tmp, out_dir)
+    _fsync_dir(tmp)
+    _fault('kill_after_temp_write')
+    if os.path.exists(path):  # unreadable at resume, or the one a rollback went back to
+        os.replace(path, tmp + '-replaced')  # a folder cannot be renamed over; a kill now keeps the older ones
+        os.replace(tmp, path)
+        _remove(tmp + '-replaced')
+    else:
+        os.replace(tmp, path)
+    _fsync_dir(out_dir)
+    log(f"saved {path}/ ({_gb(_size(path))}) in {time.time() - t0:.1f}s")
+    _rotate(out_dir, iter_num, keep_last_n, log)
+
+
+def save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n, log=print, group=None):
+    """Every rank: write out_dir/ckpt_<iter_num>/ (the Saver's sharded save, synchronous) and return its path once
+    it is in place on every rank."""
+    Saver(group=group, log=log).save_sharded(model, optimizer, trainer_state, out_dir, iter_num, keep_last_n)
+    _barrier(group)
+    return _sharded_paths(out_dir, iter_num)[0]
+
+
+# -----------------------------------------------------------------------------
+# the Saver: either format's save, synchronous or in the background (checkpoint_async)
+
+class Saver:
+    """Each format's save is one path in two halves (start_save for a .pt, save_sharded's staging for a folder):
+    the start stages the state, and the finish writes it by the temp-file, fsync and rename steps. A
+    synchronous save runs the finish at once; an asynchronous one first copies the state to host memory, then
+    runs the finish on a thread while training goes on, so the training stall is that copy. A kill during the
+    write leaves the previous checkpoint the newest loadable one either way.
+
+    At most one save is in flight: wait() (every rank, at the next save, a rollback and the end of the run)
+    finishes the previous one, logs when it had to wait, and raises CheckpointError if it failed, so a failed
+    write is never silently lost. group: the process group of a sharded save's collectives and of wait()'s
+    barrier (gloo where saves run in the background: their collectives run on the CPU beside training's)."""
+
+    def __init__(self, asynchronous=False, group=None, log=print):
+        self.asynchronous, self.group, self.log = asynchronous, group, log
+        self.thread = self.error = self.name = None
+
+    def save_checkpoint(self, state, out_dir, iter_num, keep_last_n):
+        """Rank 0: out_dir/ckpt_<iter_num>.pt, as save_checkpoint writes it."""
+        self._finish(f"ckpt_{iter_num}.pt", start_save(state, out_dir, iter_num, keep_last_n, self.log,
+                                                       host_copy=self.asynchronous))
+
+    def save_sharded(self, model, optimizer, trainer_state, out_dir, iter_num, keep_last_n):
+        """Every rank: out_dir/ckpt_<iter_num>/. This rank's shards are staged into the temp folder
+        (.ckpt_<N>.tmp-sharded); the finish (on a thread for an asynchronous save) has DCP write every rank's
+        shards and .metadata, then rank 0 adds trainer_state.pt and renames the folder into place, so under its
+        final name a folder is always complete."""
+        path, tmp = _sharded_paths(out_dir, iter_num)
+        if _rank() == 0:
+            _remove(tmp)
+            os.makedirs(tmp)
+            self.log(f"saving {path}/ ...")
+        _barrier(self.group)
+        t0 = time.time()
+        model_sd, optimizer_sd = get_state_dict(model, optimizer)
+        shards = stage({"model": model_sd, "optimizer": optimizer_sd}, self.asynchronous)
+        trainer_state = stage(trainer_state)
+        if self.asynchronous:
+            self.log(f"copied the shards for ckpt_{iter_num}/ to host memory in {time.time() - t0:.2f}s; writing "
+                     f"them in the background")
+
+        def finish():
+            try:
+                dcp.save(shards, checkpoint_id=tmp, process_group=self.group)  # returns once .metadata is written too
+            except BaseException as e:  # dcp's CheckpointException derives from BaseException
+                _sharded_failed(e, path, tmp, out_dir)
+            if _rank() == 0:
+                _publish(trainer_state, path, tmp, out_dir, iter_num, keep_last_n, t0, self.log)
+        self._finish(f"ckpt_{iter_num}/", finish)
+
+    def _finish(self, name, finish):
+        if not self.asynchronous:
+            finish()
+            return
+
+        def run():
+            try:
+                finish()
+            except BaseException as e:  # kept for wait(), which raises it in the training thread
+                self.error = e
+        self.name, self.thread = name, threading.Thread(target=run, name=f"save {name}", daemon=True)
+        self.thread.start()
+
+    def wait(self):
+        """Every rank: the save in flight (if any) is complete, on every rank; CheckpointError if it failed.
+        The barrier is on `group`, whose timeout allows for a whole write."""
+        if self.thread is not None:
+            if self.thread.is_alive():
+                t0 = time.time()
+                self.thread.join()
+                self.log(f"waited {time.time() - t0:.1f}s for the background save of {self.name} to finish")
+            self.thread, error, self.error = None, self.error, None
+            if error is not None:
+                if isinstance(error, CheckpointError):
+                    raise error
+                raise CheckpointError(f"the background save of {self.name} failed: {_one_line(error)}") from error
+        _barrier(self.group)

@@ -14,6 +14,8 @@ import os
 import signal
 import time
 
+from trainer import RunError
+
 VARIABLE = "TRAINER_FAULTS"
 AT_STEPS = ("nan", "spike", "rank_error", "crash", "hang")
 AT_CHUNKS = ("kill_appended", "kill_synced", "kill_committed")
@@ -40,25 +42,29 @@ class Faults:
         if self.fires(name, at):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def step(self, step, loss, parameters, last_rank, replayed, fail):
-        """The training faults of step `step`, once its gradients are complete; returns its loss, poisoned or
-        not. replayed(step): the step replays data after an automatic rollback (spikes belong to their data);
-        fail(message): how the run stops with an error. Without training faults it returns at once."""
+    def wrap(self, step_loss, parameters, last_rank, replayed):
+        """train.py's step_loss(iteration, ...) -> the step's loss, with the training faults of each step injected
+        once its gradients are complete; step_loss itself when none is set, so a run without faults runs none of
+        this. parameters(): the model's; replayed(iteration): the step replays data after an automatic rollback."""
         if not self.training:
-            return loss
+            return step_loss
+        return lambda iteration, *args: self.step(iteration, step_loss(iteration, *args), parameters(), last_rank,
+                                                  replayed)
+
+    def step(self, step, loss, parameters, last_rank, replayed):
+        """The training faults of step `step`: its loss, poisoned or not; rank_error stops the run (RunError)."""
         if self.fires("spike", step) and not replayed(step):  # as if the loss itself had been x1000
             for p in parameters:
                 if p.grad is not None:
                     p.grad.mul_(1000.0)
             loss = loss * 1000.0
         if last_rank and self.fires("rank_error", step):
-            fail("injected error on the last rank")
+            raise RunError("injected error on the last rank")
         if last_rank and self.fires("crash", step) and not self.restarted:
             raise RuntimeError("injected crash on the last rank")
         if last_rank and self.fires("hang", step):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a rank stuck in C++ would ignore it: SIGKILL follows
             time.sleep(3600)
         return loss * float("nan") if self.fires("nan", step) else loss
-
 
 active = Faults(os.environ.get(VARIABLE, ""), restarted=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0")

@@ -29,7 +29,7 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from model import KVCache, mask_padding
-from trainer import evaluation
+from trainer import RunError, evaluation
 
 PAPER_TASKS = tuple(dict.fromkeys(task for task, _ in evaluation.GPT3_ZERO_SHOT))
 # where each task's config sits among lm-eval's own (indexing all of them takes ~20 s)
@@ -39,7 +39,7 @@ BATCH_SIZE = 32  # rows a forward: a multiple-choice question's choices, or roll
 MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
 
 
-class HarnessError(Exception):
+class HarnessError(RunError):
     """A task, file or request that cannot be evaluated: one line saying what to do."""
 
 

@@ -21,14 +21,14 @@ import os
 import torch
 import torch.distributed as dist
 
-from trainer import bins, evaluation, tokenizer
+from trainer import RunError, bins, evaluation, tokenizer
 
 FILE = "hellaswag.json"  # the prepared form's name, beside train.bin and val.bin
 BATCH = 8  # examples a forward: 32 rows of a few dozen tokens
 FIELDS = ("activity_label", "ctx_a", "ctx_b")
 
 
-class HellaSwagError(Exception):
+class HellaSwagError(RunError):
     """A missing or malformed file: one line saying which and why."""
 
 
@@ -108,8 +108,8 @@ def for_run(cfg, encoding_name, block_size, log):
         return None
     try:
         examples = load(cfg.hellaswag_file or os.path.join(cfg.data_dir, FILE), tokenizer.get_encoding(encoding_name))
-    except EncodingMismatch:
-        raise
+    except EncodingMismatch as e:  # named by the key that chose the file
+        raise EncodingMismatch(f"hellaswag_file: {e}") from None
     except (HellaSwagError, ValueError) as e:
         log(f"warning: {e}; HellaSwag evaluation is off for this run")
         return None
@@ -147,11 +147,12 @@ def ending_logprobs(model, examples, block_size, device, autocast, n_tokens=0):
     return evaluation.continuation_logprobs(model, pairs, block_size, device, autocast, n_tokens)[0].view(-1, 4)
 
 
-def evaluate(model, examples, block_size, device, autocast, limit=0, rank=0, world_size=1, n_tokens=0):
+def evaluate(model, examples, block_size, device, autocast, limit=0, n_tokens=0):
     """{'acc', 'acc_norm', 'n'} over the first `limit` examples (0: all), BATCH examples a forward,
-    each rank scoring its share of the batches. Every rank runs the same number of forwards (FSDP
-    needs it): a rank short of a batch repeats its last, uncounted. n_tokens: the encoding's token
-    count, so that a padded vocabulary scores as lm-eval scores the export."""
+    each rank (of torch.distributed's, where it is initialised) scoring its share of the batches. Every rank
+    runs the same number of forwards (FSDP needs it): a rank short of a batch repeats its last, uncounted.
+    n_tokens: the encoding's token count, so that a padded vocabulary scores as lm-eval scores the export."""
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     examples = examples[:limit] if limit else examples
     batches = [examples[i:i + BATCH] for i in range(0, len(examples), BATCH)]
     was_training = model.training

@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from model import GPT, LOSS_CHUNK_ROWS
-from trainer import bins, hardware, offload, optim, precision
+from trainer import RunError, bins, hardware, offload, optim, precision
 
 # The caching allocator rounds every block up (to 512 B, large ones to 2 MB segments) and splits
 # cached blocks, so what it reserves at the peak runs above what tensors hold: typically 2-5% over a
@@ -361,7 +361,7 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
     return None
 
 
-class DoesNotFit(Exception):
+class DoesNotFit(RunError):
     """A setting whose estimate does not fit the budget: str() is the one-line reason, .refused the setting."""
 
     def __init__(self, message, refused):
@@ -411,18 +411,22 @@ def settle(model, cfg, budget, gpus=1, attention="flash"):
     raise DoesNotFit(f"{message}. To try anyway: ignore_memory_estimate=True", refused)
 
 
-def settle_run(shapes, cfg, device, world_size, log):
+def settle_run(shapes, cfg, device, world_size, log, argv=()):
     """train.py's settle at start-up: the attention kernel this device runs (the math one's T x T matrices are
     priced, and warned of), the device's budget (after init_process_group: NCCL's buffers are a fixed cost),
-    then settle() and the host's check (settle_host); logs the choice. Raises DoesNotFit."""
+    then settle() and the host's check (settle_host); logs the choice. Raises DoesNotFit, which names the
+    plan.py command (train.py's argv) that shows the whole table."""
     attention = hardware.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
                                            cfg.n_head, cfg.n_embd // cfg.n_head, cfg.block_size)
     if attention == "math":
         log("warning: attention runs the math kernel, which keeps the T x T attention matrices (priced in the "
             "memory estimate below; slower too); see python scripts/check_env.py")
     budget = device_budget(device, cfg.memory_budget_gb)
-    choice = settle(shapes, cfg, budget, world_size, attention)
-    host = settle_host(shapes, cfg, choice, world_size, torch.device(device).type)  # offload, async staging, batches, loader
+    try:
+        choice = settle(shapes, cfg, budget, world_size, attention)
+        host = settle_host(shapes, cfg, choice, world_size, torch.device(device).type)  # offload, async staging, batches, loader
+    except DoesNotFit as e:  # the same refusal, with where to see every setting's estimate
+        raise DoesNotFit(f"{e}; see python scripts/plan.py {' '.join(argv)}", e.refused) from None
     if cfg.activation_checkpointing == "auto":
         log(f"auto: {choice.describe(cfg.n_layer)}")
     log(start_up_line(choice, budget))

@@ -29,14 +29,14 @@ import os
 
 import numpy as np
 
-from trainer import bins
+from trainer import RunError, bins
 from trainer.tokenizer import find as find_encoding
 from trainer.tokenizer import identity as encoding_identity
 
 MAX_REPEATS = 4  # epochs of one source past which plan.py and train.py warn (repeated data stops helping)
 
 
-class MixtureError(Exception):
+class MixtureError(RunError):
     """A mixture, or a checkpoint's data position, that cannot be used, in one line."""
 
 

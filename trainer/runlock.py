@@ -15,10 +15,12 @@ import socket
 import sys
 import time
 
+from trainer import RunError
+
 LOCK_FILE = ".lock"
 
 
-class Unavailable(Exception):
+class Unavailable(RunError):
     """Another live process holds the folder, or it cannot be created or written."""
 
 

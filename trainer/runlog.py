@@ -9,40 +9,41 @@ import os
 import sys
 import traceback
 
-from trainer import elastic, hardware
+from trainer import RunError, elastic, hardware
 
 
 class StepClock:
     """Step times for the log: the first step's (warm-up, compilation) said once, then an average of the
     later ones for the step line's eta."""
 
-    def __init__(self, compiling=False):
-        self.compiling, self.average, self.steps = compiling, None, 0
+    def __init__(self, compiling=False, log=print):
+        self.compiling, self.log, self.average, self.steps = compiling, log, None, 0
 
     def lap(self, seconds):
-        """Count a step that took `seconds`; the line to log for the first one, else None."""
+        """Count a step that took `seconds`; the first one is logged."""
         self.steps += 1
         if self.steps == 1:
-            return f"first step took {seconds:.1f}s (includes warm-up{' and compilation' if self.compiling else ''})"
-        self.average = seconds if self.average is None else 0.9 * self.average + 0.1 * seconds
-        return None
+            self.log(f"first step took {seconds:.1f}s (includes warm-up{' and compilation' if self.compiling else ''})")
+        else:
+            self.average = seconds if self.average is None else 0.9 * self.average + 0.1 * seconds
 
     def eta(self, steps_left):
         """Seconds for steps_left more steps, or None before there is an average."""
         return None if self.average is None else steps_left * self.average
 
 
-def step_line(iteration, loss, step_time, tokens_per_sec, lr, grad_norm, memory, mfu=None, hfu=None, world_size=1,
-              eta=None):
-    """The line train.log shows for a step (tools read metrics.jsonl's step record instead). memory: the
-    peak's text (hardware.peak_memory_text); hfu only where recompute makes it differ from mfu; eta in seconds."""
-    line = (f"iter {iteration}: loss {loss:.4f}, time {step_time * 1000:.0f}ms, mfu {hardware.percent(mfu)}, "
-            f"tok/s {tokens_per_sec:,.0f}")
+def step_line(iteration, figures, memory, world_size=1, eta=None, show_hfu=False):
+    """The line train.log shows for a step (tools read metrics.jsonl's step record, of the same figures: loss,
+    step_time, tokens_per_sec, lr, grad_norm, mfu, hfu). memory: the peak's text (hardware.peak_memory_text);
+    show_hfu where recompute makes hfu differ from mfu; eta in seconds."""
+    f = figures
+    line = (f"iter {iteration}: loss {f['loss']:.4f}, time {f['step_time'] * 1000:.0f}ms, mfu {hardware.percent(f['mfu'])}, "
+            f"tok/s {f['tokens_per_sec']:,.0f}")
     if world_size > 1:
-        line += f" ({tokens_per_sec / world_size:,.0f} per GPU)"
-    line += f", lr {lr:.3e}, grad norm {grad_norm:.3f}, mem {memory}"
-    if hfu is not None:
-        line += f", hfu {hardware.percent(hfu)}"
+        line += f" ({f['tokens_per_sec'] / world_size:,.0f} per GPU)"
+    line += f", lr {f['lr']:.3e}, grad norm {f['grad_norm']:.3f}, mem {memory}"
+    if show_hfu:
+        line += f", hfu {hardware.percent(f['hfu'])}"
     if eta is not None:
         line += f", eta {eta / 3600:.1f}h" if eta >= 3600 else f", eta {eta / 60:.1f}min"
     return line
@@ -52,7 +53,9 @@ class RunLog:
     def __init__(self, out_dir, rank=0):
         self.path, self.rank = os.path.join(out_dir, "train.log"), rank
         self.file = open(self.path, "a") if rank == 0 else None
-        self.explain = None  # error -> its one-line explanation, or None for a plain crash (train.py sets it)
+        # error -> its one line, or None: each explains a library's error (a compilation failing, a hung
+        # collective) that train.py's own code cannot raise as a RunError; train.py adds them
+        self.explainers = []
 
     def __call__(self, message):
         if self.file is None:
@@ -64,13 +67,28 @@ class RunLog:
         self.file.write(message + "\n")
         self.file.flush()
 
-    def fail(self, message):
-        """Stop the process with one line. Another rank's line goes to train.log too, where `tail -f` shows
-        why the job ended (torchrun then stops the other ranks)."""
-        self._error(message)
-        sys.exit(1)
+    def crash(self, kind, value, tb):
+        """sys.excepthook, on every rank: a RunError is its one line, `error: ...`; a library error an explainer
+        knows is its one line too, the traceback kept in train.log for a bug report; anything else is the
+        traceback as usual, also in train.log, with a last line. Another rank's line goes to train.log too,
+        where `tail -f` shows why the job ended (torchrun then stops the other ranks). The process then
+        exits with status 1, as after any uncaught exception."""
+        if isinstance(value, RunError):
+            self.error(str(value))
+            return
+        line = next(filter(None, (explain(value) for explain in self.explainers)), None)
+        if line is None:
+            sys.__excepthook__(kind, value, tb)
+        if issubclass(kind, KeyboardInterrupt):
+            return
+        if self.file is not None:
+            self.file.write("".join(traceback.format_exception(kind, value, tb)))
+        first = str(value).splitlines()[0] if str(value) else ""
+        self.error(line or f"train.py crashed: {kind.__name__}: {first} (traceback above; under torchrun, look "
+                   "for another rank's error first)")
 
-    def _error(self, message):
+    def error(self, message):
+        """`error: message` in the log (another rank's: on stderr and in train.log), and in out_dir/FAILURES."""
         elastic.leave_note(os.path.dirname(self.path), self.rank, message)
         if self.file is not None:
             self(f"error: {message}")
@@ -81,18 +99,3 @@ class RunLog:
                 f.write(f"rank {self.rank} error: {message}\n")
         except OSError:  # out_dir not shared with this node: stderr has it
             pass
-
-    def crash(self, kind, value, tb):
-        """sys.excepthook: the traceback on stderr as usual, and into train.log with a last line. An error
-        that self.explain knows (a compilation failing, say) is its one line instead, the traceback kept
-        in train.log for a bug report."""
-        line = self.explain(value) if self.explain else None
-        if line is None:
-            sys.__excepthook__(kind, value, tb)
-        if issubclass(kind, KeyboardInterrupt):
-            return
-        if self.file is not None:
-            self.file.write("".join(traceback.format_exception(kind, value, tb)))
-        first = str(value).splitlines()[0] if str(value) else ""
-        self._error(line or f"train.py crashed: {kind.__name__}: {first} (traceback above; under torchrun, look "
-                    "for another rank's error first)")

@@ -25,7 +25,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from trainer import checkpoint, elastic, optim
+from trainer import RunError, checkpoint, elastic, optim
 
 
 def init_processes(cfg, device_type, log):
@@ -158,11 +158,10 @@ def shard(model, dtype, device_mesh=None):
     fully_shard(model, mesh=device_mesh, mp_policy=MixedPrecisionPolicy(cast_forward_inputs=False))  # fp32, as on one GPU
 
 
-NODE_SIZE_UNKNOWN = ("strategy='hsdp' with hsdp_shard_size=0 shards over one node's processes, but LOCAL_WORLD_SIZE "
-                     "is not set (not launched by torchrun): set hsdp_shard_size to the GPUs per node")
-
-
 def node_size(environ=os.environ):
-    """hsdp_shard_size=0's group: one node's processes, as torchrun's LOCAL_WORLD_SIZE says; None where no
+    """hsdp_shard_size=0's group: one node's processes, as torchrun's LOCAL_WORLD_SIZE says; a RunError where no
     launcher said (the ranks cannot know which of them share a node, and all of them would be plain FSDP)."""
-    return int(environ["LOCAL_WORLD_SIZE"]) if environ.get("LOCAL_WORLD_SIZE") else None
+    if not environ.get("LOCAL_WORLD_SIZE"):
+        raise RunError("strategy='hsdp' with hsdp_shard_size=0 shards over one node's processes, but LOCAL_WORLD_SIZE "
+                       "is not set (not launched by torchrun): set hsdp_shard_size to the GPUs per node")
+    return int(environ["LOCAL_WORLD_SIZE"])

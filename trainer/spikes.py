@@ -12,13 +12,23 @@ plain numbers, saved in checkpoints, so a resumed run judges exactly as the orig
 import math
 from collections import deque
 
+from trainer import RunError
+
 
 NONFINITE = "non-finite"  # verdict() on a step whose loss or gradient norm is not finite
+APPLY, SKIP, ROLL_BACK = "apply", "skip", "roll back"  # after_step(): what becomes of a step
+
+
+def _ignore(*args, **kwargs):
+    pass
 
 
 class SpikeGuard:
-    def __init__(self, window, loss_z, grad_z, rollback_after):
+    def __init__(self, window, loss_z, grad_z, rollback_after, max_nonfinite=10, log=_ignore, record=_ignore):
+        """max_nonfinite: non-finite steps in a row that stop the run; log and record: train.log's
+        lines and metrics.jsonl's records (runlog, metrics) of the steps after_step() skips."""
         self.window, self.loss_z, self.grad_z, self.rollback_after = window, loss_z, grad_z, rollback_after
+        self.max_nonfinite, self.log, self.record = max_nonfinite, log, record
         self.history = deque(maxlen=window)  # (loss, grad norm) of accepted steps
         self.skipped_at = deque()  # (iteration, data position at its start) of recent skipped steps
         self.skipped = 0  # spikes skipped in the whole run
@@ -28,6 +38,25 @@ class SpikeGuard:
     @property
     def on(self):
         return self.loss_z > 0 or self.grad_z > 0
+
+    def after_step(self, iteration, loss, grad_norm, data_position, judged=True):
+        """What becomes of step `iteration`, whose loss and grad norm every rank has alike: APPLY its update, SKIP
+        it (a spike or a non-finite step, logged and recorded here), or ROLL_BACK (it ends a burst of skipped
+        steps; burst() says from where). Too many non-finite steps in a row stop the run (RunError)."""
+        reason = self.verdict(iteration, loss, grad_norm, data_position, judged)
+        if reason == NONFINITE:
+            self.log(f"iter {iteration}: non-finite loss {loss} or grad norm {grad_norm}: step skipped "
+                     f"({self.nonfinite_in_a_row} in a row, {self.nonfinite_total} in all)")
+            self.record("nonfinite", iteration, loss=loss, grad_norm=grad_norm, in_a_row=self.nonfinite_in_a_row)
+        elif reason:
+            self.log(f"iter {iteration}: loss spike, step skipped: {reason} ({self.skipped} skipped in all)")
+            self.record("spike", iteration, loss=loss, grad_norm=grad_norm, reason=reason, skipped=self.skipped)
+        if self.burst(iteration):
+            return ROLL_BACK
+        if reason == NONFINITE and self.nonfinite_in_a_row >= self.max_nonfinite:
+            raise RunError(f"{self.nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back "
+                           f"with --init_from=<an earlier ckpt_N.pt> and a lower learning_rate")
+        return SKIP if reason else APPLY
 
     def verdict(self, iteration, loss, grad_norm, data_position, judged=True):
         """Why this step's update is skipped (NONFINITE, or judge()'s spike reason), or None: apply it. A non-finite

@@ -56,3 +56,9 @@ def log(run, record):
             add(f"{record['kind']}/{key}", value)
     if values:
         run.log({"iter": record["iter"], **values})
+
+
+def finish(run):
+    """The end of a run's wandb run (None: there is none)."""
+    if run is not None:
+        run.finish()

@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from trainer.checkpoint import save_checkpoint  # noqa: E402
-from trainer.saving import Saver  # noqa: E402
+from trainer.checkpoint import Saver  # noqa: E402
 
 
 def make_state(mb, n_tensors):

@@ -1,0 +1,236 @@
+"""The Checkpointer: when a run saves, what a checkpoint holds beyond weights, and how one goes back in.
+
+torchtitan's CheckpointManager(states={...}) made small. train.py hands it the live parts, each with
+state_dict() / load_state_dict(): the model and optimizer (whose state dicts checkpoint.py gathers, whole
+tensors in a .pt, shards under FSDP), the sampler (every source's position), the spike guard, and the run's
+own values (RunState). It adds the iteration, the config and every rank's RNG states, and calls:
+restore() once at the start, maybe_save(step) after every step, roll_back(step) after a burst of spikes and
+finish() at the end. The files (.pt and sharded formats, atomic writes, rotation, fallback) are checkpoint.py's.
+Both sides of every field live here, so one added to the save cannot be forgotten by the restore.
+"""
+import dataclasses
+import io
+import math
+import random
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trainer import RunError, checkpoint, optim, precision, sharding, spikes
+
+# The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
+SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters", "lr_schedule",
+                 "lr_decay_fraction", "lr_decay_shape")
+
+
+@dataclasses.dataclass
+class RunState:
+    """The run's own values a checkpoint keeps, as top-level keys of the file (their names from before the
+    Checkpointer, so older checkpoints load): the architecture, the encoding sample.py decodes with, a cooldown
+    fork's first iteration (its schedule needs it after the source has moved on), and the best val loss and
+    wandb id, which a resume carries on."""
+    model_args: dict
+    encoding: str | None = None
+    cooldown_from: int | None = None
+    best_val_loss: float = math.inf
+    wandb_run_id: str | None = None
+
+    def state_dict(self):
+        return dataclasses.asdict(self)
+
+    def load_state_dict(self, state):
+        self.best_val_loss, self.wandb_run_id = state["best_val_loss"], state["wandb_run_id"]
+
+
+def rng_state(device_type):
+    """This process's RNG states as tensors and plain types, so the checkpoint loads with weights_only=True."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None,
+        "numpy": [torch.from_numpy(keys.copy()), pos, has_gauss, gauss],
+        "python": [version, list(internal), gauss_next],
+    }
+
+
+def gather_rng_states(rng):
+    """Every rank's rng_state, in rank order (under torchrun each rank has its own dropout streams).
+    Sent as bytes: pickled tensors do not survive the trip through all_gather_object."""
+    if not dist.is_initialized():
+        return [rng]
+    buffer, blobs = io.BytesIO(), [None] * dist.get_world_size()
+    torch.save(rng, buffer)
+    dist.all_gather_object(blobs, buffer.getvalue())
+    return [torch.load(io.BytesIO(blob), weights_only=True) for blob in blobs]
+
+
+def set_rng_state(rng, device_type):
+    """Undo rng_state: the RNGs continue exactly where the saving process's stopped."""
+    torch.set_rng_state(rng["torch"])
+    if device_type == "cuda" and rng["cuda"] is not None:
+        torch.cuda.set_rng_state(rng["cuda"])
+    random.setstate((rng["python"][0], tuple(rng["python"][1]), rng["python"][2]))
+    np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
+
+
+class Checkpointer:
+    def __init__(self, cfg, states, device, sharded, group, log, record):
+        """states: {"model": the plain module, "optimizer", "sampler", "spikes": the SpikeGuard, "run": RunState}.
+        sharded: every rank saves its shards (FSDP), else rank 0 a .pt. group: the process group of the saves'
+        collectives and barriers (parallel.save_group), or None. log, record: train.log and metrics.jsonl."""
+        self.cfg, self.states, self.device, self.sharded, self.log, self.record = cfg, states, device, sharded, log, record
+        self.device_type = torch.device(device).type
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.world_size = dist.get_world_size() if dist.is_initialized() else 1
+        self.saver = checkpoint.Saver(cfg.checkpoint_async, group, log)
+        self.saved_iter, self.saved_time, self.resume_point = 0, time.time(), None
+
+    def restore(self, start):
+        """The start point's checkpoint (start.py) into the live run: (its iteration, the seconds its read and
+        load took), or (0, None) for a run from scratch or from imported weights."""
+        if start.state is None:
+            return 0, None
+        t0 = time.time()
+        iteration = self._load(start.state)
+        run = self.states["run"]
+        self.log(f"resuming after {iteration} completed steps (best val loss {run.best_val_loss:.4f})")
+        if start.cooldown_from is not None and not start.continuing_fork:  # a fork is a run of its own, wandb's too
+            run.wandb_run_id = None
+        start.state = None  # the mmap'd tensors have been copied into the model and optimizer
+        self.saved_iter, self.saved_time = iteration, time.time()
+        return iteration, start.load_seconds + time.time() - t0
+
+    def _load(self, state, after_rollback=False):
+        """A loaded checkpoint into the live parts; its iteration. A rollback keeps the run's own counts of
+        skipped steps and rollbacks, and does not repeat the notes of what changed since the checkpoint."""
+        cfg, model, sampler, run = self.cfg, self.states["model"], self.states["sampler"], self.states["run"]
+        if problem := optim.mode_change(state["config"], cfg):
+            raise RunError(problem)
+        checkpoint.restore(state, model, self.states["optimizer"])
+        changes = sampler.load_state_dict(state["sampler"])
+        run.load_state_dict(state)
+        if changes and not after_rollback:
+            self.log(f"note: the data mixture changed since the checkpoint ({', '.join(changes)}): from iter "
+                     f"{state['iter_num']} on the draws follow the new weights, each kept source going on from its "
+                     f"own position")
+            if math.isfinite(run.best_val_loss):
+                self.log(f"note: best val loss {run.best_val_loss:.4f} was a mean under the old weights: reset, the "
+                         f"next eval sets it")
+        if changes:  # the val loss is the sources' mean weighted by their shares: a best of other shares is no bar
+            run.best_val_loss = math.inf
+        rngs = state["rng"]  # one per rank of the run that saved it
+        if len(rngs) != self.world_size:
+            self.log(f"resuming {len(rngs)} process(es)' run with {self.world_size}: the weights, optimizer and data "
+                     f"order continue exactly, but dropout masks and float reduction order differ, so it is not "
+                     f"bit-exact")
+        set_rng_state(rngs[self.rank % len(rngs)], self.device_type)
+        if "spikes" in state:
+            self.states["spikes"].load_state_dict(state["spikes"], after_rollback=after_rollback)
+        if not after_rollback:
+            self._note_changes(state["config"], state["iter_num"])
+        if cfg.fp8 and self.sharded:  # each weight's fp8 scale comes from one all-reduce after each change
+            precision.update_weight_scales(model)
+        return state["iter_num"]
+
+    def _note_changes(self, saved, iteration):
+        """Log what the config changed since the checkpoint that the run takes in its stride: fp8, the schedule."""
+        if saved.get("fp8", "") != self.cfg.fp8:  # the weights are plain either way
+            self.log(f"note: fp8 {saved.get('fp8', '') or 'off'} -> {self.cfg.fp8 or 'off'} since the checkpoint: "
+                     f"the weights and optimizer continue as saved, the matmuls from here on are {self.cfg.fp8 or 'bf16'}")
+        changed = [f"{k} {saved[k]} -> {getattr(self.cfg, k)}" for k in SCHEDULE_KEYS
+                   if k in saved and saved[k] != getattr(self.cfg, k)]
+        if changed:
+            self.log(f"note: the schedule changed since the checkpoint ({', '.join(changed)}): the learning rate "
+                     f"follows the new values from iter {iteration} on")
+
+    def step_start(self):
+        """The data position and RNG states now, at the start of a step: where a run resumed there begins, and
+        what the next save keeps. Returned too: the spike guard notes a skipped step's data by it."""
+        self.resume_point = {"sampler": self.states["sampler"].state_dict(), "rng": rng_state(self.device_type)}
+        return self.resume_point
+
+    def maybe_save(self, iteration):
+        """Save after step `iteration` when one is due: every checkpoint_interval steps (0: never, for
+        benchmarks), at max_iters, or once checkpoint_minutes have passed since the last save on any rank's
+        clock (clocks differ between machines)."""
+        cfg = self.cfg
+        if cfg.checkpoint_interval <= 0:
+            return
+        late = sharding.agree(cfg.checkpoint_minutes > 0 and time.time() - self.saved_time >= 60 * cfg.checkpoint_minutes,
+                              self.device)
+        if iteration % cfg.checkpoint_interval == 0 or iteration == cfg.max_iters or late:
+            self.save(iteration)
+
+    def save(self, iteration):
+        """The state after `iteration` steps, resuming at step_start()'s point: every rank its shards (sharded),
+        else rank 0 a .pt. Weights that are not finite are never saved. The previous save is complete first (one
+        at a time; had it failed, this raises its CheckpointError); with checkpoint_async the write goes on in the
+        background, and the save record's seconds are the copy to host memory that held the run."""
+        cfg, model, optimizer = self.cfg, self.states["model"], self.states["optimizer"]
+        state = dict(self.states["run"].state_dict(), iter_num=iteration, config=vars(cfg),
+                     sampler=self.resume_point["sampler"], rng=gather_rng_states(self.resume_point["rng"]),
+                     spikes=self.states["spikes"].state_dict())
+        if not sharding.all_finite(model.parameters(), self.device):
+            raise RunError(f"weights are not finite after step {iteration}; not saving. Roll back with "
+                           f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
+        self.saver.wait()
+        t0 = time.time()
+        if self.sharded:
+            self.saver.save_sharded(model, optimizer, state, cfg.out_dir, iteration, cfg.keep_last_n)
+        elif self.rank == 0:
+            model_sd, optimizer_sd = checkpoint.full_state(model, optimizer)
+            self.saver.save_checkpoint(dict(state, model=model_sd, optimizer=optimizer_sd), cfg.out_dir, iteration,
+                                       cfg.keep_last_n)
+        if not cfg.checkpoint_async:
+            self.saver.wait()  # the other ranks wait for rank 0's .pt here, on the save group's long timeout
+        self.record("save", iteration, asynchronous=cfg.checkpoint_async, sharded=self.sharded, seconds=time.time() - t0)
+        self.saved_iter, self.saved_time = iteration, time.time()
+
+    def roll_back(self, iteration):
+        """PaLM's recipe, after the burst of skipped steps that ends at step `iteration` (SpikeGuard.burst): back to
+        the newest checkpoint spike_rollback_margin steps before the burst's first step, the data going on
+        spike_skip_batches global batches past that step's, and saved there again at once, so a kill before the
+        next save still skips the data. Returns the iteration it went back to, or None: no checkpoint is that old."""
+        cfg, guard, sampler = self.cfg, self.states["spikes"], self.states["sampler"]
+        first_spike, spike_data = guard.burst(iteration)
+        self.saver.wait()  # a save still in flight would publish a checkpoint newer than the one rolled back to
+        if len(guard.rollbacks) >= cfg.max_rollbacks:
+            raise RunError(f"loss spikes again at iter {first_spike} after {len(guard.rollbacks)} automatic rollback(s) "
+                           f"(max_rollbacks={cfg.max_rollbacks}); lower learning_rate or raise max_rollbacks and rerun "
+                           f"the same command to resume from the newest checkpoint")
+        found = spikes.rollback_target(checkpoint.list_checkpoints(cfg.out_dir), first_spike, cfg.spike_rollback_margin)
+        if found is None:
+            self.log(f"warning: loss spike burst from iter {first_spike}, but no checkpoint {cfg.spike_rollback_margin} "
+                     f"steps before it to roll back to; going on")
+            guard.skipped_at.clear()
+            return None
+        try:  # load first: a target that cannot be read must not leave the newer checkpoints set aside
+            state = checkpoint.load_checkpoint(found[1], log=self.log)
+            if self.rank == 0:
+                checkpoint.roll_back_to(found[1], log=self.log)
+        except checkpoint.CheckpointError as e:  # said in the terms of the burst that asked for it
+            raise RunError(f"loss spike burst from iter {first_spike}, and no rollback: {e}") from None
+        rollbacks = guard.rollbacks + [{"at": iteration, "to": found[0], "first_spike": first_spike}]
+        restored = self._load(state, after_rollback=True)
+        guard.rollbacks = rollbacks
+        sampler.load_state_dict(spike_data)
+        sampler.next_windows(cfg.spike_skip_batches * cfg.batch_size * cfg.gradient_accumulation_steps)
+        self.log(f"rolled back to iter {restored} ({len(rollbacks)} of max {cfg.max_rollbacks}) after a burst of "
+                 f"skipped steps from iter {first_spike}; the data goes on {cfg.spike_skip_batches} global batches "
+                 f"past the spike's")
+        self.record("rollback", restored, from_iter=iteration, first_spike=first_spike)
+        self.step_start()
+        if cfg.checkpoint_interval > 0:  # over the checkpoint rolled back to: a kill now must not forget the data skip
+            self.save(restored)
+        self.saved_iter, self.saved_time = restored, time.time()
+        return restored
+
+    def finish(self, iteration, stopped):
+        """At the end of the run: a stopped run's last completed step saved (unless it just was), and the save
+        in flight complete before the process ends."""
+        if stopped and self.cfg.checkpoint_interval > 0 and iteration != self.saved_iter:
+            self.save(iteration)
+        self.saver.wait()
