@@ -252,15 +252,6 @@ def plot(result, path, target_params=None):
     fig.savefig(path, dpi=120)
 
 
-def joined(argv):
-    """--recipe "name: --x=1" as --recipe=...: argparse takes a value that starts with '--' for an option."""
-    out, rest = [], list(argv)
-    while rest:
-        arg = rest.pop(0)
-        out.append(f"{arg}={rest.pop(0)}" if arg == "--recipe" and rest else arg)
-    return out
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config", help="the ladder's config, e.g. config/ladder_tiny.py")
@@ -268,7 +259,7 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="folder for the runs, ladder.json and ladder.png")
     p.add_argument("--jobs", type=int, default=1, help="runs of one sweep trained at once (CPU: one per core)")
     p.add_argument("--nproc", type=int, default=1, help="GPUs per run: train.py under torchrun")
-    args = p.parse_args(joined(sys.argv[1:] if argv is None else argv))
+    args = p.parse_args(argv)
     settings = load_settings(args.config)
     recipes = dict(parse_recipe(r) for r in args.recipe)
     if len(settings["sizes"]) < ladder.MIN_SIZES:
