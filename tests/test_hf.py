@@ -282,3 +282,50 @@ def test_a_byte_level_run_exports_a_byte_level_tokenizer(tmp_path):
     text = "def f(x):\n    return 'naïve café' * 2\n\n"
     assert tokenizer.encode(text) == list(text.encode()) and tokenizer.eos_token_id == 256
     assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config.vocab_size == 257
+
+
+LLAMA_ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320, bias=False, position="rope",
+                  rope_theta=500.0, norm="rmsnorm", activation="swiglu", tie_embeddings=False)
+
+
+def save_modern(folder, **changes):
+    args = {**LLAMA_ARGS, **changes}
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**args))
+    with torch.no_grad():  # gains away from 1, so that a misplaced norm weight shows
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+    checkpoint.save_checkpoint({"model": model.state_dict(), "model_args": args, "iter_num": 3, "encoding": "bytes"},
+                               str(folder), 3, keep_last_n=0, log=lambda m: None)
+    return model
+
+
+def test_llamas_settings_export_as_llama_with_the_same_logits(tmp_path):
+    model = save_modern(tmp_path / "run")
+    result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"), "--dtype", "float32")
+    assert result.returncode == 0 and "as LlamaForCausalLM" in result.stderr + result.stdout, result.stderr
+    llama = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert type(llama).__name__ == "LlamaForCausalLM" and llama.config.vocab_size == 257  # the bytes' padding dropped
+    x = torch.randint(0, 257, (2, 16), generator=torch.Generator().manual_seed(2))
+    ours = logits_of(model.eval(), x)[..., :257]
+    assert (ours - llama(x).logits).abs().max() <= 1e-5
+    from lm_eval.models.huggingface import HFLM  # lm-eval's own `hf` model, from the local folder
+    lm = HFLM(pretrained=str(tmp_path / "hf"), dtype="float32", device="cpu", batch_size=2)
+    [(logprob, greedy)] = lm.loglikelihood([type("Request", (), {"args": ("def f", "(x):")})()])
+    tokens = [ord(c) for c in "def f(x):"]
+    expected = torch.log_softmax(logits_of(model, torch.tensor([tokens]))[0, :-1, :257], -1)
+    assert logprob == pytest.approx(sum(expected[i - 1, tokens[i]].item() for i in range(5, 9)), abs=1e-4)
+
+
+@pytest.mark.parametrize("changes, named", [
+    (dict(qk_norm=True), "qk_norm=True"), (dict(logit_softcap=15.0), "logit_softcap=15.0"),
+    (dict(tie_embeddings=True), "tie_embeddings=True"), (dict(activation="relu2"), "activation='relu2'"),
+    (dict(position="learned", norm="layernorm", activation="gelu", tie_embeddings=True, qk_norm=True),
+     "position='learned', norm='layernorm', activation='gelu', tie_embeddings=True, qk_norm=True")])
+def test_a_mix_neither_gpt2_nor_llama_has_is_refused_in_one_line(tmp_path, changes, named):
+    save_modern(tmp_path / "run", **changes)
+    result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr and not (tmp_path / "hf").exists()
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and f"Llama's layout has no {named}, and GPT-2's" in line

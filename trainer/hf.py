@@ -1,7 +1,10 @@
 """
 Hugging Face's GPT-2 layout in and out: weights to start a run from (OpenAI's GPT-2, any GPT-2-style
 transformers folder, or one of this project's checkpoints), and a checkpoint exported as a folder that
-transformers, vLLM and lm-evaluation-harness load as GPT2LMHeadModel.
+transformers, vLLM and lm-evaluation-harness load as GPT2LMHeadModel. A model with Llama's internals
+(LLAMA_SETTINGS: rotary positions in the rotate-half layout model.py uses, RMSNorm, SwiGLU, an untied
+head, no biases) exports as LlamaForCausalLM instead: c_attn splits into q_proj, k_proj and v_proj, the
+rest is renamed (LLAMA_NAMES). Any other mix of settings has no transformers class and is refused.
 
 The two layouts hold the same tensors under the same names, except that transformers keeps GPT-2's
 linear layers as Conv1D with (in, out) weights, so c_attn, c_proj and c_fc are transposed each way,
@@ -18,7 +21,7 @@ import time
 
 import torch
 
-from model import GPT, GPTConfig, model_config
+from model import GPT, NORM_EPS, GPTConfig, model_config
 from trainer import checkpoint
 
 GPT2_MODELS = {name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")}
@@ -28,6 +31,13 @@ TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "ml
 SHARD_BYTES = 4_000_000_000  # model.safetensors up to this size, else shards and an index
 PAD_TO = 64
 EXPORTED_BIAS = "bias"  # config.json's record of a bias=False model, whose export writes zero biases
+# the settings each transformers class computes (GPT-2's activation: one of ACTIVATIONS)
+GPT2_SETTINGS = dict(position="learned", norm="layernorm", qk_norm=False, tie_embeddings=True, logit_softcap=0.0)
+LLAMA_SETTINGS = dict(position="rope", norm="rmsnorm", activation="swiglu", tie_embeddings=False, bias=False,
+                      qk_norm=False, logit_softcap=0.0)
+LLAMA_NAMES = {"ln_1.weight": "input_layernorm.weight", "attn.c_proj.weight": "self_attn.o_proj.weight",
+               "ln_2.weight": "post_attention_layernorm.weight", "mlp.c_gate.weight": "mlp.gate_proj.weight",
+               "mlp.c_fc.weight": "mlp.up_proj.weight", "mlp.c_proj.weight": "mlp.down_proj.weight"}
 
 
 class WeightsError(Exception):
@@ -211,25 +221,53 @@ def checkpoint_weights(state):
 # -----------------------------------------------------------------------------
 # out
 
+def export_layout(args, source):
+    """'gpt2' or 'llama': the transformers class that computes what a model of args (a GPTConfig) computes;
+    for any other mix of settings a WeightsError naming what Llama lacks."""
+    if all(getattr(args, k) == v for k, v in GPT2_SETTINGS.items()) and args.activation in ACTIVATIONS:
+        return "gpt2"
+    lacking = [f"{k}={getattr(args, k)!r}" for k, v in LLAMA_SETTINGS.items() if getattr(args, k) != v]
+    if lacking:
+        llama = ", ".join(f"{k}={v!r}" for k, v in LLAMA_SETTINGS.items())
+        raise WeightsError(f"{source}: Llama's layout has no {', '.join(lacking)}, and GPT-2's has none of this model's "
+                           f"other settings: transformers loads GPT-3's settings (as GPT-2) or Llama's ({llama}); "
+                           f"scripts/eval.py evaluates any checkpoint")
+    return "llama"
+
+
+def _hf_config(args, layout, rows, eot, dtype_name):
+    """config.json's transformers config for a model of args in layout ('gpt2' or 'llama')."""
+    from transformers import GPT2Config, LlamaConfig
+    common = dict(vocab_size=rows, bos_token_id=eot, eos_token_id=eot, dtype=dtype_name)
+    if layout == "llama":
+        return LlamaConfig(hidden_size=args.n_embd, intermediate_size=args.mlp_hidden(), num_hidden_layers=args.n_layer,
+                           num_attention_heads=args.n_head, num_key_value_heads=args.n_head, hidden_act="silu",
+                           max_position_embeddings=args.block_size, rms_norm_eps=NORM_EPS, rope_theta=args.rope_theta,
+                           tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+                           architectures=["LlamaForCausalLM"], **common)
+    return GPT2Config(n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
+                      activation_function=ACTIVATIONS[args.activation], layer_norm_epsilon=NORM_EPS, resid_pdrop=0.0,
+                      embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True, architectures=["GPT2LMHeadModel"],
+                      **common, **{EXPORTED_BIAS: args.bias})
+
+
 def export(source, out_dir, dtype=torch.bfloat16, log=print):
     """Write `source` (a ckpt_<N>.pt, a ckpt_<N>/ folder, or an out_dir: its newest loadable one) to
-    out_dir as a transformers GPT-2 folder: config.json, generation_config.json, model.safetensors
-    (sharded with an index past SHARD_BYTES) and, for a GPT-2-pattern encoding, tokenizer files.
-    Everything goes to a temporary folder renamed at the end, so out_dir is complete or absent."""
-    from transformers import GenerationConfig, GPT2Config
+    out_dir as a transformers GPT-2 or Llama folder (export_layout): config.json, generation_config.json,
+    model.safetensors (sharded with an index past SHARD_BYTES) and, for a GPT-2-pattern encoding, tokenizer
+    files. Everything goes to a temporary folder renamed at the end, so out_dir is complete or absent."""
+    from transformers import GenerationConfig
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
         raise WeightsError(f"{out_dir} exists and is not an empty folder: choose a new folder for the export")
     state = _newest(source, log)
     dtype_name = str(dtype).removeprefix("torch.")
     args = model_config(saved_args=state["model_args"])
+    layout = export_layout(args, source)
     encoding = _encoding(state.get("encoding"), log)
     rows = _exported_rows(args, encoding, source)
     eot = encoding.eot_token if encoding else None
-    config = GPT2Config(vocab_size=rows, n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer,
-                        n_head=args.n_head, activation_function=ACTIVATIONS[args.activation], layer_norm_epsilon=1e-5,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eot, eos_token_id=eot,
-                        tie_word_embeddings=True, architectures=["GPT2LMHeadModel"], dtype=dtype_name,
-                        **{EXPORTED_BIAS: args.bias})
+    config = _hf_config(args, layout, rows, eot, dtype_name)
+    tensors = _llama_tensors if layout == "llama" else _hf_tensors
     tmp = out_dir.rstrip("/") + ".tmp-export"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -237,7 +275,7 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print):
     try:
         config.save_pretrained(tmp)
         GenerationConfig(bos_token_id=eot, eos_token_id=eot).save_pretrained(tmp)
-        shards = _write_tensors(_hf_tensors(checkpoint_weights(state), args, rows, dtype), tmp, dtype)
+        shards = _write_tensors(tensors(checkpoint_weights(state), args, rows, dtype), tmp, dtype)
         if encoding:
             _write_tokenizer(encoding, tmp)
         else:
@@ -247,7 +285,8 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print):
         os.replace(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log(f"exported step {state.get('iter_num')} to {out_dir} ({shards} safetensors file(s), {dtype_name}) "
+    log(f"exported step {state.get('iter_num')} to {out_dir} as {config.architectures[0]} ({shards} safetensors "
+        f"file(s), {dtype_name}) "
         f"in {time.time() - t0:.1f}s")
     return out_dir
 
@@ -309,6 +348,27 @@ def _hf_tensors(weights, args, rows, dtype):
         shapes = _gpt2_shapes(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab_size)
         out += [(name, shape, lambda shape=shape: torch.zeros(shape, dtype=dtype))
                 for name, shape in shapes.items() if name.endswith(".bias")]
+    return out
+
+
+def _llama_tensors(weights, args, rows, dtype):
+    """[(name, shape, make)] in LlamaForCausalLM's layout, as _hf_tensors makes GPT-2's: the fused c_attn's
+    rows are the queries, keys and values in turn; the embedding and the head lose their padding rows."""
+    C = args.n_embd
+    out = []
+    for name, t in weights.items():
+        block, _, rest = name.removeprefix("transformer.h.").partition(".")
+        if name in ("transformer.wte.weight", "lm_head.weight"):
+            hf_name = "model.embed_tokens.weight" if name.startswith("transformer") else name
+            out.append((hf_name, (rows, C), lambda t=t: t[:rows].to(dtype).contiguous()))
+        elif name == "transformer.ln_f.weight":
+            out.append(("model.norm.weight", (C,), lambda t=t: t.to(dtype).contiguous()))
+        elif rest == "attn.c_attn.weight":
+            out += [(f"model.layers.{block}.self_attn.{proj}.weight", (C, C),
+                     lambda t=t, j=j: t[j * C:(j + 1) * C].to(dtype).contiguous())
+                    for j, proj in enumerate(("q_proj", "k_proj", "v_proj"))]
+        else:
+            out.append((f"model.layers.{block}.{LLAMA_NAMES[rest]}", tuple(t.shape), lambda t=t: t.to(dtype).contiguous()))
     return out
 
 
