@@ -20,8 +20,6 @@ import torch
 from model import GPT, model_config
 from trainer import bins, checkpoint, environment, hardware, tokenizer
 
-REQUIRED_KEYS = ("model", "model_args")
-
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
@@ -55,8 +53,8 @@ def load_state(args):
         if args.init_from:
             if not os.path.exists(args.init_from):
                 fail(f"--init_from: no such checkpoint {args.init_from}")
-            return checkpoint.load_checkpoint(args.init_from, log, REQUIRED_KEYS)
-        found = checkpoint.load_newest(args.out_dir, log, REQUIRED_KEYS)
+            return checkpoint.load_checkpoint(args.init_from, log)
+        found = checkpoint.load_newest(args.out_dir, log)
     except checkpoint.CheckpointError as e:
         fail(str(e))
     if found is None:

@@ -185,7 +185,7 @@ def test_a_sharded_fp8_checkpoint_loads_where_torchao_is_not_imported(tmp_path):
     model, optimizer = build("tensorwise", ADAMW, True)
     train_step(model, optimizer, 1)
     live = values(model, optimizer)
-    checkpoint.Saver(log=lambda line: None).save_sharded(model, optimizer, {"iter_num": 1}, str(tmp_path), 1, 0)
+    checkpoint.Saver(log=lambda line: None).save_sharded(model, optimizer, {"iter_num": 1, "model_args": {}}, str(tmp_path), 1, 0)
     subprocess.run([sys.executable, "-c", LOAD_WITHOUT_TORCHAO, str(tmp_path / "ckpt_1"), REPO,
                     str(tmp_path / "plain.pt")], check=True, timeout=300)
     for name, tensor in torch.load(tmp_path / "plain.pt", weights_only=True).items():

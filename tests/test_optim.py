@@ -153,7 +153,7 @@ def test_an_offload_checkpoint_resumes_into_fused_adamw_and_back(tmp_path):
         optimizer.zero_grad(set_to_none=True)
     train_step(offloaded, host)
     def through_a_file(model, optimizer):  # as a resume reads it: from disk, on the CPU
-        state = dict(zip(("model", "optimizer", "iter_num"), (*checkpoint.full_state(model, optimizer), 1)))
+        state = dict(zip(("model", "optimizer", "iter_num"), (*checkpoint.full_state(model, optimizer), 1)), model_args={})
         return checkpoint.load_checkpoint(checkpoint.save_checkpoint(state, tmp_path, 1, 1, log=print), log=print)
     fused = optim.build(on_device, "adamw", 0.1, 1e-2, (0.9, 0.95), "cuda")
     seen = []

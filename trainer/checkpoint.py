@@ -56,7 +56,7 @@ _SHARDED_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)')
 _TEMP_RE = re.compile(r'\.ckpt_([0-9]+)(\.pt\.tmp-[0-9]+|\.tmp-sharded(-replaced)?)')  # a .pt's, a sharded folder's
 TRAINER_STATE = 'trainer_state.pt'  # in a sharded checkpoint: all but the model and optimizer
 ROLLED_BACK_DIR = 'rolled_back'  # roll_back_to moves checkpoints here; discovery never looks inside
-REQUIRED_KEYS = ('model', 'iter_num')
+REQUIRED_KEYS = ('model', 'model_args', 'iter_num')  # what every tool needs of a checkpoint: train.py, sample.py, eval.py
 
 
 class CheckpointError(RunError):
@@ -383,7 +383,7 @@ def remove_stale_temp_files(out_dir, log=print):
     return removed
 
 
-def load_checkpoint(path, log=print, required_keys=REQUIRED_KEYS):
+def load_checkpoint(path, log=print):
     """The dict saved in path, on CPU and memory-mapped; CheckpointError if it is unusable."""
     log(f"loading {path} ...")
     t0 = time.time()
@@ -398,14 +398,14 @@ def load_checkpoint(path, log=print, required_keys=REQUIRED_KEYS):
         raise CheckpointError(f"cannot load {path}: it holds a {type(state).__name__}, not a dict")
     if sharded:
         state["sharded_path"] = path  # the model and optimizer stay on disk until restore()
-    missing = [k for k in required_keys if k not in state and not (sharded and k in ("model", "optimizer"))]
+    missing = [k for k in REQUIRED_KEYS if k not in state and not (sharded and k in ("model", "optimizer"))]
     if missing:
         raise CheckpointError(f"cannot load {path}: it lacks the keys {missing}")
     log(f"loaded {path} in {time.time() - t0:.1f}s")
     return state
 
 
-def load_newest(out_dir, log=print, required_keys=REQUIRED_KEYS):
+def load_newest(out_dir, log=print):
     """(state, path) of the newest checkpoint that loads, or None if out_dir has no checkpoints.
 
     Unusable checkpoints are reported and skipped. If some exist but none loads, CheckpointError:
@@ -416,7 +416,7 @@ def load_newest(out_dir, log=print, required_keys=REQUIRED_KEYS):
         return None
     for _, path in checkpoints:
         try:
-            return load_checkpoint(path, log, required_keys), path
+            return load_checkpoint(path, log), path
         except CheckpointError as e:
             log(f"WARNING: {e}; falling back to an older checkpoint")
     raise CheckpointError(
