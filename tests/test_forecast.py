@@ -2,12 +2,14 @@
 follows the law with noise, widens to the backtest's miss when the law misfits, says why there is none when
 the points cannot determine it, and writes its line and record."""
 import json
+import sys
 import types
 
 import numpy as np
 import pytest
 
 import configurator
+from conftest import REPO
 from trainer import forecast, metrics, schedule
 
 
@@ -131,3 +133,27 @@ def test_a_prior_that_cannot_be_read_is_one_line(tmp_path):
     assert "measured on other data or vocabulary" in forecast.prior_problem(cfg)
     cfg.forecast_prior = ladder_json(tmp_path / "ladder.json")
     assert forecast.prior_problem(cfg) is None
+
+
+def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_final_loss(tmp_path):
+    """scripts/bench/forecast_accuracy.py --ladder on a ladder whose largest run follows the ladder's shape."""
+    path = ladder_json(tmp_path / "ladder.json", sizes=(1e4, 3e4, 1e5, 3e5, 1e6))
+    result = json.loads(open(path).read())
+    largest = result["recipes"]["adamw"]["runs"][-1]
+    largest["out_dir"] = str(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "ladder.json").write_text(json.dumps(result))
+    (tmp_path / "run" / "config.json").write_text(json.dumps(dict(
+        configurator.DEFAULTS, max_iters=400, lr_decay_iters=400, warmup_iters=20, learning_rate=1e-3, min_lr=1e-4)))
+    record = metrics.Metrics(tmp_path / "run")
+    for fraction, loss in largest["curve"]:
+        record("eval", round(fraction * 400), val_loss=loss)
+    sys.path.insert(0, str(REPO / "scripts" / "bench"))
+    import forecast_accuracy
+    forecast_accuracy.main(["--ladder", path, "--out", str(tmp_path / "out.json")])
+    rows = json.loads((tmp_path / "out.json").read_text())["rows"]
+    prior = [r for r in rows if r["method"] == "ladder prior"]
+    assert [round(r["at"], 2) for r in prior] == [0.25, 0.5]
+    assert all(abs(r["relative_error"]) < 1e-3 for r in prior)  # the run follows the shape: its level is exact
+    now = [r for r in rows if r["method"] == "val loss now"]
+    assert all(r["relative_error"] > 0.05 for r in now)
