@@ -104,10 +104,14 @@ def law(n, d, lr, optimizer):
         + 0.05 * math.log(lr / best) ** 2
 
 
+class Calls(list):
+    """The out_dirs trained, in order, and (.commands) the commands that trained them."""
+
+
 @pytest.fixture
 def fake_train(monkeypatch):
     """train.py replaced by the law: each call writes the start, eval and done records a run would."""
-    calls = []
+    calls, commands = Calls(), []
 
     def run(command, **kwargs):
         args = command[command.index("train.py") + 1:]
@@ -119,8 +123,10 @@ def fake_train(monkeypatch):
         record("eval", cfg.max_iters, val_loss=law(n, tokens, cfg.learning_rate, cfg.optimizer))
         record("done", cfg.max_iters, best_val_loss=None)
         calls.append(cfg.out_dir)
+        commands.append(command)
         return types.SimpleNamespace(returncode=0, stderr="")
     monkeypatch.setattr(ladder_script.subprocess, "run", run)
+    calls.commands = commands
     return calls
 
 
@@ -257,3 +263,9 @@ def test_ladder_plan_prices_each_run_the_ladder_config_would_train():
     cost = plan.ladder_cost("config/ladder_gpt3.py", target, 0.4, 2.0, 1)
     assert [r["runs"] for r in cost["rows"]] == [5, 1, 3, 1, 3, 1, 1, 1]  # the sweeps, and one run per size at 10
     assert cost["share"] == pytest.approx(cost["gpu_hours"] / (target["days"] * 24)) and 0 < cost["share"] < 1
+
+
+def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):
+    ladder_script.main([ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "out"), "--nproc", "2",
+                        "--recipe", "adamw: --optimizer=adamw"])
+    assert {tuple(c[:3]) for c in fake_train.commands} == {("torchrun", "--standalone", "--nproc_per_node=2")}
