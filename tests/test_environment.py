@@ -68,3 +68,23 @@ def test_a_compilation_failure_becomes_one_line_naming_compile_false():
     except RuntimeError as e:
         assert "install gcc (or set CC), or rerun with --compile=False" in environment.compile_failure(e)
     assert environment.compile_failure(ValueError("a bug of ours")) is None  # not compilation's: re-raised
+
+
+def test_a_graph_from_a_stale_compile_cache_is_one_line_naming_the_cache_to_move(monkeypatch, tmp_path):
+    """The AttributeError AOTAutograd's generated subclass wrapper raised where the cache had served a graph
+    compiled for fp8 all-gather weights to plain DTensor weights (reproduced with two processes sharing a
+    TORCHINDUCTOR_CACHE_DIR; docs/troubleshooting.md). Here it is raised from code under that file name."""
+    import torch._functorch._aot_autograd.subclass_codegen as codegen
+    wrapper = {}
+    exec(compile("def inner_fn(t):\n    return t._tensor\n", f"{codegen.__file__}:codegen(subclass_wrapper)", "exec"),
+         wrapper)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    with pytest.raises(AttributeError) as stale:
+        wrapper["inner_fn"](torch.ones(1))
+    line = environment.compile_failure(stale.value)
+    assert line.startswith("a compiled graph from torch's cache does not fit this run's tensors ('Tensor' object "
+                           "has no attribute '_tensor'")
+    assert line.endswith(f"mv {tmp_path}/aotautograd {tmp_path}/aotautograd.stale, and rerun") and "\n" not in line
+    with pytest.raises(AttributeError) as ours:  # the same error from any other code is not the cache's
+        torch.ones(1)._tensor
+    assert environment.compile_failure(ours.value) is None

@@ -93,6 +93,8 @@ def compile_failure(e):
     InductorError, which derives from it, or Triton's missing C compiler), or None: then compilation
     is not to blame and the caller re-raises e."""
     from torch._dynamo.exc import BackendCompilerFailed  # import torch._dynamo only once something failed
+    if line := stale_cache_failure(e):
+        return line
     for cause in _causes(e):
         if "C compiler" in str(cause):
             return compiler_problem(True) or f"torch.compile found no usable C compiler ({_first_line(cause)}): " \
@@ -101,6 +103,25 @@ def compile_failure(e):
             inner = getattr(cause, "inner_exception", cause)
             return (f"torch.compile failed on this machine ({type(inner).__name__}: {_first_line(inner)}): "
                     f"rerun with --compile=False (eager: slower, the same training)")
+    return None
+
+
+def stale_cache_failure(e):
+    """One line for a compiled graph that torch's on-disk AOTAutograd cache served to tensors it was not
+    compiled for, or None. DTensor's cache key is its spec (shape, placements) without its local tensor's
+    type, so a graph compiled for FSDP's fp8 all-gather weights (a DTensor around torchao's
+    WeightWithDynamicFloat8CastTensor) is a hit for plain DTensor weights of the same shapes, e.g. a low-bit
+    optimizer's step; its wrapper then reads `._tensor` off a plain tensor (the class of pytorch/pytorch#188390,
+    where the key leaves out the local tensor's device). A fresh cache compiles anew."""
+    import traceback
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    for cause in _causes(e):
+        frames = traceback.extract_tb(cause.__traceback__)
+        if isinstance(cause, AttributeError) and frames and "_aot_autograd" in frames[-1].filename:
+            stale = os.path.join(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir(), "aotautograd")
+            return (f"a compiled graph from torch's cache does not fit this run's tensors ({_first_line(cause)}; "
+                    f"a PyTorch cache-key defect, docs/troubleshooting.md): move the cache aside, "
+                    f"mv {stale} {stale}.stale, and rerun")
     return None
 
 
