@@ -90,8 +90,8 @@ def _causes(e):
 
 def compile_failure(e):
     """One line for an exception that compilation caused (Dynamo's BackendCompilerFailed, inductor's
-    InductorError, which derives from it, or Triton's missing C compiler), or None: then compilation
-    is not to blame and the caller re-raises e."""
+    InductorError, which derives from it, Triton's missing C compiler, or a stale graph from the cache), or
+    None: then compilation is not to blame and the caller re-raises e."""
     from torch._dynamo.exc import BackendCompilerFailed  # import torch._dynamo only once something failed
     if line := stale_cache_failure(e):
         return line
