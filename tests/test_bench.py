@@ -1,7 +1,8 @@
 """scripts/bench.py on the CPU with a tiny model: a plain run against the reference loop, a small
 sweep, the sweep's order and skipping (with a stand-in for train.py), how the run's metrics.jsonl step
-records and train.py's failures are read, the step of the config's real size, and the memory rule. Every train.py launch
-costs seconds, so there are few of them (tests/test_gpu_check.py runs gpu_check.sh)."""
+records and train.py's failures are read, the step of the config's real size, --save_resume's times (its runs'
+save and start records), and the memory rule. Every train.py launch costs seconds, so there are few of them
+(tests/test_gpu_check.py runs gpu_check.sh)."""
 import json
 import sys
 from types import SimpleNamespace
@@ -13,7 +14,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "scripts"))
 import bench  # noqa: E402
 import configurator  # noqa: E402
-from trainer import memory, metrics  # noqa: E402
+from trainer import checkpoint, memory, metrics  # noqa: E402
 
 TINY = ["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
         "--device=cpu", "--dtype=float32"]
@@ -122,6 +123,35 @@ def test_the_step_of_the_configs_size_amortises_the_optimizer_step():
     assert summary["step_ms"] == pytest.approx(160_200) and summary["tokens_per_s"] == pytest.approx(160 * 8192 / 160.2)
     assert summary["mfu"] == pytest.approx(0.40 * (160 / 160.2) / (4 / 4.2)) and summary["hfu"] is None
     assert summary["measured"]["tokens_per_s"] == pytest.approx(4 * 8192 / 4.2)
+
+
+def test_save_resume_times_are_the_runs_own_records(tmp_path):
+    """--save_resume's save_s and load_s are the first run's save record's seconds and the resumed run's start
+    record's load_seconds, not the launches' wall time (a stand-in for train.py writes the records and a
+    1 MB checkpoint; takes 5 s and 7 s of wall time)."""
+    cfg = configurator.load_config(TINY)
+    runs = bench.Bench(SimpleNamespace(grad_accum=2, time_limit=None, timeout=None, warmup=1, steps=2), TINY, cfg,
+                       str(tmp_path), None)
+    launched = []
+
+    def train(train_args):
+        out_dir = [a.split("=", 1)[1] for a in train_args if a.startswith("--out_dir=")][-1]
+        record = metrics.Metrics(out_dir)
+        if "--init_from=resume" in train_args:
+            record("start", 1, load_seconds=0.25)
+        else:
+            record("start", 0, load_seconds=None)
+            with open(checkpoint.checkpoint_path(out_dir, 1), "wb") as f:
+                f.write(b"\0" * 1_000_000)
+            record("save", 1, seconds=0.5, asynchronous=False)
+        launched.append(train_args)
+        return "ok", None, 5.0 + 2 * len(launched[1:])
+
+    runs.launch = train
+    result = runs.save_resume()
+    assert "--checkpoint_async=False" in launched[0] and "--init_from=resume" in launched[1]
+    assert (result["save_s"], result["load_s"], result["save_wall_s"], result["load_wall_s"]) == (0.5, 0.25, 5.0, 7.0)
+    assert result["checkpoint_gb"] == 0.001 and result["save_gb_per_s"] == 0.002 and result["load_gb_per_s"] == 0.004
 
 
 @pytest.mark.parametrize("reserved, compared, fits", [(95.0, "reserved", True), (None, "allocated", False)])
