@@ -361,7 +361,7 @@ def check(cfg, world_size, distributed=None):
     """The first value train.py cannot run with, as one line, or None. (Types are checked on loading.)
     distributed: under torchrun, even with one process (default: world_size > 1)."""
     from model import CHECKPOINTING_POLICIES, architecture_problem
-    from trainer.mixture import weights_problem
+    from trainer.bins import weights_problem
     from trainer.optim import MASTER_WEIGHTS, OPTIMIZERS
     from trainer.precision import RECIPES
     from trainer.schedule import problem as schedule_problem

@@ -136,7 +136,7 @@ class LayerNorm(nn.Module):
         self.kind = kind
 
     def forward(self, x):
-        # in x's dtype: under FSDP's bf16 gathers the residual stream stays fp32 (trainer/sharding.py), and
+        # in x's dtype: under FSDP's bf16 gathers the residual stream stays fp32 (trainer/parallel.py), and
         # CPU autocast, unlike CUDA's, does not upcast LayerNorm's weights itself; a no-op when they agree
         if self.kind == "rmsnorm":
             return F.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), NORM_EPS)

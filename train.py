@@ -23,8 +23,8 @@ if problem := environment.torch_problem():
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
 from trainer import (
-    RunError, checkpointer, elastic, environment, evaluation, faults, forecast, hardware, hellaswag, memory, metrics,
-    mixture, optim, precision, runlock, runlog, schedule, sharding, spikes, start, stopping, tokenizer, wandb_logging)
+    RunError, bins, checkpointer, elastic, environment, evaluation, faults, forecast, hardware, memory, metrics,
+    optim, parallel, precision, runlock, runlog, schedule, tokenizer)
 
 # -----------------------------------------------------------------------------
 # config (configurator.py: every key, its default and help, and where each value came from)
@@ -34,7 +34,7 @@ cfg = configurator.load_config_or_exit(sys.argv[1:])
 # processes: one, or one per GPU under torchrun
 distributed, rank, local_rank, world_size = elastic.ranks()
 master = rank == 0  # only rank 0 writes train.log, config.json, wandb and .pt checkpoints
-if problem := start.fork_problem(cfg):  # before the lock and train.log: a fork's source is only read
+if problem := checkpointer.fork_problem(cfg):  # before the lock and train.log: a fork's source is only read
     sys.exit(f"error: {problem}")
 # one run per out_dir: a second one would interleave train.log and overwrite checkpoints
 out_dir_lock = runlock.hold_or_exit(cfg.out_dir, "training run") if master else None
@@ -45,14 +45,14 @@ if cfg.compile:  # a library's error explained in one line, not a traceback
     log.explainers.append(environment.compile_failure)
 
 if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size and distributed:  # one node's GPUs: its fast link shards
-    cfg.hsdp_shard_size = sharding.node_size()
+    cfg.hsdp_shard_size = parallel.node_size()
 if problem := configurator.check(cfg, world_size, distributed) or elastic.restart_problem():
     raise RunError(problem)
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
     + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))
 if master and (restarted := elastic.restart_line(cfg.out_dir)):
     log(restarted)
-stop_signal = stopping.StopSignal()  # from here on a signal stops the run cleanly (stopping.py)
+stop_signal = elastic.StopSignal()  # from here on a signal stops the run cleanly (elastic.py)
 
 # -----------------------------------------------------------------------------
 # device, precision and process group
@@ -63,38 +63,38 @@ if problem := problem or (cfg.fp8 and (precision.device_problem(device) or preci
     raise RunError(problem)
 if device_type == "cpu":  # threads the machine has free, not one a core whatever the load (environment.py)
     log(environment.use_cpu_threads())
-timeout = sharding.init_processes(cfg, device_type, log) if distributed else None
+timeout = parallel.init_processes(cfg, device_type, log) if distributed else None
 
 # -----------------------------------------------------------------------------
-# what to start from: a checkpoint (resume, roll back), imported weights, or scratch (start.py)
-begin = start.start_point(cfg, configurator.DEFAULTS, master, log)
-log(schedule.describe(cfg, begin.cooldown_from))
+# what to start from: a checkpoint (resume, roll back), imported weights, or scratch (checkpointer.py)
+start = checkpointer.start_point(cfg, configurator.DEFAULTS, master, log)
+log(schedule.describe(cfg, start.cooldown_from))
 with torch.device("meta"):
-    shapes = GPT(model_config(cfg, begin.saved_args))  # every shape and no storage: what memory.py's estimates read
-save_group = sharding.save_group(cfg, shapes.get_num_params(non_embedding=False), timeout, log) if distributed else None
+    shapes = GPT(model_config(cfg, start.saved_args))  # every shape and no storage: what memory.py's estimates read
+save_group = parallel.save_group(cfg, shapes.get_num_params(non_embedding=False), timeout, log) if distributed else None
 if distributed:  # names the hung rank
     log.explainers.append(functools.partial(elastic.explain_timeout, group=save_group, timeout=timeout))
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
 choice = memory.settle_run(shapes, cfg, device, world_size, log, sys.argv[1:])  # refuse now, not after minutes of allocating
 cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
 cfg.freeze()  # resolved: from here on a value means the same wherever it is read
-gptconf = model_config(cfg, begin.saved_args, activation_checkpointing=choice.activation_checkpointing,
+gptconf = model_config(cfg, start.saved_args, activation_checkpointing=choice.activation_checkpointing,
                        recompute_blocks=choice.recompute_blocks)
 
 # -----------------------------------------------------------------------------
-# data: uint16 token bins of one folder or a weighted mixture of several (mixture.py), each sampled
+# data: uint16 token bins of one folder or a weighted mixture of several (bins.py), each sampled
 # without replacement in a per-epoch permutation of windows
 if cfg.data_mixture and cfg.data_dir != os.path.join("data", cfg.dataset):
     log(f"note: data_mixture is set, so the training and validation data do not come from data_dir {cfg.data_dir}")
 tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
-sampler = mixture.open_mixture(mixture.folders(cfg), gptconf.block_size, tokens, cfg.seed, begin.origin,
+sampler = bins.open_mixture(bins.folders(cfg), gptconf.block_size, tokens, cfg.seed, start.origin,
                                mixed=bool(cfg.data_mixture))
-encoding = sampler.encoding(fallback=begin.encoding)  # saved in checkpoints, so sample.py can decode
+encoding = sampler.encoding(fallback=start.encoding)  # saved in checkpoints, so sample.py can decode
 # every rank draws the same global batch and takes its share: the batches do not depend on the number of processes
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
 val_windows = sampler.val_windows(cfg.eval_iters, eval_batch_size)  # the same every time: val losses compare
 tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
-hellaswag_examples = hellaswag.for_run(cfg, encoding or "gpt2", gptconf.block_size, log)
+hellaswag_examples = evaluation.hellaswag_for_run(cfg, encoding or "gpt2", gptconf.block_size, log)
 
 
 def get_batch(read, indices):
@@ -112,23 +112,23 @@ with torch.device(device):  # built in place: at 6.7B a CPU build then a copy wo
     raw_model = GPT(gptconf)  # the plain module, whose state_dict has no wrapper prefixes
 n_params = raw_model.get_num_params()
 log(f"built {raw_model.get_num_params(non_embedding=False):,} parameters in {time.time() - t0:.1f}s")
-if begin.weights is not None:  # before compile and sharding, identically on every rank
-    raw_model.load_state_dict(begin.weights)
-    log(f"starting from {begin.pretrained}'s weights at iteration 0, with a fresh optimizer and data order")
-    begin.weights = None
+if start.weights is not None:  # before compile and sharding, identically on every rank
+    raw_model.load_state_dict(start.weights)
+    log(f"starting from {start.pretrained}'s weights at iteration 0, with a fresh optimizer and data order")
+    start.weights = None
 if cfg.master_weights == "bfloat16":  # 2 bytes a weight, gradients still fp32 (optim.py)
     optim.use_bf16_weights(raw_model)
-how = sharding.mode(cfg, distributed)  # 'ddp', 'by_hand', 'fsdp' (hsdp too) or 'single'
+how = parallel.mode(cfg, distributed)  # 'ddp', 'by_hand', 'fsdp' (hsdp too) or 'single'
 fsdp = how == "fsdp"
 if cfg.fp8:  # the blocks' matmuls in fp8; the weights stay ordinary Parameters (precision.py)
     log(precision.describe(cfg.fp8, *precision.convert(raw_model, cfg.fp8, fsdp=fsdp), fsdp=fsdp))
 torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
-model = sharding.wrap(raw_model, cfg, how, world_size, device_type, local_rank, log)  # DDP, FSDP2, compile
+model = parallel.wrap(raw_model, cfg, how, world_size, device_type, local_rank, log)  # DDP, FSDP2, compile
 optimizer = optim.build(raw_model, cfg.optimizer, cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
                         device_type, cfg.master_weights, cfg.optimizer_offload)
 if isinstance(optimizer, optim.MuonAdamW):
     log(optimizer.describe())
-guard = spikes.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after,
+guard = faults.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after,
                           cfg.max_nonfinite_steps, log, record)
 fp8_all_gather = cfg.fp8 and fsdp  # each weight's scale then comes from one all-reduce after each change of the weights
 
@@ -138,7 +138,7 @@ def step_loss(iteration, loss_sum):
     loss over the whole global batch is returned. The tests' injected faults wrap this (faults.py)."""
     if how == "by_hand":
         optim.average_gradients(raw_model.parameters(), world_size)
-    return sharding.mean(loss_sum / micro_steps)
+    return parallel.mean(loss_sum / micro_steps)
 
 
 step_loss = faults.active.wrap(step_loss, raw_model.parameters, rank == world_size - 1, guard.replayed)
@@ -146,10 +146,10 @@ step_loss = faults.active.wrap(step_loss, raw_model.parameters, rank == world_si
 # -----------------------------------------------------------------------------
 # the checkpointer: what a checkpoint holds, when it is written, and how one goes back in (checkpointer.py)
 run = checkpointer.RunState({k: getattr(gptconf, k) for k in (*ARCHITECTURE_KEYS, "n_tokens")}, encoding,
-                            begin.cooldown_from)
+                            start.cooldown_from)
 checkpoints = checkpointer.Checkpointer(cfg, {"model": raw_model, "optimizer": optimizer, "sampler": sampler,
                                               "spikes": guard, "run": run}, device, fsdp, save_group, log, record)
-iter_num, load_seconds = checkpoints.restore(begin)
+iter_num, load_seconds = checkpoints.restore(start)
 
 if master:
     configurator.save_json(cfg, os.path.join(cfg.out_dir, "config.json"), **run.model_args)
@@ -175,12 +175,12 @@ autocast, step_casts, train_autocast = precision.autocast_contexts(cfg.dtype, de
     gptconf.activation_checkpointing, cfg.dtype, cfg.master_weights, fsdp, cfg.compile, cfg.fp8))
 
 # -----------------------------------------------------------------------------
-# wandb: optional, and never allowed to hang or prompt inside tmux (wandb_logging.py)
-wandb_run, run.wandb_run_id = wandb_logging.start(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), run.wandb_run_id,
+# wandb: optional, and never allowed to hang or prompt inside tmux (metrics.py)
+wandb_run, run.wandb_run_id = metrics.start_wandb(cfg.wandb_project, cfg.wandb_run_name, vars(cfg), run.wandb_run_id,
                                                   log) if cfg.wandb_log and master else (None, run.wandb_run_id)
 if wandb_run:
-    record.forward = lambda r: wandb_logging.log(wandb_run, r)  # wandb charts the records metrics.jsonl gets
-forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, begin.cooldown_from) for it in range(cfg.max_iters)],
+    record.forward = lambda r: metrics.to_wandb(wandb_run, r)  # wandb charts the records metrics.jsonl gets
+forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, start.cooldown_from) for it in range(cfg.max_iters)],
                                  cfg.warmup_iters, forecast.prior(cfg.forecast_prior, n_params)) \
     if master and cfg.eval_interval > 0 else None  # prior: a scaling ladder's prediction beside the forecast
 
@@ -208,7 +208,7 @@ def evaluate(iteration, forecasting=False):
 
 def evaluate_hellaswag(iteration):
     t_eval = time.time()
-    result = hellaswag.evaluate(model, hellaswag_examples, gptconf.block_size, device, autocast, cfg.hellaswag_limit,
+    result = evaluation.hellaswag_accuracy(model, hellaswag_examples, gptconf.block_size, device, autocast, cfg.hellaswag_limit,
                                 tokenizer.get_encoding(encoding or "gpt2").n_vocab)
     log(f"hellaswag iter {iteration}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
         f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
@@ -241,19 +241,19 @@ def say_how_it_ended(iteration, stopped):
 clock = runlog.StepClock(cfg.compile, log)  # the first step's time, then the average behind the eta
 if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
     evaluate(iter_num)
-    if hellaswag_examples and (begin.pretrained or iter_num > 0 or cfg.eval_only):
+    if hellaswag_examples and (start.pretrained or iter_num > 0 or cfg.eval_only):
         evaluate_hellaswag(iter_num)
     elif hellaswag_examples:  # random weights score 25% by construction: minutes spent learning nothing
         log("hellaswag: skipped at iteration 0 of a run from scratch (random weights score 25%)")
     if cfg.eval_only:
-        sharding.end_processes()
+        parallel.end_processes()
         sys.exit(0)
 
 step_start = checkpoints.step_start()
-stop_vote = stopping.StopVote(stop_signal, timeout)
-stop_now = sharding.agree(stop_signal.received, device)
+stop_vote = elastic.StopVote(stop_signal, timeout)
+stop_now = parallel.agree(stop_signal.received, device)
 while iter_num < cfg.max_iters and not stop_now:
-    lr = schedule.learning_rate(iter_num, cfg, begin.cooldown_from)
+    lr = schedule.learning_rate(iter_num, cfg, start.cooldown_from)
     optim.set_lr(optimizer, lr)
     t0 = time.time()
     loss_sum = torch.zeros((), device=device)
@@ -263,7 +263,7 @@ while iter_num < cfg.max_iters and not stop_now:
     with step_casts:  # where precision.casts_once_per_step, the weights' bf16 copies live until the step's last backward
         for micro_step in range(micro_steps):
             last = micro_step == micro_steps - 1
-            sharding.sync_gradients(model, last)
+            parallel.sync_gradients(model, last)
             with train_autocast:
                 loss = model(x, y)[1]
             if not last:  # fetch the next batch while the GPU works
@@ -277,10 +277,10 @@ while iter_num < cfg.max_iters and not stop_now:
         break
     loss_mean = step_loss(iter_num + 1, loss_sum)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
-    loss_value, norm_value = sharding.same_on_every_rank(loss_mean, grad_norm)  # one host sync per step
+    loss_value, norm_value = parallel.same_on_every_rank(loss_mean, grad_norm)  # one host sync per step
     # apply, or skip a non-finite or spiking step (it still counts, its batches are not seen again), or roll back
     action = guard.after_step(iter_num + 1, loss_value, norm_value, step_start["sampler"], iter_num >= cfg.warmup_iters)
-    if action == spikes.APPLY:
+    if action == faults.APPLY:
         optim.step(optimizer, cfg.seed * 1_000_003 + iter_num, device_type)  # the same rounding on every rank
         if fp8_all_gather:
             precision.update_weight_scales(raw_model)
@@ -288,21 +288,21 @@ while iter_num < cfg.max_iters and not stop_now:
     dt = time.time() - t0
     iter_num += 1
     step_start = checkpoints.step_start()
-    if action == spikes.ROLL_BACK and (restored := checkpoints.roll_back(iter_num)) is not None:
+    if action == faults.ROLL_BACK and (restored := checkpoints.roll_back(iter_num)) is not None:
         iter_num, step_start = restored, checkpoints.resume_point
         continue
     clock.lap(dt)
-    if iter_num % cfg.log_interval == 0 and action == spikes.APPLY:
+    if iter_num % cfg.log_interval == 0 and action == faults.APPLY:
         log_step(iter_num, loss_value, norm_value, lr, dt)
     if cfg.eval_interval > 0 and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
         evaluate(iter_num, forecasting=True)
     if hellaswag_examples and (iter_num % cfg.hellaswag_interval == 0 or iter_num == cfg.max_iters):
         evaluate_hellaswag(iter_num)
     checkpoints.maybe_save(iter_num)
-    stop_now = sharding.agree(stop_signal.received, device)
+    stop_now = parallel.agree(stop_signal.received, device)
 
 checkpoints.finish(iter_num, stopped=stop_now)  # a stopped run's last step saved; the last save complete
 say_how_it_ended(iter_num, stop_now)
-wandb_logging.finish(wandb_run)
+metrics.finish_wandb(wandb_run)
 stop_vote.finish()
-sharding.end_processes()
+parallel.end_processes()

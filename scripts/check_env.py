@@ -29,7 +29,6 @@ from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
 from trainer import hardware  # noqa: E402
 from trainer import memory  # noqa: E402
-from trainer import mixture  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import Block, GPTConfig  # noqa: E402
 
@@ -199,7 +198,7 @@ def check_disk(cfg, checkpoint_gb):
 
 
 def check_data(cfg, tokens_needed):
-    for data_dir, share in mixture.folders(cfg).items():  # data_dir, or each source of a data_mixture
+    for data_dir, share in bins.folders(cfg).items():  # data_dir, or each source of a data_mixture
         check_folder(cfg, data_dir, share * tokens_needed)
 
 
@@ -214,7 +213,7 @@ def check_folder(cfg, data_dir, tokens_needed):
             continue
         epochs = tokens_needed / tokens
         extra = f", {epochs:,.2f} epochs to max_iters" if split == "train" else ""
-        many = split == "train" and epochs > mixture.MAX_REPEATS  # repeated that often, data stops helping
+        many = split == "train" and epochs > bins.MAX_REPEATS  # repeated that often, data stops helping
         report("WARN" if many else "ok", f"{bins.bin_path(data_dir, split)}: {tokens:,} tokens ({gb(2 * tokens)})"
                f"{extra}" + (": the data is far smaller than the run; prepare more, or lower max_iters" if many else ""))
     if meta is None and os.path.isfile(bins.bin_path(data_dir, "train")):

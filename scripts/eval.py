@@ -1,5 +1,5 @@
 """
-A checkpoint beside the GPT-3 paper's zero-shot table, through lm-evaluation-harness (trainer/harness.py):
+A checkpoint beside the GPT-3 paper's zero-shot table, through lm-evaluation-harness (trainer/lm_eval_adapter.py):
 
     python data/eval/prepare.py                          # once, where there is a network: data/eval/<task>.jsonl
     python scripts/eval.py out/gpt3_6b                   # its newest checkpoint, the six tasks
@@ -24,7 +24,7 @@ import sys
 
 
 def stop_at_once(signum, frame):
-    """SIGINT before --watch takes it over (stopping.hear_sigint), or while one checkpoint is scored: nothing is half
+    """SIGINT before --watch takes it over (elastic.hear_sigint), or while one checkpoint is scored: nothing is half
     written (results land whole, at the end), so exit now, quietly."""
     print("eval.py: stopped by SIGINT before writing anything", file=sys.stderr, flush=True)
     sys.exit(130)
@@ -47,7 +47,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
-from trainer import bins, checkpoint, evaluation, harness, hf, stopping, tokenizer  # noqa: E402
+from trainer import bins, checkpoint, elastic, evaluation, hf, lm_eval_adapter, tokenizer  # noqa: E402
 
 WATCH_LOG = "eval.jsonl"
 GPT2_TOKENS = 50257
@@ -57,11 +57,11 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", nargs="?", help="a ckpt_<N>.pt, a ckpt_<N>/ folder, an out_dir (its newest "
                                              "checkpoint) or a Hugging Face GPT-2 folder")
-    p.add_argument("--tasks", default=",".join(harness.PAPER_TASKS), help="comma-separated (default: %(default)s)")
+    p.add_argument("--tasks", default=",".join(lm_eval_adapter.PAPER_TASKS), help="comma-separated (default: %(default)s)")
     p.add_argument("--limit", type=int, help="score only the first N examples of each task")
     p.add_argument("--data_dir", default="data/eval", help="the six tasks' files (default: %(default)s)")
     p.add_argument("--include_path", action="append", default=[], help="a folder of lm-eval task configs (repeatable)")
-    p.add_argument("--batch_size", type=int, default=harness.BATCH_SIZE, help="rows a forward (default: %(default)s)")
+    p.add_argument("--batch_size", type=int, default=lm_eval_adapter.BATCH_SIZE, help="rows a forward (default: %(default)s)")
     p.add_argument("--device", default="auto", help="auto (a GPU if there is one), cpu, cuda, cuda:1")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     p.add_argument("--encoding", help="override the checkpoint's encoding: 'bytes', 'gpt2' or a .tiktoken file")
@@ -112,10 +112,10 @@ def load(args, source, local_rank=0):
 def score(args, source, rank=0, world_size=1, local_rank=0):
     """(results on rank 0 else None, load's dict with 'params', the truncation note) of one model."""
     model, encoding, device, autocast, info = load(args, source, local_rank)
-    lm = harness.GPTLM(model, encoding, device, autocast, args.batch_size, rank, world_size)
+    lm = lm_eval_adapter.GPTLM(model, encoding, device, autocast, args.batch_size, rank, world_size)
     try:
-        results = harness.evaluate(lm, args.tasks, args.data_dir, args.include_path, args.limit)
-    except harness.HarnessError as e:
+        results = lm_eval_adapter.evaluate(lm, args.tasks, args.data_dir, args.include_path, args.limit)
+    except lm_eval_adapter.HarnessError as e:
         sample.fail(str(e))
     return results, {**info, "params": model.get_num_params(non_embedding=False)}, lm.truncation_note()
 
@@ -173,7 +173,7 @@ def main(argv=None):
     if args.watch:
         if world_size > 1:
             sample.fail("--watch runs in one process: start it with python, not torchrun")
-        stopping.hear_sigint()  # from now on a stop is a KeyboardInterrupt here, which says where eval.jsonl stands
+        elastic.hear_sigint()  # from now on a stop is a KeyboardInterrupt here, which says where eval.jsonl stands
         try:
             return watch(args)
         except KeyboardInterrupt:  # a checkpoint half scored is scored again by the next watch

@@ -37,7 +37,7 @@ from trainer import hardware  # noqa: E402
 from trainer import ladder as ladder_fits  # noqa: E402
 from trainer.evaluation import gpt3_reference  # noqa: E402
 from trainer import memory  # noqa: E402
-from trainer import mixture  # noqa: E402
+from trainer import bins  # noqa: E402
 from trainer import offload  # noqa: E402
 from trainer import optim  # noqa: E402
 from trainer import precision  # noqa: E402
@@ -199,9 +199,9 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype, 2, True, *mode, fp8=cfg.fp8).items()}
     plan["suggestions"] = suggestions(plan, model, cfg)
     if cfg.data_mixture:  # each source's share of the tokens, against its train.bin where it is prepared here
-        shares = mixture.folders(cfg)
-        epochs = mixture.planned_epochs(shares, plan["total_tokens"])
-        plan["sources"] = {mixture.source_name(p): {"weight": w, "epochs": epochs[mixture.source_name(p)]}
+        shares = bins.folders(cfg)
+        epochs = bins.planned_epochs(shares, plan["total_tokens"])
+        plan["sources"] = {bins.source_name(p): {"weight": w, "epochs": epochs[bins.source_name(p)]}
                            for p, w in shares.items()}
     return plan
 
@@ -362,7 +362,7 @@ def report(plan, cfg, config_args):
     for name, source in plan.get("sources", {}).items():
         epochs = "not prepared here" if source["epochs"] is None else f"{source['epochs']:.2f} epochs at max_iters"
         lines.append(f"  source {name}: weight {source['weight']:.3g}, {epochs}")
-        if warning := mixture.repeat_warning(name, source["epochs"]):
+        if warning := bins.repeat_warning(name, source["epochs"]):
             lines.append(f"  {warning}")
     if plan["recompute_flops_per_token"]:
         lines.append(f"                 + {plan['recompute_flops_per_token']:.4g} per token recomputing {k} blocks "
@@ -480,7 +480,7 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
         "ddp": over_every_gpu(2 * ring(n, grads)),
         "fsdp": over_every_gpu(micro * ring(n, 2 * gathered + grads)),
         # the shards' gathers and reductions inside the node every micro-batch; the shard's gradient, summed
-        # over the micro-batches, all-reduced across nodes once per step (sharding.sync_gradients)
+        # over the micro-batches, all-reduced across nodes once per step (parallel.sync_gradients)
         "hsdp": (micro * ring(g, 2 * gathered + grads), 2 * ring(nodes, grads / g)),
     }
     compute = plan["seconds_per_iter"]

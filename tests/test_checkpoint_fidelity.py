@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten_with_path
 
 from model import GPT, GPTConfig
-from trainer import checkpoint, optim, precision, sharding
+from trainer import checkpoint, optim, parallel, precision
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ADAMW, ADAMW8, ADAMW4 = ("adamw", "float32", False), ("adamw8bit", "float32", False), ("adamw4bit", "float32", False)
@@ -59,7 +59,7 @@ def build(fp8, mode, fsdp):
     if fp8:
         precision.convert(model, fp8, fsdp=fsdp)
     if fsdp:
-        sharding.shard(model, "bfloat16")
+        parallel.shard(model, "bfloat16")
     return model, optim.build(model, name, 0.1, 1e-2, (0.9, 0.95), "cpu", master_weights, offload)
 
 

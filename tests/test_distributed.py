@@ -189,7 +189,7 @@ def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
 
 def test_fsdp_in_bf16_keeps_one_gpus_numerics(tmp_path, data_dir):
     """Under bf16, FSDP2 blocks gather bf16 matmul weights but keep LayerNorms, embeddings and the
-    residual stream in fp32, as bf16 autocast does on one GPU (trainer/sharding.py), and reduce-scatter
+    residual stream in fp32, as bf16 autocast does on one GPU (trainer/parallel.py), and reduce-scatter
     fp32 gradients into fp32 shards: the losses track one process's bf16 run to float reduction order
     (FSDP's default policy, a bf16 residual stream, needed 2% here), the saved weights stay fp32.
     Selective checkpointing runs under it."""

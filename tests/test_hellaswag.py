@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from trainer import checkpoint, hellaswag, metrics
+from trainer import checkpoint, evaluation, metrics
 from conftest import run_here
 from conftest import torchrun as torchrun_
 from model import GPT, GPTConfig, mask_padding
@@ -31,7 +31,7 @@ def write_examples(path, n=24):
     examples = [{"activity_label": "Quiz", "ctx_a": f"Q{i:02d}", "ctx_b": "says", "endings": rng.sample(POOL, 4),
                  "label": str(rng.randrange(4))} for i in range(n)]
     path.write_text("".join(json.dumps(ex) + "\n" for ex in examples))
-    return hellaswag.read_jsonl(str(path))
+    return evaluation.read_hellaswag_jsonl(str(path))
 
 
 def run(*args, torchrun=0):
@@ -78,30 +78,30 @@ def plain_logprob(model, ctx, ending, n_tokens=0):
 def test_scoring_equals_a_plain_computation(learnt):
     folder, _ = learnt
     model = load_model(folder)
-    examples = hellaswag.load(str(folder / "hellaswag_val.jsonl"), BYTES)
+    examples = evaluation.load_hellaswag(str(folder / "hellaswag_val.jsonl"), BYTES)
     correct = correct_norm = 0
     for start in range(0, len(examples), 5):  # batches of 5, padded to the longest row
-        logprobs = hellaswag.ending_logprobs(model, examples[start:start + 5], 32, "cpu", torch.no_grad(), BYTES.n_vocab)
+        logprobs = evaluation.ending_logprobs(model, examples[start:start + 5], 32, "cpu", torch.no_grad(), BYTES.n_vocab)
         for i, ex in enumerate(examples[start:start + 5]):
             plain = [plain_logprob(model, ex["ctx"], e, BYTES.n_vocab) for e in ex["endings"]]
             torch.testing.assert_close(logprobs[i], torch.tensor(plain), rtol=1e-5, atol=1e-5)
             correct += max(range(4), key=lambda k: plain[k]) == ex["label"]
             correct_norm += max(range(4), key=lambda k: plain[k] / ex["chars"][k]) == ex["label"]
-    result = hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), n_tokens=BYTES.n_vocab)
+    result = evaluation.hellaswag_accuracy(model, examples, 32, "cpu", torch.no_grad(), n_tokens=BYTES.n_vocab)
     assert result == {"acc": correct / 24, "acc_norm": correct_norm / 24, "n": 24}
     assert result["acc_norm"] >= 0.75  # it has learnt the answers: chance is 0.25
-    assert hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), limit=10)["n"] == 10
+    assert evaluation.hellaswag_accuracy(model, examples, 32, "cpu", torch.no_grad(), limit=10)["n"] == 10
 
 
 def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
-    from trainer import harness
+    from trainer import lm_eval_adapter
     folder, _ = learnt
     model = load_model(folder)
     (tmp_path / "hellaswag.jsonl").write_text((folder / "hellaswag_val.jsonl").read_text())
     t0 = time.time()
-    theirs = harness.evaluate(harness.GPTLM(model, BYTES, "cpu", torch.no_grad()), ["hellaswag"], str(tmp_path))
+    theirs = lm_eval_adapter.evaluate(lm_eval_adapter.GPTLM(model, BYTES, "cpu", torch.no_grad()), ["hellaswag"], str(tmp_path))
     t1 = time.time()
-    ours = hellaswag.evaluate(model, hellaswag.load(str(folder / "hellaswag_val.jsonl"), BYTES), 32, "cpu",
+    ours = evaluation.hellaswag_accuracy(model, evaluation.load_hellaswag(str(folder / "hellaswag_val.jsonl"), BYTES), 32, "cpu",
                               torch.no_grad(), n_tokens=BYTES.n_vocab)
     print(f"lm-eval {t1 - t0:.2f}s, in-loop {time.time() - t1:.2f}s for 24 examples")
     assert (theirs["hellaswag"]["acc"], theirs["hellaswag"]["acc_norm"], theirs["hellaswag"]["n"]) == \
@@ -124,14 +124,14 @@ import json, os, sys
 import torch, torch.distributed as dist
 sys.path.insert(0, os.getcwd())
 from model import GPT, GPTConfig
-from trainer import checkpoint, hellaswag, metrics
+from trainer import checkpoint, evaluation, metrics
 from trainer.tokenizer import get_encoding
 dist.init_process_group("gloo")
 state = checkpoint.load_checkpoint(sys.argv[1], log=lambda m: None)
 model = GPT(GPTConfig(**state["model_args"]))
 checkpoint.restore(state, model)
-examples = hellaswag.load(sys.argv[2], get_encoding("bytes"))
-result = hellaswag.evaluate(model, examples, 32, "cpu", torch.no_grad(), 0, 257)
+examples = evaluation.load_hellaswag(sys.argv[2], get_encoding("bytes"))
+result = evaluation.hellaswag_accuracy(model, examples, 32, "cpu", torch.no_grad(), 0, 257)
 if dist.get_rank() == 0:
     print(json.dumps(result))
 dist.destroy_process_group()
@@ -145,10 +145,10 @@ def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
                    "--data_dir", str(folder / "data"))
     assert prepared.returncode == 0 and "24 examples, bytes encoding" in prepared.stdout, prepared.stderr
     model = load_model(folder)
-    one = [hellaswag.evaluate(model, hellaswag.load(str(path), BYTES), 32, "cpu", torch.no_grad(), n_tokens=257)
-           for path in (folder / "data" / hellaswag.FILE, folder / "hellaswag_val.jsonl")]
+    one = [evaluation.hellaswag_accuracy(model, evaluation.load_hellaswag(str(path), BYTES), 32, "cpu", torch.no_grad(), n_tokens=257)
+           for path in (folder / "data" / evaluation.HELLASWAG_FILE, folder / "hellaswag_val.jsonl")]
     (tmp_path / "two_ranks.py").write_text(TWO_RANKS)
-    two = run(str(tmp_path / "two_ranks.py"), str(folder / "run" / "ckpt_300.pt"), str(folder / "data" / hellaswag.FILE),
+    two = run(str(tmp_path / "two_ranks.py"), str(folder / "run" / "ckpt_300.pt"), str(folder / "data" / evaluation.HELLASWAG_FILE),
               torchrun=2)
     assert two.returncode == 0, two.stderr
     assert one[0] == one[1] == json.loads(two.stdout) and one[0]["n"] == 24
@@ -166,8 +166,8 @@ def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, c
         bad.write_text(json.dumps(dict(record, endings=["d", "e", "f"])) + "\n")
     elif case == "label":
         bad.write_text(json.dumps(dict(record, label=7)) + "\n")
-    with pytest.raises(hellaswag.HellaSwagError) as e:
-        hellaswag.load(str(bad), BYTES)
+    with pytest.raises(evaluation.HellaSwagError) as e:
+        evaluation.load_hellaswag(str(bad), BYTES)
     assert expected in str(e.value) and "\n" not in str(e.value)
     trained = run("train.py", "config/train_tiny.py", *MODEL, f"--data_dir={folder / 'data'}",
                   f"--out_dir={tmp_path / 'run'}", "--max_iters=2", "--eval_interval=0", "--hellaswag_interval=1",
@@ -180,7 +180,7 @@ def test_a_bad_file_is_one_line_and_turns_the_evaluation_off(learnt, tmp_path, c
 def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
     folder, _ = learnt
     gpt2_file = tmp_path / "hellaswag.json"
-    hellaswag.write(str(gpt2_file), hellaswag.read_jsonl(str(folder / "hellaswag_val.jsonl")),
+    evaluation.write_hellaswag(str(gpt2_file), evaluation.read_hellaswag_jsonl(str(folder / "hellaswag_val.jsonl")),
                     get_encoding(gpt2_rank_file))
     result = run("train.py", "config/train_tiny.py", *MODEL, f"--data_dir={folder / 'data'}",
                  f"--out_dir={tmp_path / 'run'}", "--max_iters=2", "--hellaswag_interval=1",
@@ -192,20 +192,20 @@ def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
 def test_a_prepared_file_is_checked_and_its_encoding_known_by_content(tmp_path, gpt2_rank_file):
     ranks = get_encoding(gpt2_rank_file)
     prepared = tmp_path / "hellaswag.json"
-    hellaswag.write(str(prepared), [("A man", ["sat.", "ran.", "flew.", "swam."], 1)], ranks)
+    evaluation.write_hellaswag(str(prepared), [("A man", ["sat.", "ran.", "flew.", "swam."], 1)], ranks)
     copy = tmp_path / "elsewhere.tiktoken"  # the same ranks under another name: the same encoding
     copy.write_bytes(open(gpt2_rank_file, "rb").read())
-    assert len(hellaswag.load(str(prepared), get_encoding(str(copy)))) == 1
-    with pytest.raises(hellaswag.EncodingMismatch, match="tokenized with"):
-        hellaswag.load(str(prepared), get_encoding("bytes"))
+    assert len(evaluation.load_hellaswag(str(prepared), get_encoding(str(copy)))) == 1
+    with pytest.raises(evaluation.EncodingMismatch, match="tokenized with"):
+        evaluation.load_hellaswag(str(prepared), get_encoding("bytes"))
     data = json.loads(prepared.read_text())
     for field, value, expected in [("ctx", [50257], "token ids below 50257"), ("ctx", "A man", "token ids"),
                                    ("label", True, "label True"), ("endings", [[1], [2], [3], []], "empty ending"),
                                    ("chars", [4, 4, 5, 0], "empty ending")]:
         bad = tmp_path / f"bad_{field}.json"
         bad.write_text(json.dumps(dict(data, examples=[dict(data["examples"][0], **{field: value})])))
-        with pytest.raises(hellaswag.HellaSwagError, match=expected):
-            hellaswag.load(str(bad), ranks)
+        with pytest.raises(evaluation.HellaSwagError, match=expected):
+            evaluation.load_hellaswag(str(bad), ranks)
 
 
 def test_examples_longer_than_the_context_window_are_counted_and_scored_on_their_last_tokens():
@@ -215,11 +215,11 @@ def test_examples_longer_than_the_context_window_are_counted_and_scored_on_their
         return {"ctx": list(range(n_ctx)), "endings": [[40 + k] * n_ending for k in range(4)], "label": 0}
 
     examples = [example(5, 3), example(20, 3), example(2, 20)]  # fits; a long context; an ending longer than the window
-    assert hellaswag.truncation_note(examples[:1], 16) is None
-    assert hellaswag.truncation_note(examples, 16) == (
+    assert evaluation.hellaswag_truncation_note(examples[:1], 16) is None
+    assert evaluation.hellaswag_truncation_note(examples, 16) == (
         "hellaswag: 2 of 3 examples are longer than block_size 16: they are scored on their last tokens, "
         "their contexts cut from the start")
-    logprobs = hellaswag.ending_logprobs(model, examples, 16, "cpu", torch.no_grad())
+    logprobs = evaluation.ending_logprobs(model, examples, 16, "cpu", torch.no_grad())
     for i, e in enumerate(examples):
         for k, ending in enumerate(e["endings"]):
             row = (e["ctx"] + ending)[-17:]  # what fits: block_size inputs and their targets

@@ -10,8 +10,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
 from model import GPT, model_config
-from trainer import checkpoint, hardware, runlog, sharding, spikes, start
-from trainer.start import StartError
+from trainer import checkpoint, checkpointer, faults, hardware, parallel, runlog
+from trainer.checkpointer import StartError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import plan  # noqa: E402
@@ -49,7 +49,7 @@ def save_run(out_dir, iter_num, **model_args):
 
 def start_point(*argv):
     cfg = configurator.load_config([*TINY, *argv])
-    return cfg, start.start_point(cfg, configurator.DEFAULTS, True, quiet)
+    return cfg, checkpointer.start_point(cfg, configurator.DEFAULTS, True, quiet)
 
 
 def test_start_point_continues_scratch_or_refuses(tmp_path):
@@ -112,27 +112,27 @@ def one_process_group(tmp_path):
 
 def test_wrap_per_mode(one_process_group):
     cfg = configurator.load_config(TINY)
-    assert sharding.mode(cfg, False) == "single" and sharding.mode(cfg, True) == "ddp"
+    assert parallel.mode(cfg, False) == "single" and parallel.mode(cfg, True) == "ddp"
     cfg.master_weights = "bfloat16"
-    assert sharding.mode(cfg, True) == "by_hand"
+    assert parallel.mode(cfg, True) == "by_hand"
     cfg.master_weights, cfg.strategy = "float32", "hsdp"
-    assert sharding.mode(cfg, True) == "fsdp"
+    assert parallel.mode(cfg, True) == "fsdp"
     cfg.strategy = "ddp"
     model = GPT(model_config(cfg))
-    assert sharding.wrap(model, cfg, "single", 1, "cpu", 0, quiet) is model
-    wrapped = sharding.wrap(model, cfg, "ddp", 1, "cpu", 0, quiet)
+    assert parallel.wrap(model, cfg, "single", 1, "cpu", 0, quiet) is model
+    wrapped = parallel.wrap(model, cfg, "ddp", 1, "cpu", 0, quiet)
     assert isinstance(wrapped, DDP) and all(p.grad is not None and not p.grad.any() for p in model.parameters())
-    sharding.sync_gradients(wrapped, False)
+    parallel.sync_gradients(wrapped, False)
     assert wrapped.require_backward_grad_sync is False
-    assert sharding.agree(True, "cpu") and not sharding.agree(False, "cpu")
-    assert sharding.same_on_every_rank(torch.tensor(2.5), torch.tensor(1.0)) == [2.5, 1.0]
-    assert sharding.all_finite(model.parameters(), "cpu")
+    assert parallel.agree(True, "cpu") and not parallel.agree(False, "cpu")
+    assert parallel.same_on_every_rank(torch.tensor(2.5), torch.tensor(1.0)) == [2.5, 1.0]
+    assert parallel.all_finite(model.parameters(), "cpu")
 
 
 def test_the_step_verdict_counts_non_finite_steps_and_judges_spikes():
-    guard = spikes.SpikeGuard(window=3, loss_z=2.0, grad_z=0.0, rollback_after=2)
-    assert guard.verdict(1, float("nan"), 1.0, {"at": 1}) == spikes.NONFINITE
-    assert guard.verdict(2, 1.0, float("inf"), {"at": 2}) == spikes.NONFINITE
+    guard = faults.SpikeGuard(window=3, loss_z=2.0, grad_z=0.0, rollback_after=2)
+    assert guard.verdict(1, float("nan"), 1.0, {"at": 1}) == faults.NONFINITE
+    assert guard.verdict(2, 1.0, float("inf"), {"at": 2}) == faults.NONFINITE
     assert (guard.nonfinite_in_a_row, guard.nonfinite_total) == (2, 2) and guard.burst(2) == (1, {"at": 1})
     for step, loss in [(3, 1.0), (4, 1.1), (5, 0.9)]:
         assert guard.verdict(step, loss, 1.0, {}) is None

@@ -1,5 +1,5 @@
 """HSDP (strategy='hsdp'): the shards' gradients are all-reduced across replicas once per optimizer step,
-not once per micro-batch (sharding.sync_gradients), here in one process. That 4 CPU processes as 2 x 2
+not once per micro-batch (parallel.sync_gradients), here in one process. That 4 CPU processes as 2 x 2
 train as one process does and their checkpoint resumes as FSDP on 2 is test_multinode.py's two-node test."""
 import pytest
 import torch
@@ -8,7 +8,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._fully_shard import _fsdp_collectives
 
 from model import GPT, GPTConfig
-from trainer import RunError, sharding
+from trainer import RunError, parallel
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_all_reduce_only_on_the_last_micro_batch(one_rank_group, monkeypatch):
     plain = GPT(config)
     hsdp = GPT(config)
     hsdp.load_state_dict(plain.state_dict())
-    sharding.shard(hsdp, "float32", sharding.mesh("hsdp", "cpu", 1, 1))
+    parallel.shard(hsdp, "float32", parallel.mesh("hsdp", "cpu", 1, 1))
     groups = [g for m in hsdp.modules() if isinstance(m, FSDPModule) for g in m._get_fsdp_state()._fsdp_param_groups]
     all_reduces, real = [], _fsdp_collectives.dist.all_reduce
     monkeypatch.setattr(_fsdp_collectives.dist, "all_reduce", lambda *a, **k: all_reduces.append(1) or real(*a, **k))
@@ -34,7 +34,7 @@ def test_all_reduce_only_on_the_last_micro_batch(one_rank_group, monkeypatch):
     per_micro_batch = []
     for i, x in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
-        sharding.sync_gradients(hsdp, last)
+        parallel.sync_gradients(hsdp, last)
         assert all(g.all_reduce_grads == last for g in groups) and all(g.reduce_grads for g in groups)
         before = len(all_reduces)
         (hsdp(x, x)[1] / 3).backward()
@@ -46,6 +46,6 @@ def test_all_reduce_only_on_the_last_micro_batch(one_rank_group, monkeypatch):
 
 
 def test_hsdp_outside_torchrun_is_refused_not_plain_fsdp():
-    assert sharding.node_size({"LOCAL_WORLD_SIZE": "8"}) == 8
+    assert parallel.node_size({"LOCAL_WORLD_SIZE": "8"}) == 8
     with pytest.raises(RunError, match="set hsdp_shard_size to the GPUs per node"):
-        sharding.node_size({})
+        parallel.node_size({})

@@ -2,11 +2,11 @@
 reads train.log's words with a regular expression (train.log is for people)."""
 import re
 
-from trainer import metrics, wandb_logging
+from trainer import metrics
 from conftest import REPO
 
 
-class FakeRun:  # what wandb_logging.log uses of a wandb run
+class FakeRun:  # what metrics.to_wandb uses of a wandb run
     def __init__(self):
         self.logged = []
 
@@ -17,7 +17,7 @@ class FakeRun:  # what wandb_logging.log uses of a wandb run
 def test_wandb_charts_the_records_metrics_jsonl_gets(tmp_path):
     run = FakeRun()
     record = metrics.Metrics(tmp_path)
-    record.forward = lambda r: wandb_logging.log(run, r)
+    record.forward = lambda r: metrics.to_wandb(run, r)
     record("step", 3, loss=2.5, mfu=None, peak_memory={"host_rss": 10, "allocated": 20})
     record("eval", 3, val_loss=2.4, sources={"web": 2.3})
     record("stop", 4, signal="SIGTERM")  # no number in it: nothing to chart

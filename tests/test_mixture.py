@@ -1,4 +1,4 @@
-"""Weighted data mixtures (trainer/mixture.py): the schedule keeps each source to its share, draws the same
+"""Weighted data mixtures (trainer/bins.py): the schedule keeps each source to its share, draws the same
 global batches at any number of processes, resumes bit-exactly, survives a change of weights without
 repeating data, and refuses bad input with one line."""
 import json
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import configurator
-from trainer import bins, metrics, mixture
+from trainer import bins, metrics
 from conftest import REPO, VOCAB
 from test_distributed import assert_close, final_weights, losses, run
 from test_train import assert_same_weights, train
@@ -40,7 +40,7 @@ def folders(tmp_path_factory):
 
 
 def open_mix(shares, seed=5):
-    return mixture.open_mixture(shares, BLOCK, VOCAB, seed)
+    return bins.open_mixture(shares, BLOCK, VOCAB, seed)
 
 
 def test_fractions_stay_within_one_window_of_the_weights(folders):
@@ -91,7 +91,7 @@ def test_state_round_trip_and_a_change_of_weights_repeats_nothing(folders):
 
 def saved_state(folder, windows, position, seed=1337):
     """A one-source checkpoint's data state, as Mixture.state_dict() writes it."""
-    name = mixture.source_name(folder)
+    name = bins.source_name(folder)
     return {"seed": seed, "shares": {name: 1.0}, "drawn": {name: 0},
             "sources": {name: {"path": folder, "windows": windows, "epoch": 0, "position": position}}}
 
@@ -104,20 +104,20 @@ def test_a_saved_position_goes_on_and_a_changed_order_is_refused(folders):
     alone = bins.WindowSampler(windows, 1337)
     alone.load_state_dict({"epoch": 0, "position": 72})
     assert np.array_equal(mix.next_windows(30)[:, 1], alone.next_indices(30))
-    with pytest.raises(mixture.MixtureError, match=r"data order changed .*seed 1337 then, 9 now"):
+    with pytest.raises(bins.MixtureError, match=r"data order changed .*seed 1337 then, 9 now"):
         open_mix({folders["web"]: 1.0}, seed=9).load_state_dict(legacy)
     moved = saved_state(folders["web"], windows + 1, 0)
-    with pytest.raises(mixture.MixtureError, match=rf"web: {windows + 1:,} windows then, {windows:,} now"):
+    with pytest.raises(bins.MixtureError, match=rf"web: {windows + 1:,} windows then, {windows:,} now"):
         mix.load_state_dict(moved)
 
 
 def test_set_in_a_config_file_or_on_the_command_line(tmp_path):
     (tmp_path / "mix.py").write_text("data_mixture = {'data/dclm': 3, 'data/pile': 1}\n")
     cfg = configurator.load_config(["config/train_tiny.py", str(tmp_path / "mix.py")])
-    assert mixture.folders(cfg) == {"data/dclm": 0.75, "data/pile": 0.25}  # data_dir is not among them
+    assert bins.folders(cfg) == {"data/dclm": 0.75, "data/pile": 0.25}  # data_dir is not among them
     cfg = configurator.load_config(["config/train_tiny.py", "--data_mixture={'data/pile': 1}"])
-    assert mixture.folders(cfg) == {"data/pile": 1.0}
-    assert mixture.folders(configurator.load_config(["config/train_tiny.py"])) == {"data/quickstart": 1.0}
+    assert bins.folders(cfg) == {"data/pile": 1.0}
+    assert bins.folders(configurator.load_config(["config/train_tiny.py"])) == {"data/quickstart": 1.0}
     with pytest.raises(configurator.ConfigError, match="data_mixture must be dict"):
         configurator.load_config(["--data_mixture=data/pile"])
 
@@ -138,7 +138,7 @@ def test_bad_input_is_one_line(tmp_path, folders):
         open_mix({str(empty): 1})
     a = make_folder(tmp_path / "a", 2000, 4, meta={"encoding": "gpt2"})
     b = make_folder(tmp_path / "b", 2000, 4, meta={"encoding": "bytes"})
-    with pytest.raises(mixture.MixtureError, match=r"b was encoded with 'bytes' but .*a with 'gpt2'"):
+    with pytest.raises(bins.MixtureError, match=r"b was encoded with 'bytes' but .*a with 'gpt2'"):
         open_mix({a: 1, b: 1})
     # train.py: the same line, exit 1, before any model is built
     result = train(tmp_path / "out", folders["web"], "--max_iters=2", f"--data_mixture={{'{a}': 1, '{b}': 1}}",

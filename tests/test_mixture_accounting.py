@@ -1,4 +1,4 @@
-"""A data_mixture's accounting across a change of weights at a resume (trainer/mixture.py, resume.py): the
+"""A data_mixture's accounting across a change of weights at a resume (trainer/bins.py, checkpointer.py): the
 start-up lines give each source's own share of a step, the epochs they predict by max_iters count what was
 drawn at the old weights, and the best val loss (a mean weighted by the shares) starts again."""
 import pytest

@@ -40,7 +40,7 @@ def two_nodes(out_dir, data_dir, *overrides):
 
 @pytest.mark.e2e
 def test_hsdp_on_two_nodes_matches_one_process_and_resumes_as_fsdp_on_two(tmp_path, data_dir):
-    """2 micro-batches per rank, so the all-reduce skipped on the first counts (sharding.sync_gradients);
+    """2 micro-batches per rank, so the all-reduce skipped on the first counts (parallel.sync_gradients);
     the shard size is the node's, 2. Then FSDP over 2 ranks takes the 2-D checkpoint over (DCP reshards
     onto one 1-D mesh) and goes on as one process does."""
     steps = ["--gradient_accumulation_steps=8", "--checkpoint_interval=2", "--eval_interval=0"]

@@ -7,7 +7,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import model as model_module
 from model import GPT, GPTConfig, mask_padding
-from trainer import evaluation, harness
+from trainer import evaluation, lm_eval_adapter
 from trainer.tokenizer import get_encoding
 
 BYTES = get_encoding("bytes")
@@ -57,14 +57,14 @@ def test_rolling_windows_score_a_long_text_in_chunks(monkeypatch):
     monkeypatch.setattr(model_module, "LOSS_CHUNK_ROWS", 32)
     torch.manual_seed(1)
     gpt = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=48, vocab_size=320)).eval()
-    lm = harness.GPTLM(gpt, BYTES, "cpu", torch.no_grad(), batch_size=8)
+    lm = lm_eval_adapter.GPTLM(gpt, BYTES, "cpu", torch.no_grad(), batch_size=8)
 
     class Request:
         args, task_name = ("a text far longer than the window of forty-eight bytes, " * 3,), "test"
     with LargestTensor() as seen:
         [total] = lm.loglikelihood_rolling([Request()])
     ids = BYTES.encode_ordinary(Request.args[0])
-    windows = [harness.make_disjoint_window(w) for w in harness.get_rolling_token_windows(
+    windows = [lm_eval_adapter.make_disjoint_window(w) for w in lm_eval_adapter.get_rolling_token_windows(
         ids, prefix_token=BYTES.eot_token, max_seq_len=48, context_len=1)]
     assert len(windows) > 2
     assert total == pytest.approx(whole_logits_scores(gpt, windows, 48, BYTES.n_vocab)[0].sum().item(), abs=1e-3)

@@ -7,7 +7,7 @@ import pytest
 
 import configurator
 from conftest import VOCAB, run_here
-from trainer import metrics, schedule, start
+from trainer import checkpointer, metrics, schedule
 
 
 def cfg(**overrides):
@@ -71,11 +71,11 @@ def test_bad_schedule_settings_are_one_line(override, word):
 
 
 def test_a_fork_needs_a_checkpoint_path_and_its_own_out_dir(tmp_path):
-    assert start.fork_problem(cfg()) is None
-    assert "init_from" in start.fork_problem(cfg(cooldown_iters=5, init_from="auto"))
-    own = start.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"), out_dir=str(tmp_path)))
+    assert checkpointer.fork_problem(cfg()) is None
+    assert "init_from" in checkpointer.fork_problem(cfg(cooldown_iters=5, init_from="auto"))
+    own = checkpointer.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"), out_dir=str(tmp_path)))
     assert "own out_dir" in own
-    assert start.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"),
+    assert checkpointer.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"),
                                    out_dir=str(tmp_path / "fork"))) is None
 
 

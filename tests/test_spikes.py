@@ -3,7 +3,7 @@ number of rollbacks is bounded, and a stop and resume through all of it stays bi
 import pytest
 import torch
 
-from trainer import spikes
+from trainer import faults
 from test_train import TINY, assert_same_weights, train
 
 SPIKY = ["--max_iters=16", "--warmup_iters=2", "--eval_interval=0", "--checkpoint_interval=2",
@@ -14,7 +14,7 @@ assert "--batch_size=4" in TINY
 
 
 def position(state):
-    """The epoch and position of a checkpoint's one data source (mixture.py's state)."""
+    """The epoch and position of a checkpoint's one data source (bins.py's state)."""
     (source,) = state["sampler"]["sources"].values()
     return {k: source[k] for k in ("epoch", "position")}
 
@@ -24,7 +24,7 @@ def spiky(out_dir, data_dir, *overrides, at="9,10,11", check=True):
 
 
 def test_the_guard_judges_against_accepted_history_only():
-    guard = spikes.SpikeGuard(window=4, loss_z=3.0, grad_z=0.0, rollback_after=2)
+    guard = faults.SpikeGuard(window=4, loss_z=3.0, grad_z=0.0, rollback_after=2)
     for i, loss in enumerate([3.0, 3.1, 2.9, 3.0], 1):
         assert guard.judge(i, loss, 1.0, {"position": i}) is None  # filling the window: never a spike
     assert guard.judge(5, 30.0, 1.0, {"position": 5}).startswith("loss 30")

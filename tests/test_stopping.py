@@ -1,4 +1,4 @@
-"""stopping.py's handlers in a process of their own: a run started in the background from a script
+"""elastic.py's stop handlers in a process of their own: a run started in the background from a script
 inherits SIGINT ignored, and `kill -INT` must still stop it; nohup's ignored SIGHUP stays ignored; a
 second Ctrl-C while the run saves is answered, and neither interrupts the save nor kills the process."""
 import select
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e  # signals to a real process
 
 CHILD = """
 import signal, sys, time
-from trainer.stopping import StopSignal
+from trainer.elastic import StopSignal
 stop = StopSignal()
 print(signal.getsignal(signal.SIGHUP) is signal.SIG_IGN, flush=True)
 deadline = time.time() + 60

@@ -236,7 +236,7 @@ def test_the_config_is_frozen_once_the_start_point_and_the_memory_choice_are_mad
     lines = source.splitlines()
     frozen_at = next(i for i, line in enumerate(lines, 1) if line.startswith("cfg.freeze()"))
     before = "\n".join(lines[:frozen_at])
-    assert "start.start_point(cfg" in before and "memory.settle_run(" in before  # both decided before it
+    assert "checkpointer.start_point(cfg" in before and "memory.settle_run(" in before  # both decided before it
     assigned = [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Assign, ast.AugAssign))
                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
                 for t in ast.walk(target) if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "cfg"]

@@ -11,7 +11,7 @@ import pytest
 
 import configurator
 from conftest import REPO
-from trainer import bins, elastic, mixture
+from trainer import bins, elastic
 
 
 def load_script(name, path):
@@ -43,11 +43,11 @@ def test_a_missing_mixture_folder_names_the_mixture_key(tmp_path, data_dir):
     """A data_mixture with a typo in one folder: the advice is the data_mixture key to change, not data_dir."""
     typo = str(tmp_path / "pilee")
     with pytest.raises(bins.BinError) as e:
-        mixture.open_mixture({data_dir: 0.5, typo: 0.5}, 16, 64, 0, mixed=True)
+        bins.open_mixture({data_dir: 0.5, typo: 0.5}, 16, 64, 0, mixed=True)
     message = str(e.value)
     assert f"change the data_mixture key {typo!r} to one of them" in message and "set data_dir" not in message
     with pytest.raises(bins.BinError, match=r"set data_dir \(or dataset\) to one of them"):
-        mixture.open_mixture({typo: 1.0}, 16, 64, 0)  # a run on data_dir alone keeps the data_dir advice
+        bins.open_mixture({typo: 1.0}, 16, 64, 0)  # a run on data_dir alone keeps the data_dir advice
 
 
 def test_a_broken_data_mixture_shows_the_expected_form_which_works(tmp_path):

@@ -1,16 +1,17 @@
 """
-When one process of a torchrun job hangs or dies: the job ends in minutes, says which rank, and
-under `torchrun --max-restarts=N` comes back on its own from the newest complete checkpoint.
+How a run stops and restarts: on a signal, every rank after the same micro-batch (StopSignal, StopVote, at the
+end of this file); and when one process of a torchrun job hangs or dies, the job ends in minutes, says which
+rank, and under `torchrun --max-restarts=N` comes back on its own from the newest complete checkpoint.
 
 - A hung rank. Training's collectives wait at most collective_timeout_minutes (the process group's
   timeout; the 60-minute one of old followed the checkpoint's write, which now waits apart on a gloo
-  group of its own: saving.Saver). Then the waiting ranks' collective raises (gloo; NCCL under
+  group of its own: checkpoint.Saver). Then the waiting ranks' collective raises (gloo; NCCL under
   TORCH_NCCL_ASYNC_ERROR_HANDLING=2 as well), and they hold a roll call, a monitored_barrier on that
   gloo group, whose answer names the ranks that did not come: the hung ones. Where NCCL's watchdog
   tears the process down instead (modes 1 and 3), its flight recorder (TORCH_NCCL_DUMP_ON_TIMEOUT)
   writes each rank's last collectives to out_dir/nccl_trace_rank_<R>: the hung rank's lags behind.
 - A dead rank. Every rank that fails leaves its one line in out_dir/FAILURES as it exits
-  (RunLog.fail, RunLog.crash). torchrun then stops the others and starts them again, and the new
+  (RunLog.crash). torchrun then stops the others and starts them again, and the new
   rank 0 logs "restart K of N" with those lines, naming first the ranks that left none (kill -9, the
   OOM killer, a lost node). A start that is not a torchrun restart only clears the file. A half-written checkpoint is never loaded: its temp
   name is one discovery skips (checkpoint.py).
@@ -18,8 +19,12 @@ under `torchrun --max-restarts=N` comes back on its own from the newest complete
 import datetime
 import os
 import re
+import signal
+import sys
 
+import torch
 import torch.distributed as dist
+
 
 FAILURES = "FAILURES"  # in out_dir: one line per failed rank since the last start
 
@@ -140,3 +145,74 @@ def explain_timeout(error, group, timeout):
         "every rank answered the roll call afterwards, so it was slow, not hung"
     return (f"a collective waited past collective_timeout_minutes ({timeout}); {who}. "
             f"Under torchrun --max-restarts the job restarts from the newest checkpoint")
+
+
+# -----------------------------------------------------------------------------
+# how a run stops on a signal (SIGINT, SIGTERM, SIGHUP): a flag, then every rank votes
+# How a run stops on a signal. SIGINT, SIGTERM and SIGHUP (unless nohup ignores it) only set a flag: the
+# loop stops after the current micro-batch and saves the state of the last completed optimizer step. At
+# 6.7B a step takes ~100 s, longer than most shutdown grace periods, so waiting for it is not an option.
+#
+# Under torchrun a signal may reach only some ranks, and every rank must stop after the same
+# micro-batch, or the ones that go on wait forever in a collective: the ranks vote.
+
+class StopSignal:
+    """Installs the handlers; `.signum` is the first signal received, or None."""
+
+    def __init__(self):
+        self.signum = None
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            # under nohup a hang-up stays ignored; SIGINT and SIGTERM are always heard, though a shell
+            # starts a background job (`python train.py ... &` in a script) with SIGINT ignored
+            if sig in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, self._request)
+
+    def _request(self, signum, frame):
+        if self.signum is not None:  # heard: say so, since nothing else visibly happens until the save ends
+            print(f"{signal.Signals(signum).name}: already stopping after this micro-batch and saving; "
+                  "the run exits when the checkpoint is complete", file=sys.stderr, flush=True)
+        self.signum = self.signum or signum
+
+    @property
+    def received(self):
+        return self.signum is not None
+
+    def name(self):
+        return signal.Signals(self.signum).name if self.signum else "a signal to another rank"
+
+
+def hear_sigint():
+    """For a tool whose work may stop anywhere (scripts/eval.py --watch: a result is written only once it is
+    whole): SIGINT raises KeyboardInterrupt again, as Python's own handler does, even where the process
+    inherited it ignored (`cmd &` in a script), which Python otherwise keeps."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class StopVote:
+    """A signal on any rank, agreed without stalling the GPU (as an all-reduce read back with .item()
+    on a GPU tensor would): each micro-batch posts its flag in a non-blocking all-reduce on a CPU (gloo)
+    group and reads the vote of the micro-batch before, long done, so every rank stops after the same
+    micro-batch. Create it after init_process_group; timeout: how long a vote may wait for a rank (as the
+    training collectives' own: a hung rank must not hold the others here longer)."""
+
+    def __init__(self, stop_signal, timeout=None):
+        self.stop_signal = stop_signal
+        self.group = dist.new_group(backend="gloo", timeout=timeout) if dist.is_initialized() else None
+        self.pending = None
+
+    def read_previous_and_post(self):
+        if self.group is None:
+            return self.stop_signal.received
+        previous, flag = self.pending, torch.tensor([float(self.stop_signal.received)])
+        self.pending = flag, dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        if previous is None:
+            return False
+        previous[1].wait()
+        return previous[0].item() > 0
+
+    def finish(self):
+        """Every rank posted the vote still out: wait for it, then let go of the work and the group, which
+        must not outlive destroy_process_group (at interpreter exit gloo's threads abort the process)."""
+        if self.pending:
+            self.pending[1].wait()
+        self.group = self.pending = None

@@ -3,10 +3,17 @@
 iteration `iter` and the wall-clock `time` beside its figures (docs/metrics.md lists them). train.log is
 for people; plot_log.py, bench.py, gpu_check.sh, ab.py, eval.py --watch and the tests read this file,
 through read(), so rewording a log line breaks no tool.
+
+Weights & Biases, where a run turns it on, charts the same records (start_wandb, to_wandb): optional, and
+never allowed to hang or prompt inside tmux. Without credentials it logs offline (`wandb sync` later); if
+the server cannot be reached it falls back to offline too, since the run matters more than its charts. The
+run id lives in checkpoints, so a resume continues the same charts.
 """
 import json
 import math
+import netrc
 import os
+import secrets
 import time
 
 FILE = "metrics.jsonl"
@@ -19,7 +26,7 @@ def _plain(value):
 
 class Metrics:
     """Appends records to out_dir/metrics.jsonl from rank 0 (the others' calls do nothing), and hands each
-    to `forward` where one is set (train.py sets wandb_logging's, so wandb charts the same records)."""
+    to `forward` where one is set (train.py sets to_wandb, so wandb charts the same records)."""
 
     def __init__(self, out_dir, enabled=True):
         self.file, self.forward = None, None
@@ -67,3 +74,61 @@ def read(path, kind=None):
 def latest_per_iter(records):
     """One record per iteration, the latest, in iteration order: a curve without a rollback's repeats."""
     return sorted({r["iter"]: r for r in records}.values(), key=lambda r: r["iter"])
+
+
+# -----------------------------------------------------------------------------
+# wandb: the same records as charts
+
+def wandb_has_credentials():
+    """An API key in the environment or ~/.netrc (where `wandb login` puts it), looked up without wandb."""
+    try:
+        return bool(os.environ.get("WANDB_API_KEY") or netrc.netrc().authenticators("api.wandb.ai"))
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def start_wandb(project, name, config, run_id=None, log=print):
+    """(wandb run, its id): resumes the run with run_id, or starts one with a new id."""
+    import wandb
+
+    mode = os.environ.get("WANDB_MODE")
+    if mode is None and not wandb_has_credentials():  # wandb would prompt for a key
+        log("warning: no wandb credentials (wandb login / WANDB_API_KEY); logging offline, `wandb sync` later")
+        mode = "offline"
+    run_id = run_id or secrets.token_hex(4)
+    try:
+        run = wandb.init(project=project, name=name, id=run_id, resume="allow", config=config, mode=mode,
+                         settings=wandb.Settings(init_timeout=60))
+    except Exception as e:  # no network, server trouble
+        log(f"warning: wandb.init failed ({type(e).__name__}: {e}); logging offline")
+        run = wandb.init(project=project, name=name, id=run_id, resume="allow", config=config, mode="offline")
+    # charts run along 'iter', not wandb's own step: that must only grow, and a rollback takes iter back
+    run.define_metric("iter")
+    run.define_metric("*", step_metric="iter")
+    return run, run_id
+
+
+def to_wandb(run, record):
+    """One metrics.jsonl record into the run's charts, each number as `<kind>/<figure>` along `iter`
+    (step/loss, eval/val_loss, eval/sources/web, step/peak_memory/allocated, ...); text, flags and
+    missing figures stay out of the charts."""
+    values = {}
+
+    def add(name, value):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                add(f"{name}/{key}", inner)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            values[name] = value
+
+    for key, value in record.items():
+        if key not in ("kind", "iter", "time"):
+            add(f"{record['kind']}/{key}", value)
+    if values:
+        run.log({"iter": record["iter"], **values})
+
+
+def finish_wandb(run):
+    """The end of a run's wandb run (None: there is none)."""
+    if run is not None:
+        run.finish()

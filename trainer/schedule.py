@@ -6,7 +6,7 @@ lr_decay_fraction of lr_decay_iters. Its shape is lr_decay_shape: 'sqrt' (the de
 1-sqrt cooldown (NeurIPS 2024, arXiv 2405.18392), which beat a linear one at equal length in their runs and
 matches cosine with a 20% cooldown; 'linear' is MiniCPM's and torchtitan's plain ramp.
 
-A cooldown fork (cooldown_iters=K from a checkpoint at iteration N, resume.py) decays from the
+A cooldown fork (cooldown_iters=K from a checkpoint at iteration N, checkpointer.py) decays from the
 schedule's value at N to min_lr over K steps in the same shape, whatever the schedule.
 """
 import math

@@ -20,7 +20,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from trainer import harness  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import lm_eval_adapter  # noqa: E402  (needs the repo root on sys.path first)
 
 WORDS = "the a man woman dog cat river stone cloud paper green blue sun rain walks runs sees holds".split()
 
@@ -61,18 +61,18 @@ def synthetic(task, n, seed=0):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", default=",".join(harness.PAPER_TASKS), help="comma-separated (default: %(default)s)")
+    p.add_argument("--tasks", default=",".join(lm_eval_adapter.PAPER_TASKS), help="comma-separated (default: %(default)s)")
     p.add_argument("--out_dir", default=os.path.dirname(os.path.abspath(__file__)), help="default: data/eval")
     p.add_argument("--synthetic", type=int, default=0, metavar="N", help="N made-up examples per task, offline")
     args = p.parse_args()
     tasks = [t for t in args.tasks.split(",") if t]
-    unknown = [t for t in tasks if t not in harness.PAPER_TASKS]
+    unknown = [t for t in tasks if t not in lm_eval_adapter.PAPER_TASKS]
     if unknown:
-        sys.exit(f"error: unknown task {unknown[0]!r}: prepare one of {', '.join(harness.PAPER_TASKS)} (other tasks "
+        sys.exit(f"error: unknown task {unknown[0]!r}: prepare one of {', '.join(lm_eval_adapter.PAPER_TASKS)} (other tasks "
                  "come with their own configs through scripts/eval.py --include_path)")
     os.makedirs(args.out_dir, exist_ok=True)
-    for task, config in harness.builtin_configs(tasks).items():
-        path = harness.task_file(args.out_dir, task)
+    for task, config in lm_eval_adapter.builtin_configs(tasks).items():
+        path = lm_eval_adapter.task_file(args.out_dir, task)
         try:
             records = synthetic(task, args.synthetic) if args.synthetic else download(task, config)
         except Exception as e:  # no network, no hub cache, a dataset moved: datasets raises many kinds

@@ -20,7 +20,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
-from trainer import hellaswag  # noqa: E402
+from trainer import evaluation  # noqa: E402
 from trainer.tokenizer import find, get_encoding  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,12 +72,12 @@ def main():
         sys.exit(f"error: {e}")
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            examples = hellaswag.read_jsonl(args.source or find_source(tmp))
-        except hellaswag.HellaSwagError as e:
+            examples = evaluation.read_hellaswag_jsonl(args.source or find_source(tmp))
+        except evaluation.HellaSwagError as e:
             sys.exit(f"error: {e}")
     os.makedirs(args.data_dir, exist_ok=True)
-    out = os.path.join(args.data_dir, hellaswag.FILE)
-    hellaswag.write(out, examples, encoding)
+    out = os.path.join(args.data_dir, evaluation.HELLASWAG_FILE)
+    evaluation.write_hellaswag(out, examples, encoding)
     print(f"wrote {out}: {len(examples):,} examples, {encoding.name} encoding")
 
 

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from conftest import REPO, torchrun
 from model import GPT, GPTConfig, mask_padding
-from trainer import checkpoint, harness, hf, metrics
+from trainer import checkpoint, hf, lm_eval_adapter, metrics
 from trainer.tokenizer import get_encoding
 
 ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=48, vocab_size=320, bias=False)
@@ -55,8 +55,8 @@ def run(tmp_path_factory):
         save(folder / "run", step)
     tasks = folder / "tasks"
     tasks.mkdir()
-    for task in harness.PAPER_TASKS:
-        prepare_script.write_jsonl(harness.task_file(str(tasks), task), prepare_script.synthetic(task, 8))
+    for task in lm_eval_adapter.PAPER_TASKS:
+        prepare_script.write_jsonl(lm_eval_adapter.task_file(str(tasks), task), prepare_script.synthetic(task, 8))
     return folder
 
 
@@ -75,7 +75,7 @@ def plain_logprob(model, context, continuation):
 
 def test_the_adapters_requests_compute_what_the_model_does():
     model = tiny_model()
-    lm = harness.GPTLM(model, BYTES, "cpu", torch.no_grad(), batch_size=3)
+    lm = lm_eval_adapter.GPTLM(model, BYTES, "cpu", torch.no_grad(), batch_size=3)
     eot = BYTES.eot_token
     pairs = [("The cat", " sat"), ("A", " much longer continuation"), ("", "Alone"), ("x" * 60, " cut")]
     results = lm.loglikelihood([Request(*p) for p in pairs])
@@ -100,7 +100,7 @@ def test_the_adapters_requests_compute_what_the_model_does():
     out = lm.generate_until([Request(prompts[0], {"max_gen_toks": 12}), Request(prompts[1], {"until": [stop],
                              "max_gen_toks": 12}), Request(prompts[2], {"max_gen_toks": 12})])
     assert out == [free[0], free[1][:free[1].index(stop)], free[2]]
-    with pytest.raises(harness.HarnessError, match="do_sample=False"):
+    with pytest.raises(lm_eval_adapter.HarnessError, match="do_sample=False"):
         lm.generate_until([Request("x", {"do_sample": True, "temperature": 0.7})])
 
 
@@ -114,12 +114,12 @@ def test_eval_prints_the_papers_table_writes_json_and_agrees_under_torchrun(run,
         "doc_to_choice": "{{[sol1, sol2]}}", "doc_to_target": "label", "metric_list": [{"metric": "acc"}]}))
     eval_script.main([str(run / "run"), "--data_dir", str(run / "tasks"), "--device", "cpu"])
     out = capsys.readouterr().out
-    rows = {tuple(line.split()[:2]): line for line in out.splitlines()[2:] if line.split()[:1] in [[t] for t in harness.PAPER_TASKS]}
+    rows = {tuple(line.split()[:2]): line for line in out.splitlines()[2:] if line.split()[:1] in [[t] for t in lm_eval_adapter.PAPER_TASKS]}
     assert f"step 20, {tiny_model().get_num_params(non_embedding=False):,} parameters" in out
     assert "GPT-3 125M zero-shot" in out and rows[("hellaswag", "acc_norm")].endswith("33.7")
     assert rows[("lambada_openai", "perplexity")].endswith("18.6") and rows[("winogrande", "acc")].endswith("52.0")
     written = json.loads((run / "run" / "ckpt_20.eval.json").read_text())
-    assert written["iter"] == 20 and set(written["results"]) == set(harness.PAPER_TASKS)
+    assert written["iter"] == 20 and set(written["results"]) == set(lm_eval_adapter.PAPER_TASKS)
     assert all(r["n"] == 8 for r in written["results"].values())
     two = torchrun(["--standalone", "--nproc_per_node=2"], [
         "scripts/eval.py", run / "run" / "ckpt_20.pt", "--data_dir", run / "tasks", "--device", "cpu",
@@ -226,9 +226,9 @@ def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
     folder = str(tmp_path / "hf")
     hf.export(str(run / "run" / "ckpt_20.pt"), folder, dtype=torch.float32, log=lambda m: None)
     tasks = ["hellaswag", "piqa", "lambada_openai"]
-    theirs = harness.evaluate(HFLM(pretrained=folder, dtype="float32", device="cpu", batch_size=8), tasks,
+    theirs = lm_eval_adapter.evaluate(HFLM(pretrained=folder, dtype="float32", device="cpu", batch_size=8), tasks,
                               str(run / "tasks"))
-    ours = harness.evaluate(harness.GPTLM(tiny_model(20), BYTES, "cpu", torch.no_grad()), tasks, str(run / "tasks"))
+    ours = lm_eval_adapter.evaluate(lm_eval_adapter.GPTLM(tiny_model(20), BYTES, "cpu", torch.no_grad()), tasks, str(run / "tasks"))
     eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", ",".join(tasks), "--encoding", "bytes",
                       "--device", "cpu"])
     exported = json.loads((tmp_path / "hf.eval.json").read_text())["results"]
