@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+import configurator
 from configurator import DEFAULTS, ConfigError, load_config
 from conftest import REPO
 
@@ -127,3 +128,23 @@ def test_fp8_composes_with_the_other_settings(overrides):
     from configurator import check
     for recipe in ("tensorwise", "rowwise"):
         assert check(load_config([f"--fp8={recipe}", *overrides]), world_size=2) is None
+
+
+def test_every_key_has_a_one_line_help_shown_by_usage():
+    assert configurator.missing_help() == [], "keys without a line in configurator.HELP"
+    assert set(k for group in configurator.HELP.values() for k in group) <= set(configurator.DEFAULTS)
+    text = configurator.usage()
+    for group, keys in configurator.HELP.items():
+        assert f"\n{group}:\n" in text
+        for key, line in keys.items():
+            assert "\n" not in line and f"  {key} = {configurator.DEFAULTS[key]!r}  # {line}" in text
+
+
+def test_the_config_records_where_each_value_came_from(tmp_path):
+    extra = tmp_path / "extra.py"
+    extra.write_text("n_layer = 4  # the value train_tiny.py gives it too\n_private = 1\n")
+    cfg = configurator.load_config(["config/train_tiny.py", str(extra), "--n_head=2"])
+    assert cfg.sources["n_head"] == "on the command line"
+    assert cfg.sources["n_layer"] == f"in {extra}"  # the last file that set it
+    assert cfg.sources["n_embd"] == "in config/train_tiny.py" and cfg.sources["beta2"] == "by default"
+    assert "sources" not in vars(cfg)  # never saved among the settings

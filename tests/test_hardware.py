@@ -2,8 +2,11 @@
 import pytest
 import torch
 
-from model import GPT, GPTConfig
+import configurator
+from model import GPT, GPTConfig, model_config
 from trainer import hardware
+
+TINY = ["config/train_tiny.py", "--n_layer=2", "--n_embd=32", "--n_head=2", "--block_size=16"]
 
 
 @pytest.mark.parametrize(
@@ -88,3 +91,14 @@ def test_resolve_device():
     assert hardware.resolve_device("cuda:1") == ("cuda:1", "cuda")
     assert hardware.resolve_device("cpu") == ("cpu", "cpu")
     assert hardware.percent(None) == "n/a" and hardware.percent(0.4567) == "45.7%"
+
+
+def test_utilisation_counts_recompute_only_where_it_runs():
+    cfg = configurator.load_config(TINY)
+    for policy, recomputes in [("none", False), ("full", True)]:
+        config = model_config(cfg, activation_checkpointing=policy)
+        use = hardware.Utilisation(1000, 100, config, peak_tflops=1.0, world_size=2)
+        mfu, hfu = use(2e9)
+        assert use.recomputes is recomputes and (hfu > mfu) is recomputes
+        assert mfu == pytest.approx(use.model * 1e9 / 1e12)
+    assert hardware.Utilisation(1000, 100, model_config(cfg), 0.0, 1)(1e6) == (None, None)

@@ -6,6 +6,7 @@ checkpoint once and resumes; plot_log.py draws the curves; an export scores the 
 own `hf` model. Tiny random models and made-up task files (data/eval/prepare.py --synthetic): no hub."""
 import importlib.util
 import json
+import shlex
 import os
 import signal
 import subprocess
@@ -237,3 +238,23 @@ def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
             if metric in theirs[task]:
                 assert theirs[task][metric] == pytest.approx(ours[task][metric], rel=1e-4), (task, metric)
                 assert exported[task][metric] == pytest.approx(ours[task][metric], rel=1e-4), (task, metric)
+
+
+def load_script(name, path):
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_eval_with_no_checkpoint_advises_a_command_eval_accepts(tmp_path, capsys):
+    """It used to suggest --out_dir / --init_from, which eval.py rejects: the advice now ends with an eval.py call."""
+    eval_script = load_script("eval_script", "scripts/eval.py")
+    for source in (tmp_path, tmp_path / "missing"):
+        with pytest.raises(SystemExit) as e:
+            eval_script.main([str(source), "--device", "cpu"])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 1 and err.startswith(f"error: {source} ") and "--out_dir" not in err
+        suggested = shlex.split(err.rsplit("then python ", 1)[1])
+        assert suggested[0] == "scripts/eval.py"
+        eval_script.parse_args(suggested[1:])  # what it suggests parses (a SystemExit would fail the test)

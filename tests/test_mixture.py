@@ -2,6 +2,7 @@
 global batches at any number of processes, resumes bit-exactly, survives a change of weights without
 repeating data, and refuses bad input with one line."""
 import json
+import shlex
 import sys
 import shutil
 
@@ -223,3 +224,34 @@ def test_plan_and_plot_log_show_each_source(folders, reference, capsys):
     assert "warning: source code would repeat 4.8 times" in out and "warning: source web" not in out  # 4 is not past 4
     curves = plot_log.curves(metrics.read(reference))["sources"]
     assert sorted(curves) == sorted(MIX) and sorted(curves["books"]) == [0, 5, 10, 12]
+
+
+def advice_after(marker, message):
+    """The command or setting a message advises, from `marker` to the end (or the next ' (')."""
+    return message.split(marker, 1)[1].split(" (")[0]
+
+
+def test_a_missing_mixture_folder_names_the_mixture_key(tmp_path, data_dir):
+    """A data_mixture with a typo in one folder: the advice is the data_mixture key to change, not data_dir."""
+    typo = str(tmp_path / "pilee")
+    with pytest.raises(bins.BinError) as e:
+        bins.open_mixture({data_dir: 0.5, typo: 0.5}, 16, 64, 0, mixed=True)
+    message = str(e.value)
+    assert f"change the data_mixture key {typo!r} to one of them" in message and "set data_dir" not in message
+    with pytest.raises(bins.BinError, match=r"set data_dir \(or dataset\) to one of them"):
+        bins.open_mixture({typo: 1.0}, 16, 64, 0)  # a run on data_dir alone keeps the data_dir advice
+
+
+def test_a_broken_data_mixture_shows_the_expected_form_which_works(tmp_path):
+    for broken in ("{data/pile:0.7}", "data/pile"):
+        with pytest.raises(configurator.ConfigError) as e:
+            configurator.load_config([f"--data_mixture={broken}"])
+        # the shell strips the quotes around what the message suggests; load_config gets the rest
+        suggested = shlex.split(advice_after("write it as ", str(e.value)))
+        assert configurator.load_config(suggested).data_mixture == {"data/pile": 0.7, "data/dclm": 0.3}
+    config = tmp_path / "mix.py"
+    config.write_text('data_mixture = "data/pile"\n')
+    with pytest.raises(configurator.ConfigError) as e:
+        configurator.load_config([str(config)])
+    config.write_text(advice_after("write it as ", str(e.value)) + "\n")
+    assert configurator.load_config([str(config)]).data_mixture == {"data/pile": 0.7, "data/dclm": 0.3}

@@ -3,7 +3,7 @@ number of rollbacks is bounded, and a stop and resume through all of it stays bi
 import pytest
 import torch
 
-from trainer import faults
+from trainer import RunError, faults
 from test_train import TINY, assert_same_weights, train
 
 SPIKY = ["--max_iters=16", "--warmup_iters=2", "--eval_interval=0", "--checkpoint_interval=2",
@@ -82,3 +82,33 @@ def test_rollbacks_are_limited(tmp_path, data_dir):
     last = result.stdout.strip().splitlines()[-1]
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert last.startswith("error: loss spikes again at iter 13 after 1 automatic rollback(s) (max_rollbacks=1)")
+
+
+def test_the_step_verdict_counts_non_finite_steps_and_judges_spikes():
+    guard = faults.SpikeGuard(window=3, loss_z=2.0, grad_z=0.0, rollback_after=2)
+    assert guard.verdict(1, float("nan"), 1.0, {"at": 1}) == faults.NONFINITE
+    assert guard.verdict(2, 1.0, float("inf"), {"at": 2}) == faults.NONFINITE
+    assert (guard.nonfinite_in_a_row, guard.nonfinite_total) == (2, 2) and guard.burst(2) == (1, {"at": 1})
+    for step, loss in [(3, 1.0), (4, 1.1), (5, 0.9)]:
+        assert guard.verdict(step, loss, 1.0, {}) is None
+    assert guard.nonfinite_in_a_row == 0
+    assert guard.verdict(6, 50.0, 1.0, {}, judged=False) is None  # before warmup: not judged
+    assert guard.verdict(7, 50.0, 1.0, {}).startswith("loss 50 is ")
+    guard.rollbacks = [{"at": 9, "to": 4, "first_spike": 7}]
+    assert guard.replayed(8) and not guard.replayed(10)
+
+
+def test_after_step_answers_apply_skip_or_roll_back_and_says_why():
+    said, records = [], []
+    guard = faults.SpikeGuard(window=3, loss_z=2.0, grad_z=0.0, rollback_after=2, max_nonfinite=3, log=said.append,
+                              record=lambda kind, it, **figures: records.append((kind, it)))
+    assert [guard.after_step(i, 1.0 + i / 100, 1.0, {"at": i}) for i in (1, 2, 3)] == [faults.APPLY] * 3
+    assert guard.after_step(4, 9.0, 1.0, {"at": 4}) == faults.SKIP and said[-1].startswith("iter 4: loss spike, step skipped")
+    assert guard.after_step(5, 9.0, 1.0, {"at": 5}) == faults.ROLL_BACK and guard.burst(5) == (4, {"at": 4})
+    assert records == [("spike", 4), ("spike", 5)]
+    guard.skipped_at.clear()  # as a rollback with no checkpoint old enough leaves it
+    guard.rollback_after = 0  # no bursts: non-finite steps in a row stop the run at max_nonfinite
+    assert guard.after_step(6, float("nan"), 1.0, {}) == faults.SKIP and "non-finite loss nan" in said[-1]
+    assert guard.after_step(7, float("nan"), 1.0, {}) == faults.SKIP
+    with pytest.raises(RunError, match="3 non-finite steps in a row; stopping without saving"):
+        guard.after_step(8, 1.0, float("inf"), {})

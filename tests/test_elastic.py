@@ -1,0 +1,54 @@
+"""elastic.py's restart note: which runs and ranks it blames (the stop vote: test_stopping.py; hung ranks and
+restarts under torchrun: test_distributed.py)."""
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+from trainer import elastic
+
+
+def test_a_run_outside_torchrun_clears_the_failures_note_without_telling_it(tmp_path, monkeypatch):
+    """A single-process run that failed at start-up leaves FAILURES; the next run is no torchrun restart."""
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    elastic.leave_note(str(tmp_path), 0, "data_mixture: the weights sum to zero")
+    assert elastic.restart_line(str(tmp_path)) is None
+    assert not (tmp_path / elastic.FAILURES).exists()  # nor is it told at a later torchrun restart
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert elastic.restart_line(str(tmp_path)).endswith("no rank left a message: one was killed (kill -9, the OOM "
+                                                        "killer) or its node went away; torchrun's output names its exit code")
+
+
+def test_the_rank_that_left_no_line_is_named_first():
+    notes = [f"rank {r}: train.py crashed: RuntimeError: Connection reset by peer" for r in (0, 1, 3)]
+    line = elastic.died(notes, 4)
+    assert line.startswith("rank 2 left no line: killed (kill -9") and line.endswith("; ".join(notes))
+    assert elastic.died(notes, 2) == "; ".join(notes[:2] + notes[2:])  # all who were there spoke
+
+
+@pytest.mark.e2e
+def test_a_rank_killed_with_sigkill_is_named_at_the_restart(tmp_path, data_dir):
+    """torchrun --max-restarts=1 with 2 ranks; local rank 1 gets kill -9 after its first step."""
+    import psutil
+    from test_distributed import ARGS, ENV
+    out = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                            "--max-restarts=1", "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}",
+                            f"--out_dir={out}", "--max_iters=12"], cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=dict(ENV, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
+    try:
+        for _ in range(1200):  # up to two minutes for the first attempt's first step
+            if (out / "train.log").is_file() and "\niter 1: " in (out / "train.log").read_text():
+                break
+            time.sleep(0.1)
+        rank_1 = [p for p in psutil.Process(job.pid).children(recursive=True) if p.environ().get("LOCAL_RANK") == "1"]
+        assert len(rank_1) == 1, "no single process with LOCAL_RANK=1"
+        rank_1[0].send_signal(signal.SIGKILL)
+        stdout, _ = job.communicate(timeout=300)
+        assert job.returncode == 0, stdout[-3000:]
+        assert "elastic: restart 1 of 1; the attempt before ended with: rank 1 left no line: killed (kill -9" in stdout
+    finally:
+        job.kill()

@@ -1,0 +1,61 @@
+"""Where a run starts (checkpointer.start_point), decided in-process: out_dir's checkpoint or scratch, the refusals,
+the architecture a checkpoint fixes and where a conflicting value was set, and a roll back by path."""
+import pytest
+
+import configurator
+from model import model_config
+from trainer import checkpoint, checkpointer
+from trainer.checkpointer import StartError
+
+quiet = lambda line: None  # noqa: E731
+TINY = ["config/train_tiny.py", "--n_layer=2", "--n_embd=32", "--n_head=2", "--block_size=16"]
+
+
+def save_run(out_dir, iter_num, **model_args):
+    args = {**dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320, bias=False, activation="gelu",
+                   n_tokens=0), **model_args}
+    checkpoint.save_checkpoint({"model": {}, "iter_num": iter_num, "model_args": args}, str(out_dir), iter_num, 0,
+                               log=quiet)
+
+
+def start_point(*argv):
+    cfg = configurator.load_config([*TINY, *argv])
+    return cfg, checkpointer.start_point(cfg, configurator.DEFAULTS, True, quiet)
+
+
+def test_start_point_continues_scratch_or_refuses(tmp_path):
+    out = tmp_path / "run"
+    cfg, start = start_point(f"--out_dir={out}")  # auto, nothing there: scratch
+    assert start.state is None and start.saved_args is None and start.origin is None
+    for argv, message in [(["--init_from=resume"], "has no checkpoint; use init_from='auto'"),
+                          ([f"--init_weights={out}", "--init_from=resume"], "drop one of them"),
+                          ([f"--init_from={out}/ckpt_9.pt"], "no such checkpoint")]:
+        with pytest.raises(StartError, match=message):
+            start_point(f"--out_dir={out}", *argv)
+    save_run(out, 4, activation="gelu_tanh")  # a key the config leaves at its default
+    cfg, start = start_point(f"--out_dir={out}")
+    assert start.state["iter_num"] == 4 and start.origin == "the checkpoint"
+    assert cfg.activation == "gelu_tanh" and cfg.sources["activation"] == "from the checkpoint"  # what it implies
+    assert model_config(cfg, start.saved_args).activation == "gelu_tanh"
+    with pytest.raises(StartError, match="init_from='scratch' but .* holds 1 checkpoint"):
+        start_point(f"--out_dir={out}", "--init_from=scratch")
+
+
+def test_an_architecture_conflict_names_where_it_was_set(tmp_path):
+    out = tmp_path / "run"
+    save_run(out, 2)
+    with pytest.raises(StartError, match=r"n_layer=3 \(set on the command line\) conflicts with the "
+                                                 r"checkpoint's n_layer=2"):
+        start_point(f"--out_dir={out}", "--n_layer=3")
+    wider = tmp_path / "wider.py"
+    wider.write_text("n_embd = 48\n")
+    with pytest.raises(StartError, match=rf"n_embd=48 \(set in {wider}\) conflicts"):
+        start_point(f"--out_dir={out}", str(wider))
+
+
+def test_init_from_a_path_rolls_back_the_newer_checkpoints(tmp_path):
+    out = tmp_path / "run"
+    for n in (2, 4, 6):
+        save_run(out, n)
+    _, start = start_point(f"--out_dir={out}", f"--init_from={out}/ckpt_4.pt")
+    assert start.state["iter_num"] == 4 and [n for n, _ in checkpoint.list_checkpoints(str(out))] == [4, 2]
