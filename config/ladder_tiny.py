@@ -1,6 +1,6 @@
 # The scaling ladder on the CPU (python scripts/ladder.py config/ladder_tiny.py ...; docs/scaling_ladder.md):
-# five sizes of the tiny model on the quick-start corpus (python data/quickstart/prepare.py), 35k to 827k
-# parameters (24x), head size 16 throughout, each trained on 2 tokens per parameter at 1,024 tokens a step.
+# five sizes of the tiny model on the quick-start corpus (python data/quickstart/prepare.py), 35k to 638k
+# parameters (18x), head size 16 throughout, each trained on 2 tokens per parameter at 1,024 tokens a step.
 # A ladder config is read by scripts/ladder.py, not by train.py: these names are its settings.
 base = ['config/train_tiny.py']
 common = '--batch_size=8 --gradient_accumulation_steps=1 --eval_iters=20 --checkpoint_interval=0'
@@ -9,7 +9,7 @@ sizes = {  # the architecture keys the ladder varies; params = model.get_num_par
     'w48': dict(n_layer=2, n_head=3, n_embd=48),
     'w64': dict(n_layer=3, n_head=4, n_embd=64),
     'w96': dict(n_layer=4, n_head=6, n_embd=96),
-    'w128': dict(n_layer=4, n_head=8, n_embd=128),
+    'w112': dict(n_layer=4, n_head=7, n_embd=112),
 }
 tokens_per_param = 2  # far below Chinchilla's 20: what 2 CPU cores afford; the same rule at every size
 sweep_points = (5, 3)  # learning rates at the first size, then at each larger one
