@@ -147,8 +147,8 @@ class Ladder:
             rungs.append((sweep[0]["params"], best))
             for r in sweep:
                 r["sweep_best_lr"], r["sweep_edge"] = best, edge
-            runs += sweep + self.run_many(name, recipe, size, shape, [best], extra[0]) if extra else sweep
-            for other in extra[1:]:
+            runs += sweep
+            for other in extra:  # each other ratio: one run at this size's best rate
                 runs += self.run_many(name, recipe, size, shape, [best], other)
         return runs
 
