@@ -203,7 +203,7 @@ import sys, torch
 from trainer import checkpoint, faults
 n = int(sys.argv[2])
 saver = checkpoint.Saver(asynchronous=sys.argv[3] == 'async', log=lambda line: None)
-state = {'model': {'w': torch.full((64, 64), float(n))}, 'iter_num': n}
+state = {'model': {'w': torch.full((64, 64), float(n))}, 'model_args': {}, 'iter_num': n}
 saver.save_checkpoint(state, sys.argv[1], n, 2)
 state['model']['w'].fill_(-1.0)  # training goes on while an asynchronous save writes: it must not see this
 saver.wait()

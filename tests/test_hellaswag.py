@@ -99,10 +99,11 @@ def test_the_in_loop_scorer_gives_lm_evals_hellaswag_numbers(learnt, tmp_path):
     model = load_model(folder)
     (tmp_path / "hellaswag.jsonl").write_text((folder / "hellaswag_val.jsonl").read_text())
     t0 = time.time()
-    theirs = lm_eval_adapter.evaluate(lm_eval_adapter.GPTLM(model, BYTES, "cpu", torch.no_grad()), ["hellaswag"], str(tmp_path))
+    lm = lm_eval_adapter.GPTLM(model, BYTES, "cpu", torch.no_grad())
+    theirs = lm_eval_adapter.evaluate(lm, ["hellaswag"], str(tmp_path))
     t1 = time.time()
-    ours = evaluation.hellaswag_accuracy(model, evaluation.load_hellaswag(str(folder / "hellaswag_val.jsonl"), BYTES), 32, "cpu",
-                              torch.no_grad(), n_tokens=BYTES.n_vocab)
+    examples = evaluation.load_hellaswag(str(folder / "hellaswag_val.jsonl"), BYTES)
+    ours = evaluation.hellaswag_accuracy(model, examples, 32, "cpu", torch.no_grad(), n_tokens=BYTES.n_vocab)
     print(f"lm-eval {t1 - t0:.2f}s, in-loop {time.time() - t1:.2f}s for 24 examples")
     assert (theirs["hellaswag"]["acc"], theirs["hellaswag"]["acc_norm"], theirs["hellaswag"]["n"]) == \
            (ours["acc"], ours["acc_norm"], ours["n"])
@@ -145,11 +146,12 @@ def test_prepared_file_one_and_two_processes_agree(learnt, tmp_path):
                    "--data_dir", str(folder / "data"))
     assert prepared.returncode == 0 and "24 examples, bytes encoding" in prepared.stdout, prepared.stderr
     model = load_model(folder)
-    one = [evaluation.hellaswag_accuracy(model, evaluation.load_hellaswag(str(path), BYTES), 32, "cpu", torch.no_grad(), n_tokens=257)
+    one = [evaluation.hellaswag_accuracy(model, evaluation.load_hellaswag(str(path), BYTES), 32, "cpu", torch.no_grad(),
+                                         n_tokens=257)
            for path in (folder / "data" / evaluation.HELLASWAG_FILE, folder / "hellaswag_val.jsonl")]
     (tmp_path / "two_ranks.py").write_text(TWO_RANKS)
-    two = run(str(tmp_path / "two_ranks.py"), str(folder / "run" / "ckpt_300.pt"), str(folder / "data" / evaluation.HELLASWAG_FILE),
-              torchrun=2)
+    prepared_file = str(folder / "data" / evaluation.HELLASWAG_FILE)
+    two = run(str(tmp_path / "two_ranks.py"), str(folder / "run" / "ckpt_300.pt"), prepared_file, torchrun=2)
     assert two.returncode == 0, two.stderr
     assert one[0] == one[1] == json.loads(two.stdout) and one[0]["n"] == 24
     in_loop = next(line for line in log.splitlines() if line.startswith("hellaswag iter 300:"))

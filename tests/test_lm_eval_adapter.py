@@ -229,7 +229,8 @@ def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
     tasks = ["hellaswag", "piqa", "lambada_openai"]
     theirs = lm_eval_adapter.evaluate(HFLM(pretrained=folder, dtype="float32", device="cpu", batch_size=8), tasks,
                               str(run / "tasks"))
-    ours = lm_eval_adapter.evaluate(lm_eval_adapter.GPTLM(tiny_model(20), BYTES, "cpu", torch.no_grad()), tasks, str(run / "tasks"))
+    lm = lm_eval_adapter.GPTLM(tiny_model(20), BYTES, "cpu", torch.no_grad())
+    ours = lm_eval_adapter.evaluate(lm, tasks, str(run / "tasks"))
     eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", ",".join(tasks), "--encoding", "bytes",
                       "--device", "cpu"])
     exported = json.loads((tmp_path / "hf.eval.json").read_text())["results"]

@@ -213,7 +213,8 @@ def hellaswag_for_run(cfg, encoding_name, block_size, log):
     if cfg.hellaswag_interval <= 0:
         return None
     try:
-        examples = load_hellaswag(cfg.hellaswag_file or os.path.join(cfg.data_dir, HELLASWAG_FILE), tokenizer.get_encoding(encoding_name))
+        examples = load_hellaswag(cfg.hellaswag_file or os.path.join(cfg.data_dir, HELLASWAG_FILE),
+                                  tokenizer.get_encoding(encoding_name))
     except EncodingMismatch as e:  # named by the key that chose the file
         raise EncodingMismatch(f"hellaswag_file: {e}") from None
     except (HellaSwagError, ValueError) as e:
