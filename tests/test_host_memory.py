@@ -2,8 +2,6 @@
 async checkpoint staging, batches, the loader; train.py refuses a run whose host memory does not fit, in one
 line, before the model is built; plan.py prints the estimate."""
 import functools
-import runpy
-import signal
 import sys
 import types
 
@@ -11,7 +9,7 @@ import pytest
 import torch
 
 import configurator
-from conftest import REPO
+from conftest import REPO, run_here
 from model import GPT, GPTConfig
 from trainer import memory, offload, optim
 from test_train import TINY
@@ -65,7 +63,7 @@ def test_host_problem_is_one_line_naming_what_to_change():
     assert "optimizer_offload=False" in problem and "checkpoint_async=False" in problem
 
 
-def test_train_refuses_offload_and_async_on_a_small_host_before_building(tmp_path, data_dir, monkeypatch, capsys):
+def test_train_refuses_offload_and_async_on_a_small_host_before_building(tmp_path, data_dir, monkeypatch):
     """train.py in this process, on a host sized halfway between what its run needs without offload and
     async saves and what it needs with them: one line, before the model is built."""
     estimates, real = [], memory.host_estimate
@@ -82,20 +80,11 @@ def test_train_refuses_offload_and_async_on_a_small_host_before_building(tmp_pat
     monkeypatch.setattr(memory, "host_estimate", recording)
     monkeypatch.setattr(memory, "host_capacity", halfway)
     args = ["config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path}"]
-    monkeypatch.setattr(sys, "argv", ["train.py", *args, "--optimizer_offload=True", "--checkpoint_async=True"])
-    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    for name in memory.ALLOCATOR_VARIABLES:
-        monkeypatch.setenv(name, "")
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        with pytest.raises(SystemExit) as stopped:
-            runpy.run_path(str(REPO / "train.py"), run_name="__main__")
-    finally:
-        for s, h in handlers.items():
-            signal.signal(s, h)
-    out = capsys.readouterr().out
+    stopped = run_here(["train.py", *args, "--optimizer_offload=True", "--checkpoint_async=True"],
+                       env={name: "" for name in memory.ALLOCATOR_VARIABLES})
+    out = stopped.stdout
     errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert stopped.value.code == 1 and len(errors) == 1, out
+    assert stopped.returncode == 1 and len(errors) == 1, out
     assert errors[0].startswith("error: host memory: the estimate is") and "optimizer_offload=False" in errors[0] \
         and "checkpoint_async=False" in errors[0] and "training step" in errors[0]  # a CPU run's step is host memory
     assert "building the model" not in out
