@@ -319,12 +319,11 @@ class Bench:
                                                     "gradient_accumulation_steps")}
         if self.args.simulate and policy[0] != "auto":
             config = model_config(self.cfg, activation_checkpointing=policy[0], recompute_blocks=policy[1])
+            setup = memory.Setup(self.cfg.dtype, *self.mode, fp8=self.cfg.fp8)
             with torch.device("meta"):
-                estimate = memory.estimate(GPT(config), batch_size, self.cfg.dtype, 1, "ddp", None, *self.mode,
-                                           fp8=self.cfg.fp8)
+                estimate = memory.estimate(GPT(config), batch_size, setup)
             result.update(estimated_gb=estimate["total"] / 1e9,
-                          simulated_gb=memory.simulate(config, batch_size, self.cfg.dtype, 2, True, *self.mode,
-                                                        fp8=self.cfg.fp8)["total"] / 1e9)
+                          simulated_gb=memory.simulate(config, batch_size, setup)["total"] / 1e9)
         return dict(result, **self.judge(result))
 
     def judge(self, result):
@@ -362,8 +361,8 @@ class Bench:
 
 def kept_memory(cfg, policy):
     """memory.py's estimate of a policy at micro-batch 1: orders policies by what they keep."""
-    return memory.estimate(plan.build_meta_model(cfg, *policy), 1, cfg.dtype, 1, "ddp", None,
-                           *optim.mode_of(vars(cfg)), fp8=cfg.fp8)["total"]
+    setup = memory.Setup(cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8)
+    return memory.estimate(plan.build_meta_model(cfg, *policy), 1, setup)["total"]
 
 
 def sweep(run, batch_sizes, policies, cfg):

@@ -113,8 +113,8 @@ def choose_setting(cfg, gpu, gpus, mode=None):
     than the config's."""
     cfg = with_mode(cfg, mode) if mode else cfg
     model, budget = build_meta_model(cfg, "none"), card_budget(cfg, gpu)
-    choice = memory.choose_auto(model, cfg.batch_size, cfg.gradient_accumulation_steps, budget.bytes, cfg.dtype,
-                                gpus, cfg.strategy, *optim.mode_of(vars(cfg)), fp8=cfg.fp8)
+    choice = memory.choose_auto(model, cfg.batch_size, cfg.gradient_accumulation_steps, budget.bytes, memory.Setup(
+        cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy))
     try:
         return choice, memory.settle(model, cfg, budget, gpus), None
     except memory.DoesNotFit as e:
@@ -136,12 +136,13 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     recompute = hardware.recompute_flops_per_token(memory.block_params(model), n_recomputed, config.n_embd,
                                                    config.block_size, policy)
     mode = optim.mode_of(vars(cfg))
+    setup = memory.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)  # what memory.py prices
     n_params = model.get_num_params(non_embedding=False)
     # the recompute is extra work the GPU does at the same time (HFU); offload's copies are time it waits
     seconds_per_iter = compute_seconds(cfg, flops, gpus, mfu, gpu) + offload_seconds(n_params, mode) \
         + muon_seconds(cfg, model, gpus, mfu, gpu)
     days = cfg.max_iters * seconds_per_iter / 86400
-    estimate = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode, fp8=cfg.fp8)
+    estimate = memory.estimate(model, batch_size, setup)
     plan = {
         "params": n_params,
         "params_without_position_embeddings": model.get_num_params(),
@@ -165,8 +166,8 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "memory_gb": {k: v / 1e9 for k, v in estimate.items()},
         "needed_gb": memory.needed_bytes(estimate["total"]) / 1e9,  # the budget it needs, fragmentation margin included
         # the same micro-batch under each policy, every block
-        "total_gb_by_policy": {p: memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, (p, -1),
-                                                  *mode, fp8=cfg.fp8)["total"] / 1e9 for p in CHECKPOINTING_POLICIES},
+        "total_gb_by_policy": {p: memory.estimate(model, batch_size, setup, (p, -1))["total"] / 1e9
+                               for p in CHECKPOINTING_POLICIES},
         "optimizer": cfg.optimizer,
         "muon_share": optim.muon_share(model),  # the parameters Muon would step (the blocks' matrices)
         "master_weights": cfg.master_weights,
@@ -192,11 +193,11 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "cost_usd": days * 24 * price_per_hour * gpus,
         "checkpoint_gb": optim.checkpoint_bytes(n_params, mode, optim.muon_share(model)) / 1e9,
         "keep_last_n": cfg.keep_last_n,
-        "math_attention_extra_gb": (memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode,
-                                                    attention="math", fp8=cfg.fp8)["total"] - estimate["total"]) / 1e9,
+        "math_attention_extra_gb": (memory.estimate(model, batch_size, dataclasses.replace(setup, attention="math"))["total"]
+                                    - estimate["total"]) / 1e9,
     }
     if simulate:
-        plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, cfg.dtype, 2, True, *mode, fp8=cfg.fp8).items()}
+        plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, setup).items()}
     plan["suggestions"] = suggestions(plan, model, cfg)
     if cfg.data_mixture:  # each source's share of the tokens, against its train.bin where it is prepared here
         shares = bins.folders(cfg)
@@ -226,7 +227,8 @@ def mode_table(cfg, gpu, gpus, mfu):
         flops = hardware.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
         recompute = hardware.recompute_flops_per_token(memory.block_params(model), model.config.num_recomputed_blocks(),
                                                        cfg.n_embd, cfg.block_size, policy)
-        total = memory.estimate(model, batch_size, cfg.dtype, gpus, cfg.strategy, None, *mode, fp8=cfg.fp8)["total"]
+        setup = memory.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
+        total = memory.estimate(model, batch_size, setup)["total"]
         table.append({"optimizer": mode[0], "master_weights": mode[1], "optimizer_offload": mode[2],
                       "fits": choice is not None, "activation_checkpointing": policy, "recompute_blocks": k,
                       "batch_size": batch_size, "total_gb": total / 1e9,
@@ -261,9 +263,8 @@ def suggestions(plan, model, cfg):
             out.append(f"a leaner memory mode: --optimizer={best['optimizer']} --master_weights={best['master_weights']} "
                        f"--optimizer_offload={best['optimizer_offload']} fits ({best['total_gb']:.1f} GB, "
                        f"{best['step_time']:.2f}x the time of no recompute)")
-        mode = optim.mode_of(vars(cfg))
-        smaller = [b for b in range(batch_size - 1, 0, -1)
-                   if memory.fits(memory.estimate(model, b, cfg.dtype, gpus, cfg.strategy, None, *mode, fp8=cfg.fp8)["total"], limit)]
+        setup = memory.Setup(cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
+        smaller = [b for b in range(batch_size - 1, 0, -1) if memory.fits(memory.estimate(model, b, setup)["total"], limit)]
         if smaller:
             b = smaller[0]
             steps = math.ceil(batch_size * plan["gradient_accumulation_steps"] / b)
@@ -271,8 +272,8 @@ def suggestions(plan, model, cfg):
                        f"(about the same tokens per iteration)")
         for n in (2, 4, 8, 16, 32, 64):
             current = n == gpus and cfg.strategy == "fsdp"  # the plan that does not fit
-            if n >= gpus and not current and memory.fits(memory.estimate(model, batch_size, cfg.dtype, n, "fsdp", None,
-                                                                         cfg.optimizer, fp8=cfg.fp8)["total"], limit):
+            if n >= gpus and not current and memory.fits(memory.estimate(model, batch_size, memory.Setup(
+                    cfg.dtype, cfg.optimizer, fp8=cfg.fp8, gpus=n, strategy="fsdp"))["total"], limit):
                 out.append(f"shard over {n} GPUs with FSDP: {torchrun(n)} train.py CONFIG --strategy=fsdp")
                 break
         bigger = [key for key, gpu in hardware.GPUS.items() if memory.fits(plan["memory_gb"]["total"], gpu.capacity_gb)]
@@ -490,8 +491,8 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
         seconds = inside / within + across / between  # on one node nothing goes between nodes
         step = max(compute, seconds)
         days = cfg.max_iters * step / 86400
-        total = memory.estimate(model, plan["batch_size"], cfg.dtype, n, strategy, None, *optim.mode_of(vars(cfg)),
-                                fp8=cfg.fp8, hsdp_shard_size=g)["total"]
+        total = memory.estimate(model, plan["batch_size"], memory.Setup(
+            cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=n, strategy=strategy, hsdp_shard_size=g))["total"]
         rows.append({"strategy": strategy, "intranode_gb": inside / 1e9, "internode_gb": across / 1e9,
                      "comm_seconds": seconds, "compute_seconds": compute, "hidden": seconds <= compute,
                      "memory_gb": total / 1e9, "fits": memory.fits(total, budget.bytes), "days": days,

@@ -249,9 +249,9 @@ def test_the_fp8_estimate_agrees_with_its_simulation(policy="none"):  # where fp
     from trainer import memory
     config = GPTConfig(block_size=256, vocab_size=4096, n_layer=2, n_head=8, n_embd=256, bias=False,
                        activation_checkpointing=policy)  # 2 blocks: the simulation's cost grows with depth
-    simulated = memory.simulate(config, 8, "bfloat16", fp8="tensorwise")["total"]
+    simulated = memory.simulate(config, 8, memory.Setup("bfloat16", fp8="tensorwise"))["total"]
     with torch.device("meta"):
         model = GPT(config)
-    estimated = memory.estimate(model, 8, "bfloat16", fp8="tensorwise")["total"]
+    estimated = memory.estimate(model, 8, memory.Setup("bfloat16", fp8="tensorwise"))["total"]
     assert estimated == pytest.approx(simulated, rel=0.05) and estimated <= simulated
-    assert estimated < memory.estimate(model, 8, "bfloat16")["total"]
+    assert estimated < memory.estimate(model, 8, memory.Setup("bfloat16"))["total"]

@@ -28,13 +28,13 @@ def simulated(config, batch_size, dtype="bfloat16"):
     each costs seconds."""
     key = repr((config, batch_size, dtype))
     if key not in _SIMULATED:
-        _SIMULATED[key] = memory.simulate(config, batch_size, dtype)
+        _SIMULATED[key] = memory.simulate(config, batch_size, memory.Setup(dtype))
     return _SIMULATED[key]
 
 
 def estimated(config, batch_size, dtype, attention="flash"):
     with torch.device("meta"):
-        return memory.estimate(GPT(config), batch_size, dtype, attention=attention)["total"]
+        return memory.estimate(GPT(config), batch_size, memory.Setup(dtype, attention=attention))["total"]
 
 
 # -----------------------------------------------------------------------------
@@ -156,7 +156,8 @@ GPT3_6B = dict(block_size=2048, vocab_size=50304, n_layer=32, n_head=32, n_embd=
 
 
 def auto(budget_gb, batch_size=4, accumulation=160, gpus=1):
-    return memory.choose_auto(meta_model(**GPT3_6B), batch_size, accumulation, budget_gb * GB, gpus=gpus)
+    return memory.choose_auto(meta_model(**GPT3_6B), batch_size, accumulation, budget_gb * GB,
+                              memory.Setup(gpus=gpus))
 
 
 def test_auto_at_6b_per_gpu():
@@ -197,7 +198,7 @@ def test_math_attention_keeps_what_the_formula_says():
 @pytest.mark.parametrize("policy", ["none", "full"])
 def test_math_attention_estimate_errs_high_but_near(policy):
     config = GPTConfig(**SMALL[1], bias=False, activation_checkpointing=policy)
-    simulated = memory.simulate(config, 4, attention="math")["total"]
+    simulated = memory.simulate(config, 4, memory.Setup(attention="math"))["total"]
     assert simulated <= estimated(config, 4, "bfloat16", "math") <= 1.05 * simulated
     assert estimated(config, 4, "bfloat16", "math") > estimated(config, 4, "bfloat16")
 
@@ -205,10 +206,10 @@ def test_math_attention_estimate_errs_high_but_near(policy):
 def test_math_attention_changes_what_auto_picks():
     # with the math kernel no recompute keeps 32 blocks of T x T probabilities: 69 GB more at 6.7B
     flash = memory.choose_auto(meta_model(**GPT3_6B), 4, 160, 205.8 * GB)
-    math = memory.choose_auto(meta_model(**GPT3_6B), 4, 160, 205.8 * GB, attention="math")
+    math = memory.choose_auto(meta_model(**GPT3_6B), 4, 160, 205.8 * GB, memory.Setup(attention="math"))
     assert flash.activation_checkpointing == "none" and math.activation_checkpointing == "selective"
     with pytest.raises(ValueError, match="attention='maths'"):
-        memory.estimate(meta_model(**GPT3_6B), 4, attention="maths")
+        memory.estimate(meta_model(**GPT3_6B), 4, memory.Setup(attention="maths"))
 
 
 # -----------------------------------------------------------------------------

@@ -249,7 +249,7 @@ def test_auto_picks_what_fits_the_budget_and_trains_the_same(tmp_path, data_dir,
     config = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=VOCAB)
     with torch.device("meta"):
         model = GPT(config)
-    peak = {p: memory.estimate(model, 4, "float32", checkpointing=(p, -1))["total"] for p in ("none", "selective")}
+    peak = {p: memory.estimate(model, 4, memory.Setup("float32"), (p, -1))["total"] for p in ("none", "selective")}
     assert peak["selective"] < peak["none"]
     budget_gb = (peak["selective"] + peak["none"]) / 2 / 1e9
     out = tmp_path / "auto"

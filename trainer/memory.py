@@ -177,9 +177,30 @@ def _counts(model, optimizer, shards):
     return counts["n"], counts["block"], counts["muon_share"], counts[optimizer, shards]
 
 
-def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkpointing=None, optimizer="adamw",
-             master_weights="float32", offload=False, attention="flash", fp8="", hsdp_shard_size=0):
-    """Bytes per GPU at the peak of a training step, by what holds them, for model.config's
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """How a training step runs beside the model and its micro-batch: what estimate(), choose_auto() and
+    simulate() price. dtype; the memory mode (optimizer, master_weights, offload: optim.py); attention, the
+    kernel scaled_dot_product_attention runs (hardware.attention_backend); fp8, the config's recipe ('' for
+    none); gpus, strategy and hsdp_shard_size, how the GPUs share the model (simulate() runs one device)."""
+    dtype: str = "bfloat16"
+    optimizer: str = "adamw"
+    master_weights: str = "float32"
+    offload: bool = False
+    attention: str = "flash"
+    fp8: str = ""
+    gpus: int = 1
+    strategy: str = "ddp"
+    hsdp_shard_size: int = 0
+
+    @classmethod
+    def of(cls, cfg, gpus=1, attention="flash"):
+        """A run's config (train.py's, plan.py's) on `gpus` GPUs."""
+        return cls(cfg.dtype, *optim.mode_of(vars(cfg)), attention, cfg.fp8, gpus, cfg.strategy, cfg.hsdp_shard_size)
+
+
+def estimate(model, batch_size, setup=Setup(), checkpointing=None):
+    """Bytes per GPU at the peak of a training step, by what holds them, for a Setup and model.config's
     checkpointing policy or the (activation_checkpointing, recompute_blocks) given instead (model
     may live on the meta device: only shapes are read). The peak is
     whichever of activation_peaks() is larger: "gradients_in_flight" is non-zero when it is the
@@ -198,6 +219,8 @@ def estimate(model, batch_size, dtype="bfloat16", gpus=1, strategy="ddp", checkp
 
     "total" is the peak tensors hold, what simulate() and torch.cuda.max_memory_allocated() measure;
     fits() adds the allocator's fragmentation to it."""
+    dtype, optimizer, master_weights, offload, attention, fp8, gpus, strategy, hsdp_shard_size = \
+        dataclasses.astuple(setup)
     if attention not in ATTENTION_KERNELS:
         raise ValueError(f"attention={attention!r}: one of {', '.join(ATTENTION_KERNELS)}")
     config = model.config
@@ -336,15 +359,13 @@ def auto_policies(n_layer):
     return [("none", -1), ("selective", -1), *[("full", k) for k in range(1, n_layer)], ("full", -1)]
 
 
-def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dtype="bfloat16", gpus=1,
-                strategy="ddp", optimizer="adamw", master_weights="float32", offload=False, attention="flash", fp8="",
-                hsdp_shard_size=0):
-    """The Choice 'auto' makes for a memory budget per GPU (model's own policy does not matter),
+def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, setup=Setup()):
+    """The Choice 'auto' makes for a memory budget per GPU and a Setup (model's own policy does not matter),
     keeping the global batch, or None when nothing fits (by fits()). The config's micro-batch and its
     doublings come first (up to AUTO_MAX_MICRO_TOKENS): for each policy from the cheapest, the largest
     that fits, since a larger micro-batch at the same global batch spends less per token on weight
     casts and gradient accumulation. Halvings of it are tried only when none of those fits at all."""
-    sequences = batch_size * gradient_accumulation_steps
+    sequences, gpus = batch_size * gradient_accumulation_steps, setup.gpus
     T = model.config.block_size
     # the config's micro-batch doubled or halved, as long as it divides the global batch among the GPUs
     sizes = [b for b in (batch_size * 2**j for j in range(8)) if b * T <= AUTO_MAX_MICRO_TOKENS or b == batch_size]
@@ -354,8 +375,7 @@ def choose_auto(model, batch_size, gradient_accumulation_steps, budget_bytes, dt
     for candidates in (larger, smaller):
         for policy, k in auto_policies(model.config.n_layer):
             for b in candidates:
-                peak = estimate(model, b, dtype, gpus, strategy, (policy, k), optimizer, master_weights, offload,
-                                attention, fp8, hsdp_shard_size)["total"]
+                peak = estimate(model, b, setup, (policy, k))["total"]
                 if fits(peak, budget_bytes):
                     return Choice(policy, k, b, sequences // b, peak / 1e9, budget_bytes / 1e9)
     return None
@@ -376,16 +396,14 @@ def settle(model, cfg, budget, gpus=1, attention="flash"):
     fits. Otherwise DoesNotFit, whose message names the estimate, the budget and what would fit;
     with ignore_memory_estimate=True the setting comes back instead, with fits=False. When auto finds
     nothing, the refused setting is full checkpointing at the config's micro-batch (plan.py shows it)."""
-    run = (cfg.dtype, gpus, cfg.strategy)
-    mode = optim.mode_of(vars(cfg))
+    setup = Setup.of(cfg, gpus, attention)
     accumulation = cfg.gradient_accumulation_steps
 
     def auto():
-        return choose_auto(model, cfg.batch_size, accumulation, budget.bytes, *run, *mode, attention, cfg.fp8,
-                           cfg.hsdp_shard_size)
+        return choose_auto(model, cfg.batch_size, accumulation, budget.bytes, setup)
 
     def peak(batch_size, policy, k):
-        return estimate(model, batch_size, *run, (policy, k), *mode, attention, cfg.fp8, cfg.hsdp_shard_size)["total"]
+        return estimate(model, batch_size, setup, (policy, k))["total"]
 
     if cfg.activation_checkpointing == "auto":
         if choice := auto():
@@ -542,10 +560,10 @@ def settle_host(model, cfg, choice, world_size, device_type, environ=os.environ,
 SIMULATED_CATEGORIES = ("weights", "grads", "optimizer", "activations", "other", "total")
 
 
-def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, optimizer="adamw",
-             master_weights="float32", offload=False, attention="flash", fp8=""):
+def simulate(config, batch_size, setup=Setup(), micro_batches=2, fake=True):
     """Bytes at the peak of a training step as PyTorch's MemTracker counts them, by category
-    (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy.
+    (SIMULATED_CATEGORIES), for a GPTConfig with its checkpointing policy, on one device (the Setup's
+    gpus, strategy and hsdp_shard_size do not apply).
 
     The step is train.py's: the AdamW moments already exist (optim.build makes them, as for
     train.py, before the first forward), then `micro_batches` forward and
@@ -569,6 +587,8 @@ def simulate(config, batch_size, dtype="bfloat16", micro_batches=2, fake=True, o
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dtype, optimizer, master_weights, offload, attention, fp8 = dataclasses.astuple(setup)[:6]
 
     fused = optimizer == "adamw" and master_weights == "float32" and not offload
     steps = fused or optimizer == "muon"  # Muon's matmuls run on fake tensors, its AdamW half fused
