@@ -41,8 +41,8 @@ out_dir_lock = runlock.hold_or_exit(cfg.out_dir, "training run") if master else 
 log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 record = metrics.Metrics(cfg.out_dir, enabled=master)  # what tools read: out_dir/metrics.jsonl (metrics.py)
 sys.excepthook = log.crash  # from here on every RunError is one line, `error: ...`, and exit status 1
-if cfg.compile:  # a library's error explained in one line, not a traceback
-    log.explainers.append(environment.compile_failure)
+if cfg.compile:  # a library's error explained in one line, not a traceback: a stale cached graph, a failed compile
+    log.explainers += [environment.stale_cache_failure, environment.compile_failure]
 
 if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size and distributed:  # one node's GPUs: its fast link shards
     cfg.hsdp_shard_size = parallel.node_size()
