@@ -289,8 +289,13 @@ def mask_padding(logits, n_tokens):
 
 
 def softcap(logits, cap):
-    """cap * tanh(logits / cap): every logit within (-cap, cap); cap 0: the logits unchanged."""
-    return cap * torch.tanh(logits / cap) if cap > 0 else logits
+    """cap * tanh(logits / cap): every logit within (-cap, cap); cap 0: the logits unchanged. In place where
+    autograd keeps no history of them (the chunked head's fresh chunks): no (rows, V) temporaries."""
+    if cap <= 0:
+        return logits
+    if logits.requires_grad:
+        return cap * torch.tanh(logits / cap)
+    return logits.div_(cap).tanh_().mul_(cap)
 
 
 def _chunk_logits(x, weight, n_tokens, cap=0.0):
@@ -327,12 +332,12 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         for start in range(0, len(x_c), ctx.chunk_rows):
             rows = slice(start, start + ctx.chunk_rows)
             t = targets[rows]
-            g = _chunk_logits(x_c[rows], w_c, ctx.n_tokens, ctx.cap)
-            squashed = (g / ctx.cap).square() if ctx.cap > 0 else None  # tanh^2, before the softmax reuses g
-            g = g.softmax(-1)
+            g = _chunk_logits(x_c[rows], w_c, 0, ctx.cap)
+            slope = (g / ctx.cap).square_().neg_().add_(1) if ctx.cap > 0 else None  # 1 - tanh^2, before padding's -inf
+            g = mask_padding(g, ctx.n_tokens).softmax(-1)
             g[torch.arange(len(t), device=t.device), t.clamp(min=0)] -= 1  # softmax - onehot
-            if squashed is not None:  # padding's 0 gradient times its inf stays 0
-                g = torch.where(g == 0, g, g * (1 - squashed))
+            if slope is not None:
+                g.mul_(slope)
             g = g.mul_((scale * (t != -1))[:, None]).to(w_c.dtype)  # ignored rows get no gradient
             grad_x[rows] = g @ w_c
             grad_w += g.t() @ x_c[rows]  # a (V, C) product in w_c's dtype, added in fp32

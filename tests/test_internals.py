@@ -2,6 +2,8 @@
 'swiglu', tie_embeddings=False, logit_softcap. The defaults must leave GPT-3 exactly as it was; each setting
 must train, resume bit-exactly and be refused when changed at a resume; bad values are one line."""
 import importlib.util
+import math
+import os
 import subprocess
 
 import pytest
@@ -10,8 +12,9 @@ from torch.nn import functional as F
 
 import configurator
 import model as model_module
-from conftest import REPO, VOCAB, run_here
+from conftest import REPO, VOCAB, run_here, torchrun
 from model import GPT, GPTConfig, swiglu_hidden
+from trainer import metrics, optim, precision
 
 BEFORE = "a304d18"  # the last commit before the settings: its model.py is the reference the defaults must equal
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
@@ -165,12 +168,14 @@ def test_configurator_knows_every_architecture_key():
 SETTINGS_KEYS = sorted({key for fields in SETTINGS.values() for key in fields} | {"rope_theta"})
 
 
+TRAIN_ARGS = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", f"--vocab_size={VOCAB}", "--batch_size=4",
+              "--gradient_accumulation_steps=2", "--warmup_iters=2", "--lr_decay_iters=8", "--eval_interval=3",
+              "--eval_iters=2", "--log_interval=1", "--checkpoint_interval=3", "--keep_last_n=5"]
+
+
 def train(out_dir, data_dir, *overrides, check=True):
     result = run_here(["train.py", "config/train_tiny.py", f"--data_dir={data_dir}", f"--out_dir={out_dir}",
-                       "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", f"--vocab_size={VOCAB}",
-                       "--batch_size=4", "--gradient_accumulation_steps=2", "--warmup_iters=2", "--lr_decay_iters=8",
-                       "--eval_interval=3", "--eval_iters=2", "--log_interval=1", "--checkpoint_interval=3",
-                       "--keep_last_n=5", *overrides])
+                       *TRAIN_ARGS, *overrides])
     if check and result.returncode != 0:
         raise AssertionError(f"train.py exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
@@ -193,3 +198,44 @@ def test_each_setting_trains_resumes_exactly_and_is_refused_if_changed(name, tmp
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert (f"{key}={value!r} (set on the command line) conflicts with the checkpoint's "
             f"{key}={getattr(GPTConfig, key)!r}") in refused.stdout
+
+
+# -----------------------------------------------------------------------------
+# everything else knows the settings: Muon, fp8, recompute, FSDP
+
+def test_muon_takes_the_blocks_matrices_and_swiglus_gate_adamw_the_embeddings_and_untied_head():
+    model = GPT(GPTConfig(**TINY, **LLAMA))
+    muon = {name for name, p in model.named_parameters() if optim.is_muon_matrix(name, p)}
+    assert "transformer.h.0.mlp.c_gate.weight" in muon and len(muon) == 2 * 5  # qkv, proj, fc, gate, proj
+    assert not muon & {"lm_head.weight", "transformer.wte.weight", "transformer.h.0.ln_1.weight"}
+
+
+def test_fp8_converts_swiglus_gate_and_leaves_the_untied_head_bf16():
+    model = GPT(GPTConfig(**TINY, **LLAMA))
+    converted, total = precision.convert(model, "tensorwise")
+    assert (converted, total) == (2 * 5, 2 * 5 + 1)
+    assert type(model.lm_head) is torch.nn.Linear and type(model.transformer.h[0].mlp.c_gate) is not torch.nn.Linear
+
+
+MODERN_FLAGS = [f"--{k}={v}" for k, v in dict(LLAMA, qk_norm=True, activation="relu2", logit_softcap=15.0).items()]
+
+
+@pytest.mark.parametrize("flags", [["--optimizer=muon"], ["--fp8=tensorwise", "--dtype=bfloat16"],
+                                   ["--activation_checkpointing=selective"]])
+def test_muon_fp8_and_selective_recompute_train_the_modern_internals(flags, tmp_path, data_dir):
+    train(tmp_path / "run", data_dir, "--max_iters=6", *MODERN_FLAGS, *flags)
+    steps = metrics.read(tmp_path / "run", "step")
+    assert len(steps) == 6 and all(math.isfinite(r["loss"]) for r in steps) and steps[-1]["loss"] < steps[0]["loss"]
+
+
+@pytest.mark.e2e  # torchrun's processes are the point
+def test_fsdp_on_two_processes_matches_one_with_the_modern_internals(tmp_path, data_dir):
+    common = [*MODERN_FLAGS, "--max_iters=6", "--gradient_accumulation_steps=4", "--dropout=0.0"]
+    train(tmp_path / "single", data_dir, *common)
+    args = ["train.py", "config/train_tiny.py", f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'fsdp'}",
+            *TRAIN_ARGS, *common, "--strategy=fsdp"]
+    result = torchrun(["--standalone", "--nproc_per_node=2"], args, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = [[r["loss"] for r in metrics.latest_per_iter(metrics.read(tmp_path / out, "step"))]
+              for out in ("single", "fsdp")]
+    assert len(losses[0]) == 6 and losses[1] == pytest.approx(losses[0], abs=2e-4)

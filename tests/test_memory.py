@@ -43,11 +43,11 @@ def estimated(config, batch_size, dtype, attention="flash"):
 B, T, C, N_HEAD, V = 3, 20, 48, 4, 80  # no activation shape equals a weight's, so weights are told apart
 
 
-def saved_bytes(n_layer, dtype, policy="none", kernel=SDPBackend.FLASH_ATTENTION):
+def saved_bytes(n_layer, dtype, policy="none", kernel=SDPBackend.FLASH_ATTENTION, **internals):
     """Bytes of the distinct storages autograd keeps for backward, weights and their casts excluded."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=32, vocab_size=V, n_layer=n_layer, n_head=N_HEAD, n_embd=C, bias=False,
-                          activation_checkpointing=policy))
+                          activation_checkpointing=policy, **internals))
     weight_shapes = {s for p in model.parameters() for s in (tuple(p.shape), tuple(p.shape)[::-1])}
     storages = {}
 
@@ -64,10 +64,22 @@ def saved_bytes(n_layer, dtype, policy="none", kernel=SDPBackend.FLASH_ATTENTION
     return sum(storages.values())
 
 
+# model.py's internals beyond GPT-3's, alone and together (the preset's and Llama's)
+MODERN = dict(position="rope", norm="rmsnorm", qk_norm=True, activation="relu2", tie_embeddings=False,
+              logit_softcap=15.0)
+LLAMA = dict(position="rope", norm="rmsnorm", activation="swiglu", tie_embeddings=False)
+INTERNALS = [{}, dict(position="rope"), dict(norm="rmsnorm"), dict(qk_norm=True), dict(activation="relu2"),
+             dict(activation="swiglu"), dict(position="rope", qk_norm=True), MODERN, LLAMA]
+
+
+@pytest.mark.parametrize("internals", INTERNALS)
 @pytest.mark.parametrize("dtype, act_bytes", [("bfloat16", 2), ("float32", 4)])
-def test_block_activation_formula(dtype, act_bytes):
-    per_block = (saved_bytes(3, dtype) - saved_bytes(1, dtype)) / 2
-    assert per_block == memory.block_activation_bytes(B, T, C, N_HEAD, act_bytes)
+def test_block_activation_formula(dtype, act_bytes, internals):
+    per_block = (saved_bytes(3, dtype, **internals) - saved_bytes(1, dtype, **internals)) / 2
+    config = GPTConfig(block_size=T, vocab_size=V, n_head=N_HEAD, n_embd=C, **internals)
+    assert per_block == memory.block_activation_bytes(B, T, C, N_HEAD, act_bytes, config if internals else None)
+    if internals:
+        return
     # a fully checkpointed block keeps only its fp32 input
     per_ckpt_block = (saved_bytes(3, dtype, "full") - saved_bytes(1, dtype, "full")) / 2
     assert per_ckpt_block == 4 * B * T * C == memory.kept_block_bytes("full", B, T, C, N_HEAD, act_bytes)
@@ -120,14 +132,27 @@ def test_estimate_agrees_with_the_simulation(shape, policy, recompute_blocks, dt
     assert estimated(config, 4, dtype) == pytest.approx(simulated(config, 4, dtype)["total"], rel=0.05)
 
 
-def test_estimate_agrees_with_the_simulation_at_6b_shapes():
+@pytest.mark.parametrize("internals", [MODERN, LLAMA])
+@pytest.mark.parametrize("policy", ["none", "selective", "full"])
+def test_estimate_agrees_with_the_simulation_with_the_modern_internals(internals, policy):
+    config = GPTConfig(**SMALL[0], bias=False, activation_checkpointing=policy, **internals)
+    assert estimated(config, 4, "bfloat16") == pytest.approx(simulated(config, 4)["total"], rel=0.05)
+
+
+@pytest.mark.parametrize("internals", [{}, MODERN, LLAMA])
+def test_estimate_agrees_with_the_simulation_at_6b_shapes(internals):
     """The H200's setting, GPT-3 6.7B's width, context and vocabulary with selective checkpointing at
     micro-batch 4, in 2 of its 32 blocks: each block keeps the same, and the SMALL shapes check how the
-    blocks add up (all 32 took 40-70 s of fake tensors on 2 busy cores; plan.py --simulate does them)."""
-    shape = dict(GPT3_6B, n_layer=2)
+    blocks add up (all 32 took 40-70 s of fake tensors on 2 busy cores; plan.py --simulate does them).
+    The modern internals too: an untied head's 50304 x 4096 weights, gradients and moments are counted,
+    RoPE's missing position table is not."""
+    shape = dict(GPT3_6B, n_layer=2, **internals)
     config = GPTConfig(**shape, activation_checkpointing="selective")
     simulated = memory.simulate(config, 4)
     n = sum(p.numel() for p in meta_model(**shape).parameters())
+    untied, rope = not config.tie_embeddings, config.position == "rope"
+    assert n == sum(p.numel() for p in meta_model(**GPT3_6B | dict(n_layer=2)).parameters()) + untied * 50304 * 4096 \
+        - rope * 2048 * 4096 + (config.activation == "swiglu") * 2 * (3 * 4096 * 10944 - 8 * 4096 ** 2)
     assert simulated["weights"] + simulated["grads"] + simulated["optimizer"] == pytest.approx(16 * n, rel=1e-3)
     assert estimated(config, 4, "bfloat16") == pytest.approx(simulated["total"], rel=0.05)
 

@@ -71,7 +71,7 @@ def fits(peak_bytes, budget_bytes, kind="estimate"):
 # copy of its input (the CPU's autocast keeps it bf16: there the simulation is a little lower).
 # tests/test_memory.py counts the real saved tensors and checks these.
 
-def block_activation_bytes(B, T, C, n_head, act_bytes):
+def block_activation_bytes(B, T, C, n_head, act_bytes, internals=None):
     """One transformer block without checkpointing, flash or memory-efficient attention:
     - the fp32 inputs of ln_1 and ln_2 (on a GPU, whatever the residual stream's dtype): 2 x 4 B per BTC element
     - act_bytes (2 in bf16): c_attn input 1, q/k/v (views of one c_attn output) 3, the attention
@@ -79,24 +79,53 @@ def block_activation_bytes(B, T, C, n_head, act_bytes):
       so model.py's .contiguous() copies nothing), c_fc input 1, GELU input 4, MLP c_proj input 4:
       14 elements per BTC
     - LayerNorm mean and rstd (2 x 2 x 4 B per token), attention logsumexp (4 B per token and head)
-    These kernels keep no T x T attention matrix; the math kernel does (math_attention_bytes)."""
-    return (8 + 14 * act_bytes) * B * T * C + 16 * B * T + 4 * B * n_head * T
+    These kernels keep no T x T attention matrix; the math kernel does (math_attention_bytes).
+    internals: the GPTConfig, whose settings beyond GPT-3's keep more (internals_bytes)."""
+    base = (8 + 14 * act_bytes) * B * T * C + 16 * B * T + 4 * B * n_head * T
+    return base + (internals_bytes(internals, B, act_bytes) if internals else 0)
 
 
-def selective_block_bytes(B, T, C, n_head, act_bytes, residual_bytes=4):
+def internals_bytes(config, B, act_bytes):
+    """What a block without checkpointing keeps beyond GPT-3's for model.py's other settings, counted from
+    the tensors CPU autograd saves (tests/test_memory.py); T, C, n_head from config:
+    - SwiGLU: gate, SiLU, up and product outputs (4 x H wide) instead of GELU's two 4C, and under autocast
+      a second bf16 copy of the MLP's input (c_gate casts its own);
+    - RMSNorm (composite on the CPU; a fused GPU kernel keeps less): each norm's fp32 normalised input
+      (2 x 4 B per BTC element) and one fp32 statistic per token instead of two;
+    - QK-norm: fp32 queries and keys (2 x 4 B), one statistic per token and head for each, attention's
+      output laid out anew for c_proj (a copy), and under autocast the bf16 casts attention takes;
+    - RoPE (without QK-norm): the rotated queries and keys; under autocast also the bf16 casts of the angles."""
+    T, C, H = config.block_size, config.n_embd, config.n_head
+    BT, bf16 = B * T, act_bytes == 2
+    extra = 0
+    if config.activation == "swiglu":
+        extra += act_bytes * (4 * config.mlp_hidden() - 8 * C) * BT + 2 * bf16 * BT * C
+    if config.norm == "rmsnorm":
+        extra += 8 * BT * C - 8 * BT
+    if config.qk_norm:
+        extra += (8 + act_bytes + 2 * act_bytes * bf16) * BT * C + 8 * BT * H
+    elif config.position == "rope":
+        extra += 2 * act_bytes * BT * C
+    if config.position == "rope" and bf16:
+        extra += 8 * T * (C // H)
+    return extra
+
+
+def selective_block_bytes(B, T, C, n_head, act_bytes, residual_bytes=4, internals=None):
     """One block under 'selective': its input (residual_bytes per BTC element), and the outputs of c_attn
     (3), the attention kernel (1, with its fp32 logsumexp), attention's c_proj (1) and c_fc (4):
-    9 act_bytes elements per BTC."""
-    return (residual_bytes + 9 * act_bytes) * B * T * C + 4 * B * n_head * T
+    9 act_bytes elements per BTC; SwiGLU's c_fc and c_gate instead of c_fc (2 x H wide, internals' H)."""
+    kept_hidden = 2 * internals.mlp_hidden() if internals and internals.activation == "swiglu" else 4 * C
+    return (residual_bytes + 5 * act_bytes) * B * T * C + act_bytes * B * T * kept_hidden + 4 * B * n_head * T
 
 
-def kept_block_bytes(policy, B, T, C, n_head, act_bytes, residual_bytes=4):
-    """What one block keeps from its forward to its backward under a policy."""
+def kept_block_bytes(policy, B, T, C, n_head, act_bytes, residual_bytes=4, internals=None):
+    """What one block keeps from its forward to its backward under a policy (internals: the GPTConfig)."""
     if policy == "full":
         return residual_bytes * B * T * C  # only its input
     if policy == "selective":
-        return selective_block_bytes(B, T, C, n_head, act_bytes, residual_bytes)
-    return block_activation_bytes(B, T, C, n_head, act_bytes)
+        return selective_block_bytes(B, T, C, n_head, act_bytes, residual_bytes, internals)
+    return block_activation_bytes(B, T, C, n_head, act_bytes, internals)
 
 
 def math_attention_bytes(B, T, C, n_head, act_bytes):
@@ -106,17 +135,16 @@ def math_attention_bytes(B, T, C, n_head, act_bytes):
     return 4 * B * n_head * T * T + (12 - 3 * act_bytes) * B * T * C - 4 * B * n_head * T
 
 
-def logits_bytes(B, T, V, C, act_bytes, chunk_rows=LOSS_CHUNK_ROWS):
+def logits_bytes(B, T, V, C, act_bytes, chunk_rows=LOSS_CHUNK_ROWS, softcap=0.0):
     """model.py's chunked LM head and loss, at their peak: the fp32 gradient of the tied weight it sums
-    (4 B per V*C), the gradient of its input (act_bytes per BTC), and one chunk of R rows: in forward
-    its fp32 logits and log-probabilities, and with more than one chunk also a bf16 product (one chunk
-    alone frees it as it is upcast: simulate() measures both); in backward the logits' gradient and its
-    (V, C) product added into the weight's. Never the whole B*T x V logits: at 6.7B,
-    micro-batch 4, 1.4 GB instead of 4.9 (scripts/bench_lm_head.py)."""
+    (4 B per V*C), the gradient of its input (act_bytes per BTC), and one chunk of R rows: its fp32 logits
+    and their (log-)softmax, 8 B per R*V (backward lets go of the previous chunk's gradient before the next
+    chunk's softmax; simulate() measures it), or in backward the logits' gradient and its (V, C) product
+    added into the weight's. Never the whole B*T x V logits: at 6.7B, micro-batch 4, 1.4 GB instead of 4.9
+    (scripts/bench_lm_head.py). A soft-cap adds one fp32 chunk (its slope, 1 - tanh^2, in backward)."""
     R = min(chunk_rows, B * T)
-    forward = (8 if B * T <= chunk_rows else 8 + act_bytes) * R * V
     backward = act_bytes * (R * V + V * C)
-    return 4 * V * C + act_bytes * B * T * C + max(forward, backward)
+    return 4 * V * C + act_bytes * B * T * C + max(8 * R * V, backward) + (4 * R * V if softcap > 0 else 0)
 
 
 def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="flash", fp8=""):
@@ -137,8 +165,8 @@ def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="f
     block running holds its fp8 weights (1 B per weight) for the matmul."""
     T, C, H, V = config.block_size, config.n_embd, config.n_head, config.vocab_size
     policies = [config.block_checkpointing(i) for i in range(config.n_layer)]
-    kept = [kept_block_bytes(p, B, T, C, H, act_bytes, residual_bytes) for p in policies]
-    in_backward = block_activation_bytes(B, T, C, H, act_bytes)
+    kept = [kept_block_bytes(p, B, T, C, H, act_bytes, residual_bytes, config) for p in policies]
+    in_backward = block_activation_bytes(B, T, C, H, act_bytes, config)
     if attention == "math":  # in the backward also the probabilities' fp32 gradient
         kept = [k + math_attention_bytes(B, T, C, H, act_bytes) * (p == "none") for k, p in zip(kept, policies)]
         in_backward += math_attention_bytes(B, T, C, H, act_bytes) + 4 * B * H * T * T
@@ -151,7 +179,7 @@ def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="f
     head_cast = 2 * V * C if act_bytes == 2 else 0
     head = (4 + act_bytes) * B * T * C + 8 * B * T  # ln_f's fp32 input and stats, lm_head input
     at_loss = {"autocast_bf16_weights": sum(casts) + head_cast, "activations": sum(kept) + head,
-               "logits": logits_bytes(B, T, V, C, act_bytes), "gradients_in_flight": 0}
+               "logits": logits_bytes(B, T, V, C, act_bytes, softcap=config.logit_softcap), "gradients_in_flight": 0}
     in_last_block = {"autocast_bf16_weights": sum(casts[:-1]) + running_block_casts,
                      "activations": sum(kept[:-1]) + in_backward + (6 + 4 * act_bytes) * B * T * C, "logits": 0,
                      "gradients_in_flight": 8 * C * C + 4 * V * C}
