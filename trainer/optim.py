@@ -23,8 +23,8 @@ tensor subclass that torch.save / torch.load(weights_only=True) handle once torc
 only the weights and their gradients. With bf16 weights the host's fp32 copy is the master.
 
 'muon' is PyTorch's Muon (torch.optim.Muon) on the blocks' weight matrices (attention's qkv and
-projection, the MLP's two), AdamW on everything else (the embeddings and the tied LM head, LayerNorm
-gains, biases), as Moonshot (arXiv 2502.16982), nanochat and modded-nanogpt split it, in one
+projection, the MLP's two, and SwiGLU's gate), AdamW on everything else (the embeddings and the LM head,
+tied or not, LayerNorm gains, biases), as Moonshot (arXiv 2502.16982), nanochat and modded-nanogpt split it, in one
 optimizer object (MuonAdamW). Muon's lr is adjusted with 'match_rms_adamw' (0.2 sqrt(max(A, B))), so
 `learning_rate` means what it means for AdamW; its state is one fp32 momentum, 4 bytes a parameter.
 
@@ -123,8 +123,8 @@ def newton_schulz_flops(model, ns_steps=_muon.DEFAULT_NS_STEPS):
 
 
 def is_muon_matrix(name, p):
-    """Muon's parameters: the blocks' 2-D weights (qkv, attention's and the MLP's projections, the MLP's fc).
-    The embeddings (and the LM head tied to wte) and the 1-D gains and biases stay with AdamW."""
+    """Muon's parameters: the blocks' 2-D weights (qkv, attention's and the MLP's projections, the MLP's fc and
+    SwiGLU's gate). The embeddings and the LM head (tied to wte or not) and the 1-D gains and biases stay with AdamW."""
     return p.dim() == 2 and ".h." in f".{name}"
 
 

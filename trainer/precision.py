@@ -11,8 +11,8 @@ rounded to powers of 2 (closer to bf16, slower kernels). These are torchao's own
 (Float8LinearConfig.from_recipe_name); only the float8 flavour is set here (below). kernel_problem()
 runs one small _scaled_mm of the recipe at start-up, so a build without the kernel is refused in one line.
 
-What stays in bf16: the LM head (tied to the token embedding, and the logits are where precision matters
-most), the embeddings, LayerNorms and attention, and any layer whose features are not multiples of 16
+What stays in bf16: the LM head (tied to the token embedding or not, and the logits are where precision
+matters most), the embeddings, LayerNorms and attention, and any layer whose features are not multiples of 16
 (what torch._scaled_mm needs). The weights stay ordinary parameters (fp32, or bf16 master_weights):
 Float8Linear only casts them on the fly, so state_dict keys and tensors are those of a plain GPT and a
 checkpoint resumes, exports and samples alike with fp8 on or off.
