@@ -434,11 +434,13 @@ class GPT(nn.Module):
 
     def get_num_params(self, non_embedding=True):
         """Parameters counted once (tied weights too). non_embedding=True leaves out the position
-        embeddings, as nanoGPT does (RoPE has none); the token embedding stays in, since it is also the LM
-        head (untied, the head is counted, as a matmul, and the embedding still is too)."""
+        embeddings, as nanoGPT does (RoPE has none), and the token embedding when it is not also the LM
+        head: what is left is every matmul's weight, what 6N FLOPs a token counts."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and "wpe" in self.transformer:
             n -= self.transformer.wpe.weight.numel()
+        if non_embedding and not self.config.tie_embeddings:
+            n -= self.transformer.wte.weight.numel()
         return n
 
     def forward(self, idx, targets=None, kv_caches=None, every_position=False, scores=False, n_tokens=None):

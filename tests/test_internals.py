@@ -98,7 +98,8 @@ def test_each_setting_changes_what_it_says():
     tied, untied = GPT(GPTConfig(**TINY)), GPT(GPTConfig(**TINY, tie_embeddings=False))
     assert tied.lm_head.weight is tied.transformer.wte.weight
     assert untied.lm_head.weight is not untied.transformer.wte.weight
-    assert untied.get_num_params() == tied.get_num_params() + 64 * 32
+    assert untied.get_num_params(non_embedding=False) == tied.get_num_params(non_embedding=False) + 64 * 32
+    assert untied.get_num_params() == tied.get_num_params()  # the matmuls' weights: the head once either way
 
 
 def test_rope_attends_by_relative_position():
