@@ -205,18 +205,23 @@ def held_out(runs, ratio):
             "sweep_lrs": sorted(r["lr"] for r in runs if r["size"] == last["size"] and r["tokens_per_param"] == ratio)}
 
 
-def compute_multipliers(reference, other, ratio, at=()):
-    """How many times the reference recipe's training compute reaches the other's loss at each of its
-    sizes (measured) and at `at` (the other's predicted loss there): (N_ref / N)^2 along the tokens rule,
-    as compute is 6 N D = 6 ratio N^2. Above 1: the other recipe saves compute."""
-    ref_fit = ladder.Fit.from_json(reference["fits"]["loss"])
-    other_fit = ladder.Fit.from_json(other["fits"]["loss"])
-    out = {}
-    points = [(r["size"], r["params"], r["final_val_loss"]) for r in ladder.best_runs(other["runs"], ratio)]
-    points += [(name, n, float(other_fit(n))) for name, n in at]
-    for name, n, loss in points:
-        needed = ladder.size_for_loss(ref_fit, loss, ratio)
-        out[name] = needed if isinstance(needed, str) else (needed / n) ** 2
+def compute_multipliers(reference, other, ratio):
+    """At each of the other recipe's sizes, how many times the reference recipe's training compute reaches
+    its measured loss: (N_ref / N)^2 along the tokens rule, as compute is 6 N D = 6 ratio N^2. N_ref is
+    interpolated in log-log between the reference's measured sizes where they bracket the loss ("measured"),
+    else solved from the reference's loss fit ("fit"). Above 1: the other recipe saves compute."""
+    ref = [(r["params"], r["final_val_loss"]) for r in ladder.best_runs(reference["runs"], ratio)]
+    ref_fit, out = ladder.Fit.from_json(reference["fits"]["loss"]), {}
+    for r in ladder.best_runs(other["runs"], ratio):
+        n, loss = r["params"], r["final_val_loss"]
+        bracket = [(a, b) for a, b in zip(ref, ref[1:]) if b[1] <= loss <= a[1]]
+        if bracket:
+            (n0, l0), (n1, l1) = bracket[0]
+            needed = math.exp(np.interp(math.log(loss), [math.log(l1), math.log(l0)], [math.log(n1), math.log(n0)]))
+        else:
+            needed = ladder.size_for_loss(ref_fit, loss, ratio)
+        out[r["size"]] = {"multiplier": needed if isinstance(needed, str) else (needed / n) ** 2,
+                          "by": "measured" if bracket else "fit"}
     return out
 
 
@@ -320,7 +325,8 @@ def summary(result):
             if key.startswith("compute_multiplier_vs_"):
                 lines.append(f"  compute multiplier against {key[22:]} (its compute to reach this loss, "
                              "over this one's): " + ", ".join(
-                                 f"{k} {v:.2f}x" if not isinstance(v, str) else f"{k} {v}" for k, v in value.items()))
+                                 f"{k} {v['multiplier']}" if isinstance(v["multiplier"], str) else
+                                 f"{k} {v['multiplier']:.2f}x ({v['by']})" for k, v in value.items()))
     return "\n".join(lines)
 
 

@@ -157,7 +157,7 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
         assert rec["fits"]["lr"]["named"]["b"] == pytest.approx(-0.3, abs=0.01)
         held = rec["held_out"]
         assert held["inside"] and abs(held["relative_error"]) < 0.01 and held["lr_ratio"] == pytest.approx(1, abs=0.05)
-    assert all(v > 1 for v in result["recipes"]["muon"]["compute_multiplier_vs_adamw"].values())
+    assert all(v["multiplier"] > 1 for v in result["recipes"]["muon"]["compute_multiplier_vs_adamw"].values())
     assert "held out w96" in capsys.readouterr().out
     trained = len(fake_train)
     climb(config, tmp_path / "out", "adamw: --optimizer=adamw", "muon: --optimizer=muon --learning_rate=8e-3")
