@@ -1,5 +1,5 @@
 # The scaling ladder on the CPU (python scripts/ladder.py config/ladder_tiny.py ...; docs/scaling_ladder.md):
-# five sizes of the tiny model on the quick-start corpus (python data/quickstart/prepare.py), 35k to 638k
+# five sizes of the tiny model on the quick-start corpus (python data/quickstart/prepare.py), 35k to 639k
 # parameters (18x), head size 16 throughout, each trained on 2 tokens per parameter at 1,024 tokens a step.
 # A ladder config is read by scripts/ladder.py, not by train.py: these names are its settings.
 base = ['config/train_tiny.py']
