@@ -2,9 +2,11 @@
 'swiglu', tie_embeddings=False, logit_softcap. The defaults must leave GPT-3 exactly as it was; each setting
 must train, resume bit-exactly and be refused when changed at a resume; bad values are one line."""
 import importlib.util
+import json
 import math
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -240,3 +242,18 @@ def test_fsdp_on_two_processes_matches_one_with_the_modern_internals(tmp_path, d
     losses = [[r["loss"] for r in metrics.latest_per_iter(metrics.read(tmp_path / out, "step"))]
               for out in ("single", "fsdp")]
     assert len(losses[0]) == 6 and losses[1] == pytest.approx(losses[0], abs=2e-4)
+
+
+def test_plan_prices_the_modern_preset_with_its_untied_head_as_the_simulation_does(capsys):
+    """plan.py on config/train_gpt3_6b_modern.py: GPT-3 6.7B's count less the position table plus the untied
+    head; the estimate within 5% of the fake-tensor simulation, at 6.7B's width, context and vocabulary in 2
+    of its blocks (all 32: python scripts/plan.py config/train_gpt3_6b_modern.py --gpu h200 --simulate)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import plan
+    preset = str(REPO / "config" / "train_gpt3_6b_modern.py")
+    plan.main([preset, "--gpu", "h200", "--json"])
+    full = json.loads(capsys.readouterr().out)
+    assert full["params"] == 6_657_150_976 - 2048 * 4096 + 50304 * 4096
+    plan.main([preset, "--gpu", "h200", "--n_layer=2", "--simulate", "--json"])
+    two = json.loads(capsys.readouterr().out)
+    assert two["memory_gb"]["total"] == pytest.approx(two["simulated"]["total"], rel=0.05)
