@@ -12,16 +12,15 @@ from model import GPT, GPTConfig, KVCache
 MODEL_ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=320, bias=False)
 
 
-def tiny_model(seed=0):
+def tiny_model(seed=0, position="learned"):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(**MODEL_ARGS)).eval()
+    return GPT(GPTConfig(**MODEL_ARGS, position=position)).eval()
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("position", ["learned", "rope"])
 def test_cached_logits_match_full_forward(position):
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**MODEL_ARGS, position=position)).eval()
+    model = tiny_model(position=position)
     idx = torch.randint(0, 320, (2, 20), generator=torch.Generator().manual_seed(1))
     caches = [KVCache() for _ in model.transformer.h]
     logits, _ = model(idx[:, :5], kv_caches=caches)  # a prompt, then one token at a time
@@ -40,8 +39,7 @@ def test_cached_logits_match_full_forward(position):
 @torch.no_grad()
 @pytest.mark.parametrize("position", ["learned", "rope"])
 def test_greedy_generation_with_the_cache_equals_without(position):
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**MODEL_ARGS, position=position)).eval()
+    model = tiny_model(position=position)
     prompt = torch.randint(0, 320, (2, 6), generator=torch.Generator().manual_seed(1))
     greedy = [model.generate(prompt, 40, top_k=1, use_cache=use_cache) for use_cache in (True, False)]
     assert torch.equal(*greedy)  # 46 tokens: past block_size 32, the window slides
