@@ -163,7 +163,7 @@ HELP = {
                                  "(~3% more time); 'full' each block's forward (~32%); 'auto' the cheapest that fits",
         recompute_blocks="the policy applies to blocks 0..k-1 only, the rest keep everything; -1 = all",
         memory_budget_gb="what 'auto' may fill, in 1e9 bytes; 0 = the GPU's memory (host RAM on the CPU)",
-        ignore_memory_estimate="True: start even when memory.py's estimate says the setting cannot fit",
+        ignore_memory_estimate="True: start even when cost.py's estimate says the setting cannot fit",
     ),
     "optimizer": dict(
         optimizer="'adamw' (fp32 moments, 8 B/param), torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B), 'muon' (docs/optimizers.md)",

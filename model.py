@@ -13,7 +13,7 @@ inside the chunked head). With every one at its default the model is bit-identic
 Activation checkpointing trades compute for memory, per block: 'full' keeps only a block's input and
 recomputes its whole forward in backward (about a third more FLOPs); 'selective' keeps the outputs of the
 matmuls and of the attention kernel and recomputes only the cheap element-wise ops (LayerNorm, GELU,
-adds, casts). memory.py says which one a GPU's memory forces.
+adds, casts). cost.py says which one a GPU's memory forces.
 
 This file knows nothing about files, data or devices beyond what a forward pass needs.
 """
@@ -114,7 +114,7 @@ def model_config(cfg=None, saved_args=None, **fields):
     """The one way a run's settings become a GPTConfig (train.py, plan.py, bench.py, hf.py, sample.py).
     The architecture (and n_tokens) comes from saved_args, a checkpoint's or imported weights' model_args,
     where given, else from cfg; dropout and checkpointing from cfg ('auto' builds as 'none' until
-    memory.settle picks a policy); fields override the rest. cfg=None: GPTConfig's defaults."""
+    cost.settle picks a policy); fields override the rest. cfg=None: GPTConfig's defaults."""
     args = {k: getattr(cfg, k) for k in ARCHITECTURE_KEYS} if cfg is not None else {}
     if saved_args is not None:
         args = {k: saved_args.get(k, getattr(GPTConfig, k)) for k in (*ARCHITECTURE_KEYS, "n_tokens")}
@@ -416,7 +416,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.transformer.wte.weight = self.lm_head.weight  # weight tying: one matrix, counted once
-        if self.lm_head.weight.is_meta:  # shapes only (memory.py, plan.py): no values to draw, ~0.3 s saved at 6.7B
+        if self.lm_head.weight.is_meta:  # shapes only (cost.py, plan.py): no values to draw, ~0.3 s saved at 6.7B
             return
         self.apply(self._init_weights)
         # GPT-2: residual projections scaled by 1/sqrt(2*n_layer), since each block adds two of them

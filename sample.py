@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import torch
 
 from model import GPT, model_config
-from trainer import bins, checkpoint, environment, hardware, tokenizer
+from trainer import bins, checkpoint, machine, tokenizer
 
 
 def parse_args(argv):
@@ -84,8 +84,8 @@ def encoding_name(args, state):
 def device_and_autocast(args, local_rank=0):
     """(device, autocast) from --device and --dtype: the same bf16 autocast over fp32 weights as
     training, so what is measured is what was trained."""
-    device, device_type = hardware.resolve_device(args.device, local_rank)
-    if problem := hardware.device_problem(device):
+    device, device_type = machine.resolve_device(args.device, local_rank)
+    if problem := machine.device_problem(device):
         fail(problem)
     dtype = args.dtype
     if dtype == "auto":
@@ -133,7 +133,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     model, state, enc, device, autocast = load_model(args)
     if device == "cpu":  # a decode step is many tiny ops: threads the machine lacks make each one wait (a 10x slowdown)
-        log(environment.use_cpu_threads())
+        log(machine.use_cpu_threads())
     dtype = "bfloat16" if isinstance(autocast, torch.autocast) else "float32"
     idx = torch.tensor([prompt_ids(args, enc, model.config.vocab_size)], dtype=torch.long, device=device)
     log(f"sampling {args.num_samples} x {args.max_new_tokens} tokens from step {state.get('iter_num')} "

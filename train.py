@@ -15,16 +15,14 @@ import time
 
 import torch
 
-from trainer import environment  # first: what an older torch lacks is named before anything needs it
+from trainer import machine  # first: what an older torch lacks is named before anything needs it
 
-if problem := environment.torch_problem():
+if problem := machine.torch_problem():
     sys.exit(f"error: {problem}")
 
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
-from trainer import (
-    RunError, bins, checkpointer, elastic, environment, evaluation, faults, forecast, hardware, memory, metrics,
-    optim, parallel, precision, runlock, runlog, schedule, tokenizer)
+from trainer import (RunError, bins, checkpointer, cost, elastic, evaluation, faults, forecast, machine, metrics, optim, parallel, precision, runlock, runlog, schedule, tokenizer)
 
 # -----------------------------------------------------------------------------
 # config (configurator.py: every key, its default and help, and where each value came from)
@@ -41,8 +39,8 @@ out_dir_lock = runlock.hold_or_exit(cfg.out_dir, "training run") if master else 
 log = runlog.RunLog(cfg.out_dir, rank)  # stdout and train.log (runlog.py)
 record = metrics.Metrics(cfg.out_dir, enabled=master)  # what tools read: out_dir/metrics.jsonl (metrics.py)
 sys.excepthook = log.crash  # from here on every RunError is one line, `error: ...`, and exit status 1
-if cfg.compile:  # a library's error explained in one line, not a traceback: a stale cached graph, a failed compile
-    log.explainers += [environment.stale_cache_failure, environment.compile_failure]
+if cfg.compile:  # a library's error explained in one line, not a traceback: a failed compile, a stale cached graph
+    log.explainers.append(machine.compile_failure)
 
 if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size and distributed:  # one node's GPUs: its fast link shards
     cfg.hsdp_shard_size = parallel.node_size()
@@ -56,13 +54,13 @@ stop_signal = elastic.StopSignal()  # from here on a signal stops the run cleanl
 
 # -----------------------------------------------------------------------------
 # device, precision and process group
-allocator = memory.use_expandable_segments()  # before the device initialises, which is when it is read
-device, device_type, problem = hardware.use_device(cfg.device, local_rank)
+allocator = cost.use_expandable_segments()  # before the device initialises, which is when it is read
+device, device_type, problem = machine.use_device(cfg.device, local_rank)
 if problem := problem or (cfg.fp8 and (precision.device_problem(device) or precision.kernel_problem(cfg.fp8, device))) or (
-        device_type == "cuda" and environment.compiler_problem(cfg.compile)):
+        device_type == "cuda" and machine.compiler_problem(cfg.compile)):
     raise RunError(problem)
-if device_type == "cpu":  # threads the machine has free, not one a core whatever the load (environment.py)
-    log(environment.use_cpu_threads())
+if device_type == "cpu":  # threads the machine has free, not one a core whatever the load (machine.py)
+    log(machine.use_cpu_threads())
 timeout = parallel.init_processes(cfg, device_type, log) if distributed else None
 
 # -----------------------------------------------------------------------------
@@ -70,12 +68,12 @@ timeout = parallel.init_processes(cfg, device_type, log) if distributed else Non
 start = checkpointer.start_point(cfg, configurator.DEFAULTS, master, log)
 log(schedule.describe(cfg, start.cooldown_from))
 with torch.device("meta"):
-    shapes = GPT(model_config(cfg, start.saved_args))  # every shape and no storage: what memory.py's estimates read
+    shapes = GPT(model_config(cfg, start.saved_args))  # every shape and no storage: what cost.py's estimates read
 save_group = parallel.save_group(cfg, shapes.get_num_params(non_embedding=False), timeout, log) if distributed else None
 if distributed:  # names the hung rank
     log.explainers.append(functools.partial(elastic.explain_timeout, group=save_group, timeout=timeout))
 eval_batch_size = cfg.batch_size  # the config's: the validation set stays the same whatever auto picks
-choice = memory.settle_run(shapes, cfg, device, world_size, log, sys.argv[1:])  # refuse now, not after minutes of allocating
+choice = cost.settle_run(shapes, cfg, device, world_size, log, sys.argv[1:])  # refuse now, not after minutes of allocating
 cfg.batch_size, cfg.gradient_accumulation_steps = choice.batch_size, choice.gradient_accumulation_steps
 cfg.freeze()  # resolved: from here on a value means the same wherever it is read
 gptconf = model_config(cfg, start.saved_args, activation_checkpointing=choice.activation_checkpointing,
@@ -99,7 +97,7 @@ hellaswag_examples = evaluation.hellaswag_for_run(cfg, encoding or "gpt2", gptco
 
 def get_batch(read, indices):
     """x and y of the windows read(indices, block_size) gives: a mixture's draws, or one val bin's indices."""
-    windows = hardware.to_device(torch.from_numpy(read(indices, gptconf.block_size)), device)
+    windows = machine.to_device(torch.from_numpy(read(indices, gptconf.block_size)), device)
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -163,12 +161,12 @@ if sampler.changes:  # the val loss is weighted otherwise from here on (its best
     record("weights_changed", iter_num, changes=sampler.changes, weights={s.name: s.share for s in sampler.sources})
 
 # MFU against the peak of the GPU we really have
-peak_tflops, fp8_tflops, gpu_line = hardware.peaks(cfg.peak_tflops, device_type, local_rank)
+peak_tflops, fp8_tflops, gpu_line = machine.peaks(cfg.peak_tflops, device_type, local_rank)
 if gpu_line:
     log(f"{gpu_line}; allocator {allocator}")
 if gpu_line and cfg.fp8 and peak_tflops:
     log(precision.mfu_note(peak_tflops, fp8_tflops))
-utilisation = hardware.Utilisation(n_params, memory.block_params(raw_model), gptconf, peak_tflops, world_size)
+utilisation = cost.Utilisation(n_params, cost.block_params(raw_model), gptconf, peak_tflops, world_size)
 
 # bf16 autocast; each fp32 weight cast to bf16 once per optimizer step, not per micro-batch, where that costs nothing
 autocast, step_casts, train_autocast = precision.autocast_contexts(cfg.dtype, device_type, precision.casts_once_per_step(
@@ -217,10 +215,10 @@ def evaluate_hellaswag(iteration):
 
 def log_step(iteration, loss, grad_norm, lr, dt):
     """The step's line in train.log and its record in metrics.jsonl."""
-    tokens_per_sec, peak = tokens_per_iter / dt, hardware.peak_memory(device_type)
+    tokens_per_sec, peak = tokens_per_iter / dt, machine.peak_memory(device_type)
     mfu, hfu = utilisation(tokens_per_sec)  # per GPU
     figures = dict(loss=loss, lr=lr, grad_norm=grad_norm, step_time=dt, tokens_per_sec=tokens_per_sec, mfu=mfu, hfu=hfu)
-    log(runlog.step_line(iteration, figures, hardware.peak_memory_text(peak, cfg.optimizer_offload), world_size,
+    log(runlog.step_line(iteration, figures, machine.peak_memory_text(peak, cfg.optimizer_offload), world_size,
                          clock.eta(cfg.max_iters - iteration), show_hfu=utilisation.recomputes))
     record("step", iteration, **figures, tokens=iteration * tokens_per_iter, peak_memory=peak)
 

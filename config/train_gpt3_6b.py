@@ -1,7 +1,7 @@
 # GPT-3 6.7B (GPT-3 paper, Table 2.1) on one 192 GB MI300X or 141 GB H200:
 # 6,657,150,976 parameters; fp32 weights + grads + AdamW moments = 16 B/param = 106.5 GB.
 # What is left decides how much to recompute: activation_checkpointing='auto' (the default)
-# picks at start-up, from memory.py's estimate: no recompute on an MI300X, 'selective' on an
+# picks at start-up, from cost.py's estimate: no recompute on an MI300X, 'selective' on an
 # H200. See it with: python scripts/plan.py config/train_gpt3_6b.py --gpu h200
 out_dir = 'out/gpt3_6b'
 dataset = 'pile'

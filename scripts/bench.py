@@ -15,7 +15,7 @@ allocator growth, compilation) are left out and the figures are medians of the n
 are for one step of the config's global batch: its tokens at the timed micro-batches' time per
 token, plus one optimizer step. The timed step's own figures are under "measured".
 
-A setting fits when its measured peak fits memory.device_budget() by memory.fits(), the rule
+A setting fits when its measured peak fits cost.device_budget() by cost.fits(), the rule
 train.py and auto use: the reserved peak where the GPU reports one, else the allocated peak.
 --sweep tries micro-batch sizes x checkpointing policies and names the fastest setting that
 fits, with the train.py overrides that select it.
@@ -49,8 +49,8 @@ sys.path.insert(0, REPO)
 from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
 from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
-from trainer import hardware  # noqa: E402
-from trainer import memory  # noqa: E402
+from trainer import machine  # noqa: E402
+from trainer import cost  # noqa: E402
 from trainer import metrics  # noqa: E402
 from trainer import optim  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
@@ -86,7 +86,7 @@ def parse_args(argv):
                    help="seconds for all settings; the ones left when it runs out are skipped (default: none)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout (the table goes to stderr)")
     p.add_argument("--simulate", action="store_true",
-                   help="add memory.py's estimate and simulated peak (fake tensors, ~20 s at 6.7B on the CPU) to "
+                   help="add cost.py's estimate and simulated peak (fake tensors, ~20 s at 6.7B on the CPU) to "
                         "each setting that names its policy, beside the measured peak")
     args, config_args = p.parse_known_args(argv)
     if not config_args or config_args[0].startswith("-"):  # nanoGPT habit: no config, show how
@@ -278,7 +278,7 @@ class Bench:
         self.deadline = time.time() + args.time_limit if args.time_limit else math.inf
         self.data_dir = os.path.join(work, "data")
         self.mode = optim.mode_of(vars(cfg))  # the config's memory mode: what the estimates price
-        self.gpu = hardware.local_gpu(0)[0]  # what train.py runs on: this machine's GPU, or None
+        self.gpu = machine.local_gpu(0)[0]  # what train.py runs on: this machine's GPU, or None
 
     def prepare(self, largest_batch):
         os.makedirs(self.data_dir)
@@ -319,23 +319,23 @@ class Bench:
                                                     "gradient_accumulation_steps")}
         if self.args.simulate and policy[0] != "auto":
             config = model_config(self.cfg, activation_checkpointing=policy[0], recompute_blocks=policy[1])
-            setup = memory.Setup(self.cfg.dtype, *self.mode, fp8=self.cfg.fp8)
+            setup = cost.Setup(self.cfg.dtype, *self.mode, fp8=self.cfg.fp8)
             with torch.device("meta"):
-                estimate = memory.estimate(GPT(config), batch_size, setup)
+                estimate = cost.estimate(GPT(config), batch_size, setup)
             result.update(estimated_gb=estimate["total"] / 1e9,
-                          simulated_gb=memory.simulate(config, batch_size, setup)["total"] / 1e9)
+                          simulated_gb=cost.simulate(config, batch_size, setup)["total"] / 1e9)
         return dict(result, **self.judge(result))
 
     def judge(self, result):
-        """memory.fits on the measured peak: the reserved one where the GPU reports it (what the allocator
+        """cost.fits on the measured peak: the reserved one where the GPU reports it (what the allocator
         holds, compared as is), else the allocated one (with the fragmentation margin)."""
         kind = "reserved" if result["peak_reserved_gb"] is not None else "allocated"
         peak = 1e9 * result["peak_reserved_gb" if kind == "reserved" else "peak_memory_gb"]
-        if memory.fits(peak, self.budget.bytes, kind):
+        if cost.fits(peak, self.budget.bytes, kind):
             return {"fits": True, "compared": kind}
         return {"fits": False, "compared": kind, "status": "over budget",
-                "message": f"{kind} peak {memory.size_text(peak)} needs "
-                           f"{memory.size_text(memory.needed_bytes(peak, kind))}; {self.budget.text()}"}
+                "message": f"{kind} peak {cost.size_text(peak)} needs "
+                           f"{cost.size_text(cost.needed_bytes(peak, kind))}; {self.budget.text()}"}
 
     def save_resume(self):
         """One checkpoint save and its load at the config's setting: a train.py saves after its first step
@@ -360,9 +360,9 @@ class Bench:
 
 
 def kept_memory(cfg, policy):
-    """memory.py's estimate of a policy at micro-batch 1: orders policies by what they keep."""
-    setup = memory.Setup(cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8)
-    return memory.estimate(plan.build_meta_model(cfg, *policy), 1, setup)["total"]
+    """cost.py's estimate of a policy at micro-batch 1: orders policies by what they keep."""
+    setup = cost.Setup(cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8)
+    return cost.estimate(plan.build_meta_model(cfg, *policy), 1, setup)["total"]
 
 
 def sweep(run, batch_sizes, policies, cfg):
@@ -391,7 +391,7 @@ def sweep(run, batch_sizes, policies, cfg):
 def reference_run(cfg, data_dir, batch_size, micro_steps, warmup, steps):
     """Median step time of a straightforward loop at cfg's shapes and dtype: model.py's GPT without
     checkpointing, torch's default AdamW, plain copies to the device, a host sync per step."""
-    device, device_type = hardware.resolve_device(cfg.device)
+    device, device_type = machine.resolve_device(cfg.device)
     autocast = torch.autocast(device_type, dtype=torch.bfloat16) if cfg.dtype == "bfloat16" else nullcontext()
     torch.manual_seed(cfg.seed)
     with torch.device(device):  # the GPTConfig train.py builds for cfg
@@ -427,22 +427,22 @@ THROUGHPUT = ("one optimizer step of the config's global batch (config_tokens_pe
               "optimizer step) / timed tokens + one optimizer step, from the medians of the timed steps of grad_accum "
               "micro-batches, the optimizer step timed on its own between GPU syncs; MFU and HFU scaled alike. "
               "What the timed steps did is under each setting's 'measured'")
-BUDGET_PROBE = ("import dataclasses, json, sys; sys.path.insert(0, sys.argv[1]); from trainer import hardware, memory; "
-                "budget = memory.device_budget(hardware.resolve_device(sys.argv[2])[0], float(sys.argv[3])); "
+BUDGET_PROBE = ("import dataclasses, json, sys; sys.path.insert(0, sys.argv[1]); from trainer import machine, memory; "
+                "budget = cost.device_budget(machine.resolve_device(sys.argv[2])[0], float(sys.argv[3])); "
                 "print(json.dumps(dataclasses.asdict(budget)))")
 
 
 def device_budget(cfg):
-    """memory.device_budget() of the device train.py will run on. A GPU's is asked in a child process: a CUDA
+    """cost.device_budget() of the device train.py will run on. A GPU's is asked in a child process: a CUDA
     context in this one would hold ~0.5 GB of the GPU the runs measure. The CPU's is read here."""
-    device, device_type = hardware.resolve_device(cfg.device)
+    device, device_type = machine.resolve_device(cfg.device)
     if device_type == "cpu":
-        return memory.device_budget(device, cfg.memory_budget_gb)
+        return cost.device_budget(device, cfg.memory_budget_gb)
     probe = subprocess.run([sys.executable, "-c", BUDGET_PROBE, REPO, cfg.device, str(cfg.memory_budget_gb)],
                            capture_output=True, text=True)
     if probe.returncode:
         fail(f"cannot read the device's memory budget: {(probe.stderr.strip().splitlines() or ['no message'])[-1]}")
-    return memory.Budget(**json.loads(probe.stdout))
+    return cost.Budget(**json.loads(probe.stdout))
 
 
 def fail(message):
@@ -457,8 +457,8 @@ def row(result):
     text = f"{result['label']:<28}"
     if "tokens_per_s" in result:
         text += (f" {result['tokens_per_s']:>10,.0f} {result['step_ms']:>9.1f} "
-                 f"{result['measured']['optimizer_step_ms']:>7.1f} {hardware.percent(result['mfu']):>6} "
-                 f"{hardware.percent(result['hfu']):>6}  {result['peak_memory_gb']:.1f} GB {result['memory_kind']}")
+                 f"{result['measured']['optimizer_step_ms']:>7.1f} {machine.percent(result['mfu']):>6} "
+                 f"{machine.percent(result['hfu']):>6}  {result['peak_memory_gb']:.1f} GB {result['memory_kind']}")
     if result.get("peak_reserved_gb") is not None:
         text += f", reserved {result['peak_reserved_gb']:.1f} GB"
     if result.get("peak_host_gb"):
@@ -556,7 +556,7 @@ def main(argv=None):
     best = max((r for r in results if r["fits"]), key=lambda r: r["tokens_per_s"], default=None)
     command = train_command(config_args, cfg, best) if best else None
     if best and args.sweep:
-        say(f"fastest that fits: {best['label']}, {best['tokens_per_s']:,.0f} tokens/s, MFU {hardware.percent(best['mfu'])}")
+        say(f"fastest that fits: {best['label']}, {best['tokens_per_s']:,.0f} tokens/s, MFU {machine.percent(best['mfu'])}")
         say(f"  {command}")
     if args.json:
         print(json.dumps({"config_args": config_args, "steps": args.steps, "warmup": args.warmup,

@@ -19,16 +19,16 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer import environment  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import machine  # noqa: E402  (needs the repo root on sys.path first)
 
-if problem := environment.torch_problem():  # before the imports below, which use these features
+if problem := machine.torch_problem():  # before the imports below, which use these features
     print(f"FAIL  {problem}", flush=True)
     sys.exit(1)
 from trainer import bins  # noqa: E402
 from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
-from trainer import hardware  # noqa: E402
-from trainer import memory  # noqa: E402
+from trainer import machine  # noqa: E402
+from trainer import cost  # noqa: E402
 import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import Block, GPTConfig  # noqa: E402
 
@@ -62,10 +62,10 @@ def check_gpu(cfg, needed_gb):
                      "the device, its memory, bf16 or fused AdamW; the attention check below runs on the CPU")
         return False
     props = torch.cuda.get_device_properties(0)
-    description, key = hardware.local_gpu()
+    description, key = machine.local_gpu()
     arch = f"compute capability {props.major}.{props.minor}" if torch.version.cuda else ""
     report("ok" if key else "WARN", f"{torch.cuda.device_count()} x {description} {arch}: "
-           + (f"peak bf16 {hardware.GPUS[key].peak_tflops:g} TFLOPS" if key else
+           + (f"peak bf16 {machine.GPUS[key].peak_tflops:g} TFLOPS" if key else
               "unknown peak: set --peak_tflops for MFU, and plan.py --gpu for the nearest known GPU"))
     free, total = torch.cuda.mem_get_info(0)
     status = "ok" if needed_gb * 1e9 <= free else "FAIL"
@@ -79,12 +79,12 @@ def check_gpu(cfg, needed_gb):
 
 def check_device(cfg, needed_gb):
     """The device the config asks for exists here; a CPU run also needs the config to fit host RAM."""
-    device, device_type = hardware.resolve_device(cfg.device)
-    problem = hardware.device_problem(device)
+    device, device_type = machine.resolve_device(cfg.device)
+    problem = machine.device_problem(device)
     if problem:
         report("FAIL", problem)
     elif device_type == "cpu":
-        ram = hardware.memory_capacity("cpu")
+        ram = machine.memory_capacity("cpu")
         report("ok" if needed_gb * 1e9 <= ram else "FAIL",
                f"device=cpu: host RAM {gb(ram)}; this config needs about {gb(needed_gb * 1e9)} (scripts/plan.py)")
     else:
@@ -93,14 +93,14 @@ def check_device(cfg, needed_gb):
 
 def check_host(host_gb):
     """The host memory plan.py estimates (offload's state, async checkpoint staging, batches, runtime) against
-    this machine's, by train.py's own rule (memory.host_problem); a WARN where other processes hold too much now."""
+    this machine's, by train.py's own rule (cost.host_problem); a WARN where other processes hold too much now."""
     estimate = {k: v * 1e9 for k, v in host_gb.items()}
-    if problem := memory.host_problem(estimate):
+    if problem := cost.host_problem(estimate):
         report("FAIL", problem)
         return
     available = available_memory()
     busy = available is not None and estimate["total"] > available
-    report("WARN" if busy else "ok", memory.host_line(estimate) + (
+    report("WARN" if busy else "ok", cost.host_line(estimate) + (
         f"; only {gb(available)} is available now (MemAvailable): other processes hold the rest" if busy else ""))
 
 
@@ -117,10 +117,10 @@ def check_attention(cfg, on_gpu, math_extra_gb):
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
     head_dim = cfg.n_embd // cfg.n_head
     if on_gpu:
-        backend = hardware.attention_backend("cuda", dtype, cfg.n_head, head_dim, cfg.block_size)
+        backend = machine.attention_backend("cuda", dtype, cfg.n_head, head_dim, cfg.block_size)
         where = "on the GPU"
     else:  # a short sequence keeps the CPU check quick; the kernel choice depends on head_dim and dtype
-        backend = hardware.attention_backend("cpu", dtype, 1, head_dim, min(cfg.block_size, 256))
+        backend = machine.attention_backend("cpu", dtype, 1, head_dim, min(cfg.block_size, 256))
         where = "on the CPU (the GPU may choose differently: run this there)"
     if backend == "math":
         report("FAIL" if on_gpu else "WARN",
@@ -154,11 +154,11 @@ def check_compile(cfg, on_gpu):
     if not cfg.compile:
         report("--", "torch.compile: off (compile=False), the model runs eagerly")
         return
-    if problem := environment.compiler_problem(cfg.compile):
+    if problem := machine.compiler_problem(cfg.compile):
         report("FAIL", problem)
         return
     if not on_gpu:
-        report("--", f"torch.compile: a C compiler is here ({environment.c_compiler()}); compiling for the GPU "
+        report("--", f"torch.compile: a C compiler is here ({machine.c_compiler()}); compiling for the GPU "
                      f"needs a GPU to check")
         return
     dtype = torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32
@@ -170,7 +170,7 @@ def check_compile(cfg, on_gpu):
             block(x).sum().backward()
         torch.cuda.synchronize()
     except Exception as e:  # whatever fails here fails at train.py's first step
-        report("FAIL", environment.compile_failure(e) or
+        report("FAIL", machine.compile_failure(e) or
                f"torch.compile does not run here ({type(e).__name__}: {str(e).strip().splitlines()[0]}): "
                f"rerun with --compile=False")
         return

@@ -13,7 +13,7 @@
 #    not fit the free disk; (5) auto's pick eager (--compile=False); (6) the sweep: micro-batch 4 x 160
 #    with no recompute, selective and full, then 8 x 80 with the same three. Each setting: tokens/s for a
 #    step of the config's real 4 x 160 x 2048 tokens (micro-batches and the optimizer step timed apart),
-#    MFU, the measured allocated and reserved peaks, and whether the peak fits the budget by memory.fits;
+#    MFU, the measured allocated and reserved peaks, and whether the peak fits the budget by cost.fits;
 # 3. OUT_JSON: {"date", "host", "commit", "env", "env_report", "env_exit", "budget_s", "seconds",
 #    "finished", "runs": [{"args", "status", "exit", "skipped", "note", "seconds", "bench"}]}, "bench"
 #    being bench.py's JSON (null if skipped or killed), "status" one of ok, failed, timeout (killed at the
@@ -21,11 +21,11 @@
 #    environment check and after every line, so a kill keeps what finished; "finished" is true in the
 #    last write only.
 #
-# Before the lines run, one Python (lines.py below) reads them all: a line whose setting memory.py's
+# Before the lines run, one Python (lines.py below) reads them all: a line whose setting cost.py's
 # estimate refuses on the device's whole memory is skipped, saying why (train.py, which measures what
 # is free, would refuse it too, after its start-up); a --save_resume line whose checkpoint does not fit
 # 90% of the free disk takes the largest config/train_gpt3_*.py whose checkpoint does; and the first line
-# that names its policy (--activation_checkpointing=none, selective or full) gets --simulate, memory.py's
+# that names its policy (--activation_checkpointing=none, selective or full) gets --simulate, cost.py's
 # simulated peak beside the measured one (tens of seconds at 6.7B: once, its time kept back from the line).
 # The time: each line's timeout is what is left of the budget (bench.py gets 30 s less, 90 s on the line
 # that simulates, for its start-up and simulation), so the script cannot overrun; a line with less than
@@ -114,16 +114,16 @@ for i in range(1, n + 1):
                             if checkpoint_bytes([c, *config_args[1:]]) <= 0.9 * free), None)
             if smaller:
                 write(i, "args", " ".join([smaller, *args[1:]]))
-                write(i, "note", f"{config_args[0]}'s {memory.size_text(need)} checkpoint does not fit 90% of the "
-                                 f"{memory.size_text(free)} free in {tempfile.gettempdir()}: {smaller}'s instead")
+                write(i, "note", f"{config_args[0]}'s {cost.size_text(need)} checkpoint does not fit 90% of the "
+                                 f"{cost.size_text(free)} free in {tempfile.gettempdir()}: {smaller}'s instead")
         continue
     if flags.sweep or flags.reference:  # several settings: bench.py skips what does not fit
         continue
-    device = hardware.resolve_device(cfg.device)[0]
-    budget = memory.stated_budget(hardware.memory_capacity(device), "the device's whole memory", cfg.memory_budget_gb)
+    device = machine.resolve_device(cfg.device)[0]
+    budget = cost.stated_budget(machine.memory_capacity(device), "the device's whole memory", cfg.memory_budget_gb)
     try:  # on the whole memory: what this refuses, train.py (which measures what is free) refuses too
-        memory.settle(plan.build_meta_model(cfg, "none"), cfg, budget)
-    except memory.DoesNotFit as e:
+        cost.settle(plan.build_meta_model(cfg, "none"), cfg, budget)
+    except cost.DoesNotFit as e:
         write(i, "skipped", f"skipped: the estimate refuses it: {e}")
         continue
     if not simulating and cfg.activation_checkpointing != "auto" and any(

@@ -8,9 +8,9 @@ whether it fits, days and dollars.
 
 The config and its --key=value overrides are resolved by configurator.py, exactly as train.py
 resolves them; the model is built on the meta device (shapes, no storage), so a 6.7B plan takes
-seconds on a laptop. Memory is memory.py's estimate for bf16 autocast over fp32 weights with fused
+seconds on a laptop. Memory is cost.py's estimate for bf16 autocast over fp32 weights with fused
 AdamW, as train.py trains, and for activation_checkpointing='auto' the policy and micro-batch auto
-picks on --gpu; whether it fits is memory.settle's answer, train.py's own, except that the budget is the
+picks on --gpu; whether it fits is cost.settle's answer, train.py's own, except that the budget is the
 card's whole memory (or memory_budget_gb): train.py measures what the CUDA context, the libraries and the
 process group take on the device itself, which plan.py cannot. --simulate checks the estimate against
 the training step run on fake tensors.
@@ -33,10 +33,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
-from trainer import hardware  # noqa: E402
+from trainer import RunError, machine  # noqa: E402
 from trainer import ladder as ladder_fits  # noqa: E402
 from trainer.evaluation import gpt3_reference  # noqa: E402
-from trainer import memory  # noqa: E402
+from trainer import cost  # noqa: E402
 from trainer import bins  # noqa: E402
 from trainer import offload  # noqa: E402
 from trainer import optim  # noqa: E402
@@ -100,31 +100,31 @@ def offload_seconds(n_params, mode):
 # the plan
 
 def card_budget(cfg, gpu):
-    """The memory.Budget on a card plan.py has not got: all of it, as nothing on it can be measured."""
-    return memory.stated_budget(gpu.capacity_gb * 1e9, "the card's memory, less nothing measured",
+    """The cost.Budget on a card plan.py has not got: all of it, as nothing on it can be measured."""
+    return cost.stated_budget(gpu.capacity_gb * 1e9, "the card's memory, less nothing measured",
                                 cfg.memory_budget_gb)
 
 
 def choose_setting(cfg, gpu, gpus, mode=None):
     """(auto's Choice for this GPU or None when nothing fits, the setting the plan is for as
-    memory.settle gives it (a Choice, fits=False when it does not fit), and settle's refusal or None).
+    cost.settle gives it (a Choice, fits=False when it does not fit), and settle's refusal or None).
     A config that names its policy gets it as it is; 'auto' gets auto's choice, or full checkpointing
     (the least memory) when nothing fits, so the plan can say by how much. mode: another memory mode
     than the config's."""
     cfg = with_mode(cfg, mode) if mode else cfg
     model, budget = build_meta_model(cfg, "none"), card_budget(cfg, gpu)
-    choice = memory.choose_auto(model, cfg.batch_size, cfg.gradient_accumulation_steps, budget.bytes, memory.Setup(
+    choice = cost.choose_auto(model, cfg.batch_size, cfg.gradient_accumulation_steps, budget.bytes, cost.Setup(
         cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy))
     try:
-        return choice, memory.settle(model, cfg, budget, gpus), None
-    except memory.DoesNotFit as e:
+        return choice, cost.settle(model, cfg, budget, gpus), None
+    except cost.DoesNotFit as e:
         return choice, e.refused, str(e)
 
 
 def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_node=GPUS_PER_NODE):
     """Every figure of the plan as a dict (the --json output); sizes in GB. gpus_per_node: how many of the
     GPUs' processes share one machine's host memory."""
-    gpu = hardware.GPUS[gpu_key]
+    gpu = machine.GPUS[gpu_key]
     choice, setting, refusal = choose_setting(cfg, gpu, gpus)
     policy, batch_size, accumulation = setting.activation_checkpointing, setting.batch_size, setting.gradient_accumulation_steps
     model = build_meta_model(cfg, policy, setting.recompute_blocks)
@@ -132,17 +132,17 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     config = model.config
     n_recomputed = config.num_recomputed_blocks()
     tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * config.block_size
-    flops = hardware.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
-    recompute = hardware.recompute_flops_per_token(memory.block_params(model), n_recomputed, config.n_embd,
+    flops = cost.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
+    recompute = cost.recompute_flops_per_token(cost.block_params(model), n_recomputed, config.n_embd,
                                                    config.block_size, policy)
     mode = optim.mode_of(vars(cfg))
-    setup = memory.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)  # what memory.py prices
+    setup = cost.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)  # what cost.py prices
     n_params = model.get_num_params(non_embedding=False)
     # the recompute is extra work the GPU does at the same time (HFU); offload's copies are time it waits
     seconds_per_iter = compute_seconds(cfg, flops, gpus, mfu, gpu) + offload_seconds(n_params, mode) \
         + muon_seconds(cfg, model, gpus, mfu, gpu)
     days = cfg.max_iters * seconds_per_iter / 86400
-    estimate = memory.estimate(model, batch_size, setup)
+    estimate = cost.estimate(model, batch_size, setup)
     plan = {
         "params": n_params,
         "params_without_position_embeddings": model.get_num_params(),
@@ -164,17 +164,17 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "gpus": gpus,
         "strategy": cfg.strategy if gpus > 1 else "single",
         "memory_gb": {k: v / 1e9 for k, v in estimate.items()},
-        "needed_gb": memory.needed_bytes(estimate["total"]) / 1e9,  # the budget it needs, fragmentation margin included
+        "needed_gb": cost.needed_bytes(estimate["total"]) / 1e9,  # the budget it needs, fragmentation margin included
         # the same micro-batch under each policy, every block
-        "total_gb_by_policy": {p: memory.estimate(model, batch_size, setup, (p, -1))["total"] / 1e9
+        "total_gb_by_policy": {p: cost.estimate(model, batch_size, setup, (p, -1))["total"] / 1e9
                                for p in CHECKPOINTING_POLICIES},
         "optimizer": cfg.optimizer,
         "muon_share": optim.muon_share(model),  # the parameters Muon would step (the blocks' matrices)
         "master_weights": cfg.master_weights,
         "optimizer_offload": cfg.optimizer_offload,
-        # on one machine of min(gpus, gpus_per_node) processes, by part (memory.host_estimate)
+        # on one machine of min(gpus, gpus_per_node) processes, by part (cost.host_estimate)
         "host_processes": min(gpus, gpus_per_node),
-        "host_memory_gb": {k: v / 1e9 for k, v in memory.host_estimate(model, cfg, batch_size, gpus,
+        "host_memory_gb": {k: v / 1e9 for k, v in cost.host_estimate(model, cfg, batch_size, gpus,
                                                                        min(gpus, gpus_per_node)).items()},
         "offload_seconds_per_iter": offload_seconds(n_params, mode),
         "muon_seconds_per_iter": muon_seconds(cfg, model, gpus, mfu, gpu),
@@ -193,11 +193,11 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "cost_usd": days * 24 * price_per_hour * gpus,
         "checkpoint_gb": optim.checkpoint_bytes(n_params, mode, optim.muon_share(model)) / 1e9,
         "keep_last_n": cfg.keep_last_n,
-        "math_attention_extra_gb": (memory.estimate(model, batch_size, dataclasses.replace(setup, attention="math"))["total"]
+        "math_attention_extra_gb": (cost.estimate(model, batch_size, dataclasses.replace(setup, attention="math"))["total"]
                                     - estimate["total"]) / 1e9,
     }
     if simulate:
-        plan["simulated"] = {k: v / 1e9 for k, v in memory.simulate(config, batch_size, setup).items()}
+        plan["simulated"] = {k: v / 1e9 for k, v in cost.simulate(config, batch_size, setup).items()}
     plan["suggestions"] = suggestions(plan, model, cfg)
     if cfg.data_mixture:  # each source's share of the tokens, against its train.bin where it is prepared here
         shares = bins.folders(cfg)
@@ -224,11 +224,11 @@ def mode_table(cfg, gpu, gpus, mfu):
         choice, setting, _ = choose_setting(cfg, gpu, gpus, mode)
         policy, k, batch_size = setting.activation_checkpointing, setting.recompute_blocks, setting.batch_size
         model = build_meta_model(cfg, policy, k)
-        flops = hardware.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
-        recompute = hardware.recompute_flops_per_token(memory.block_params(model), model.config.num_recomputed_blocks(),
+        flops = cost.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
+        recompute = cost.recompute_flops_per_token(cost.block_params(model), model.config.num_recomputed_blocks(),
                                                        cfg.n_embd, cfg.block_size, policy)
-        setup = memory.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
-        total = memory.estimate(model, batch_size, setup)["total"]
+        setup = cost.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
+        total = cost.estimate(model, batch_size, setup)["total"]
         table.append({"optimizer": mode[0], "master_weights": mode[1], "optimizer_offload": mode[2],
                       "fits": choice is not None, "activation_checkpointing": policy, "recompute_blocks": k,
                       "batch_size": batch_size, "total_gb": total / 1e9,
@@ -255,7 +255,7 @@ def suggestions(plan, model, cfg):
     gpus, limit, batch_size = plan["gpus"], plan["budget_gb"] * 1e9, plan["batch_size"]
     if not plan["fits"]:
         for policy in CHECKPOINTING_POLICIES[CHECKPOINTING_POLICIES.index(plan["activation_checkpointing"]) + 1:]:
-            if memory.fits(plan["total_gb_by_policy"][policy], plan["budget_gb"]):
+            if cost.fits(plan["total_gb_by_policy"][policy], plan["budget_gb"]):
                 out.append(f"--activation_checkpointing={policy} (or auto): {plan['total_gb_by_policy'][policy]:.1f} GB")
                 break
         best = best_mode(plan, cfg.batch_size)
@@ -263,8 +263,8 @@ def suggestions(plan, model, cfg):
             out.append(f"a leaner memory mode: --optimizer={best['optimizer']} --master_weights={best['master_weights']} "
                        f"--optimizer_offload={best['optimizer_offload']} fits ({best['total_gb']:.1f} GB, "
                        f"{best['step_time']:.2f}x the time of no recompute)")
-        setup = memory.Setup(cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
-        smaller = [b for b in range(batch_size - 1, 0, -1) if memory.fits(memory.estimate(model, b, setup)["total"], limit)]
+        setup = cost.Setup(cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
+        smaller = [b for b in range(batch_size - 1, 0, -1) if cost.fits(cost.estimate(model, b, setup)["total"], limit)]
         if smaller:
             b = smaller[0]
             steps = math.ceil(batch_size * plan["gradient_accumulation_steps"] / b)
@@ -272,11 +272,11 @@ def suggestions(plan, model, cfg):
                        f"(about the same tokens per iteration)")
         for n in (2, 4, 8, 16, 32, 64):
             current = n == gpus and cfg.strategy == "fsdp"  # the plan that does not fit
-            if n >= gpus and not current and memory.fits(memory.estimate(model, batch_size, memory.Setup(
+            if n >= gpus and not current and cost.fits(cost.estimate(model, batch_size, cost.Setup(
                     cfg.dtype, cfg.optimizer, fp8=cfg.fp8, gpus=n, strategy="fsdp"))["total"], limit):
                 out.append(f"shard over {n} GPUs with FSDP: {torchrun(n)} train.py CONFIG --strategy=fsdp")
                 break
-        bigger = [key for key, gpu in hardware.GPUS.items() if memory.fits(plan["memory_gb"]["total"], gpu.capacity_gb)]
+        bigger = [key for key, gpu in machine.GPUS.items() if cost.fits(plan["memory_gb"]["total"], gpu.capacity_gb)]
         if bigger:
             out.append(f"a GPU with more memory: --gpu {' / '.join(bigger)}")
     if plan["days"] > LONG_RUN_DAYS:
@@ -368,7 +368,7 @@ def report(plan, cfg, config_args):
     if plan["recompute_flops_per_token"]:
         lines.append(f"                 + {plan['recompute_flops_per_token']:.4g} per token recomputing {k} blocks "
                      f"= {plan['total_flops'] * (plan['hfu'] / plan['mfu']):.3g} executed")
-    lines += ["", f"memory per GPU on {plan['gpu_name']} ({hardware.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
+    lines += ["", f"memory per GPU on {plan['gpu_name']} ({machine.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
                   f"{plan['gpu_memory_gb']:.1f}e9 bytes), {setup}:"]
     mode = (plan["optimizer"], plan["master_weights"], plan["optimizer_offload"])
     per_param = optim.bytes_per_param(*mode, plan["muon_share"])
@@ -387,7 +387,7 @@ def report(plan, cfg, config_args):
     by_policy = ", ".join(f"{p} {gb:.1f} GB" for p, gb in plan["total_gb_by_policy"].items())
     lines += [
         f"  {'total (estimated peak)':<29} {mem['total']:7.1f} GB",
-        f"  {'needed':<29} {plan['needed_gb']:7.1f} GB  with {memory.FRAGMENTATION_MARGIN:.0%} for allocator "
+        f"  {'needed':<29} {plan['needed_gb']:7.1f} GB  with {cost.FRAGMENTATION_MARGIN:.0%} for allocator "
         f"fragmentation: {verdict} ({plan['budget_source']}; train.py measures the device's start-up cost "
         f"and may find less)",
         f"  at micro-batch {plan['batch_size']} by policy: {by_policy}",
@@ -436,7 +436,7 @@ def report(plan, cfg, config_args):
 def simulated_lines(plan):
     """The simulated peak beside the estimate, category by category (neither holds the fragmentation margin)."""
     sim, mem = plan["simulated"], plan["memory_gb"]
-    lines = ["", "simulated on fake tensors (memory.simulate: the training step, MemTracker's peak) vs estimated:"]
+    lines = ["", "simulated on fake tensors (cost.simulate: the training step, MemTracker's peak) vs estimated:"]
     for key, rows in SIMULATED_ROWS:
         estimated = sum(mem[r] for r in rows)
         lines.append(f"  {key:<29} {sim[key]:7.1f} GB  estimated {estimated:7.1f} GB")
@@ -469,7 +469,7 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
     n, g = nodes * gpus_per_node, gpus_per_node
     model = build_meta_model(cfg, plan["activation_checkpointing"], plan["recomputed_blocks"])
     params = model.get_num_params(non_embedding=False)
-    blocks = model.config.n_layer * memory.block_params(model)
+    blocks = model.config.n_layer * cost.block_params(model)
     gathered = (2 if cfg.dtype == "bfloat16" else 4) * blocks + 4 * (params - blocks)  # one all-gather's weights
     grads = 4 * params
     micro = max(1, plan["gradient_accumulation_steps"] // n)  # each GPU's micro-batches per step
@@ -485,17 +485,17 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
         "hsdp": (micro * ring(g, 2 * gathered + grads), 2 * ring(nodes, grads / g)),
     }
     compute = plan["seconds_per_iter"]
-    budget = card_budget(cfg, hardware.GPUS[plan["gpu"]])
+    budget = card_budget(cfg, machine.GPUS[plan["gpu"]])
     rows = []
     for strategy, (inside, across) in wire.items():
         seconds = inside / within + across / between  # on one node nothing goes between nodes
         step = max(compute, seconds)
         days = cfg.max_iters * step / 86400
-        total = memory.estimate(model, plan["batch_size"], memory.Setup(
+        total = cost.estimate(model, plan["batch_size"], cost.Setup(
             cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=n, strategy=strategy, hsdp_shard_size=g))["total"]
         rows.append({"strategy": strategy, "intranode_gb": inside / 1e9, "internode_gb": across / 1e9,
                      "comm_seconds": seconds, "compute_seconds": compute, "hidden": seconds <= compute,
-                     "memory_gb": total / 1e9, "fits": memory.fits(total, budget.bytes), "days": days,
+                     "memory_gb": total / 1e9, "fits": cost.fits(total, budget.bytes), "days": days,
                      "cost_usd": days * 24 * plan["price_per_hour"] * n})
     return {"nodes": nodes, "gpus_per_node": g, "interconnect_gbps": interconnect_gbps,
             "intranode_gbps": intranode_gbps, "micro_batches_per_gpu": micro, "strategies": rows}
@@ -519,9 +519,9 @@ def cluster_text(cluster):
 
 def default_gpu():
     """The local GPU if plan.py knows it, else DEFAULT_GPU (with a note on stderr when one is unknown)."""
-    description, key = hardware.local_gpu()
+    description, key = machine.local_gpu()
     if description and not key:
-        print(f"plan: the local GPU ({description}) is not in hardware.GPUS; planning for {DEFAULT_GPU} "
+        print(f"plan: the local GPU ({description}) is not in machine.GPUS; planning for {DEFAULT_GPU} "
               f"(pass --gpu)", file=sys.stderr)
     return key or DEFAULT_GPU
 
@@ -530,7 +530,7 @@ def parse_args(argv):
     """plan.py's own flags, and the rest (config files and --key=value) for the configurator."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      usage="%(prog)s CONFIG [--key=value ...] [options]")
-    parser.add_argument("--gpu", choices=sorted(hardware.GPUS), help="default: the local GPU, else mi300x")
+    parser.add_argument("--gpu", choices=sorted(machine.GPUS), help="default: the local GPU, else mi300x")
     parser.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation, a fraction (default 0.4)")
     parser.add_argument("--price_per_hour", type=float, default=2.0, help="dollars per GPU-hour (default 2)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs under torchrun (default 1)")
@@ -577,7 +577,7 @@ def main(argv=None):
     if problem := configurator.check(cfg, args.gpus):  # what train.py would refuse under torchrun with --gpus
         print(f"plan: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    gpu = hardware.GPUS[args.gpu or default_gpu()]
+    gpu = machine.GPUS[args.gpu or default_gpu()]
     if cfg.fp8 and (problem := precision.units_problem(gpu.name, gpu.capability, gpu.gfx)):  # as train.py refuses
         print(f"plan: error: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -598,7 +598,7 @@ def main(argv=None):
             plan["ladder"] = ladder_forecast(cfg, plan, args.ladder, args.target_val_loss, args.target)
         if args.ladder_plan:
             plan["ladder_plan"] = ladder_cost(args.ladder_plan, plan, args.mfu, args.price_per_hour, args.gpus)
-    except (ValueError, OSError, KeyError) as e:  # a ladder of other data, a target it cannot read, a missing file
+    except (RunError, ValueError, OSError, KeyError) as e:  # a ladder of other data, a target it cannot read, a missing file
         print(f"plan: error: {e}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(plan, indent=1) if args.json else report(plan, cfg, config_args) + cluster_text(plan.get("cluster"))

@@ -14,7 +14,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "scripts"))
 import bench  # noqa: E402
 import configurator  # noqa: E402
-from trainer import checkpoint, memory, metrics  # noqa: E402
+from trainer import checkpoint, cost, metrics  # noqa: E402
 
 TINY = ["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--vocab_size=64",
         "--device=cpu", "--dtype=float32"]
@@ -156,8 +156,8 @@ def test_save_resume_times_are_the_runs_own_records(tmp_path):
 
 @pytest.mark.parametrize("reserved, compared, fits", [(95.0, "reserved", True), (None, "allocated", False)])
 def test_measured_peaks_are_judged_by_the_memory_rule(reserved, compared, fits):
-    """memory.fits on a 96 GB budget: a 95 GB reserved peak as is; a 95 GB allocated one with the margin."""
-    judge = bench.Bench.judge(SimpleNamespace(budget=memory.Budget(96e9, 0.0, 100e9, "free after start-up")),
+    """cost.fits on a 96 GB budget: a 95 GB reserved peak as is; a 95 GB allocated one with the margin."""
+    judge = bench.Bench.judge(SimpleNamespace(budget=cost.Budget(96e9, 0.0, 100e9, "free after start-up")),
                               {"peak_memory_gb": 95.0, "peak_reserved_gb": reserved})
     assert judge["fits"] == fits and judge["compared"] == compared
     if not fits:

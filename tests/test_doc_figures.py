@@ -1,5 +1,5 @@
 """The memory and time figures the docs quote are the ones scripts/plan.py gives now, computed here by plan.py's own
-functions in-process (its meta model, memory.estimate, auto's choice), so that a change of the pricing cannot
+functions in-process (its meta model, cost.estimate, auto's choice), so that a change of the pricing cannot
 leave the docs behind. A failure lists every stale figure: the doc, the figure it quotes, and the value to
 write instead. (The simulated columns of docs/memory.md need `plan.py --simulate`, minutes at 6.7B, and
 are not checked here.)"""
@@ -10,7 +10,7 @@ import pytest
 
 import configurator
 from conftest import REPO
-from trainer import hardware, memory, optim
+from trainer import cost, machine, optim
 
 sys.path.insert(0, str(REPO / "scripts"))
 import plan  # noqa: E402
@@ -28,7 +28,7 @@ def figures():
     mode = optim.mode_of(vars(cfg))
 
     def estimate(policy, blocks=-1, fp8="", batch_size=cfg.batch_size):
-        return memory.estimate(model, batch_size, memory.Setup(cfg.dtype, *mode, fp8=fp8, strategy=cfg.strategy),
+        return cost.estimate(model, batch_size, cost.Setup(cfg.dtype, *mode, fp8=fp8, strategy=cfg.strategy),
                                (policy, blocks))
 
     def gb(nbytes):
@@ -41,32 +41,32 @@ def figures():
         command = f"plan.py {SIX_B} --activation_checkpointing={policy}" + (
             f" --recompute_blocks={blocks}" if blocks > 0 else "")
         found[f"{name} total"] = gb(e["total"]), command
-        found[f"{name} needed"] = gb(memory.needed_bytes(e["total"])), command + " ('needed')"
+        found[f"{name} needed"] = gb(cost.needed_bytes(e["total"])), command + " ('needed')"
         found[f"{name} activations"] = gb(e["total"] - e["weights"] - e["grads"] - e["optimizer"]), command
     e = estimate("none")
     found["weights+grads+moments"] = gb(e["weights"] + e["grads"] + e["optimizer"]), f"plan.py {SIX_B}"
-    found["none at 8 x 80 needed"] = gb(memory.needed_bytes(estimate("none", batch_size=8)["total"])), \
+    found["none at 8 x 80 needed"] = gb(cost.needed_bytes(estimate("none", batch_size=8)["total"])), \
         f"plan.py {SIX_B} --batch_size=8 --gradient_accumulation_steps=80 ('needed')"
     fp8_none = estimate("none", fp8="tensorwise")["total"]
     found["fp8 none total"] = gb(fp8_none), f"plan.py {SIX_B} --gpu h200 --fp8=tensorwise (by policy: none)"
-    found["fp8 none needed"] = gb(memory.needed_bytes(fp8_none)), found["fp8 none total"][1] + " ('needed')"
+    found["fp8 none needed"] = gb(cost.needed_bytes(fp8_none)), found["fp8 none total"][1] + " ('needed')"
     config = model.config
-    flops = hardware.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
-    step = plan.compute_seconds(cfg, flops, 1, 0.4, hardware.GPUS["h200"]) + plan.offload_seconds(
+    flops = cost.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
+    step = plan.compute_seconds(cfg, flops, 1, 0.4, machine.GPUS["h200"]) + plan.offload_seconds(
         model.get_num_params(non_embedding=False), mode)
     found["h200 days"] = cfg.max_iters * step / 86400, f"plan.py {SIX_B} --gpu h200 ('days')"
     found["h200 days for 7630 steps"] = 7630 * step / 86400, f"plan.py {SIX_B} --gpu h200 --max_iters=7630 ('days')"
     for key in ("mi300x", "h200", "h100"):
-        found[f"{key} budget"] = hardware.GPUS[key].capacity_gb, f"plan.py {SIX_B} --gpu {key} (its memory in 1e9 bytes)"
+        found[f"{key} budget"] = machine.GPUS[key].capacity_gb, f"plan.py {SIX_B} --gpu {key} (its memory in 1e9 bytes)"
     for key, fp8 in (("mi300x", ""), ("h200", ""), ("h200", "tensorwise")):
         cfg.fp8 = fp8
-        choice, _, _ = plan.choose_setting(cfg, hardware.GPUS[key], 1)
+        choice, _, _ = plan.choose_setting(cfg, machine.GPUS[key], 1)
         name = f"{key}{' fp8' if fp8 else ''} auto"
         found[f"{name} peak"] = choice.peak_gb, f"plan.py {SIX_B} --gpu {key}{' --fp8=' + fp8 if fp8 else ''} ('auto on')"
         found[f"{name} policy"] = AUTO_TEXT[choice.activation_checkpointing], found[f"{name} peak"][1]
     small = configurator.load_config(["config/train_gpt3_1_3b.py"])
-    e = memory.estimate(plan.build_meta_model(small, "none"), small.batch_size,
-                        memory.Setup(small.dtype, *optim.mode_of(vars(small)), strategy=small.strategy), ("none", -1))
+    e = cost.estimate(plan.build_meta_model(small, "none"), small.batch_size,
+                        cost.Setup(small.dtype, *optim.mode_of(vars(small)), strategy=small.strategy), ("none", -1))
     found["1.3b none total"] = gb(e["total"]), "plan.py config/train_gpt3_1_3b.py --gpu h200 (by policy: none)"
     fast, six_b = configurator.load_config([FAST]), configurator.load_config([SIX_B])  # cfg's fp8 was changed above
     for key in ("h200", "mi300x"):  # plan.py's defaults: 40% MFU, $2 a GPU-hour, one GPU

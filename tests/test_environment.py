@@ -1,4 +1,4 @@
-"""environment.py: a torch without a feature the trainer uses is one line naming it and the version to
+"""machine.py: a torch without a feature the trainer uses is one line naming it and the version to
 install; compile=True without a C compiler, or a compilation that fails, is one line with compile=False."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from trainer import environment
+from trainer import machine
 from conftest import REPO
 
 # Each removes one feature the way an older torch lacks it
@@ -22,7 +22,7 @@ def python(code):
 
 
 def test_this_torch_has_every_feature():
-    assert environment.missing_features() == [] and environment.torch_problem() is None
+    assert machine.missing_features() == [] and machine.torch_problem() is None
 
 
 @pytest.mark.e2e
@@ -38,20 +38,20 @@ def test_check_env_names_the_missing_features_and_the_version_in_one_line():
 
 
 def test_requirements_ask_for_the_newest_feature():
-    newest = max((version for _, version, _ in environment.FEATURES), key=lambda v: tuple(map(int, v.split("."))))
+    newest = max((version for _, version, _ in machine.FEATURES), key=lambda v: tuple(map(int, v.split("."))))
     assert f"torch>={newest} " in (REPO / "requirements.txt").read_text()
 
 
 def test_compile_without_a_c_compiler_is_one_line(monkeypatch):
     monkeypatch.setenv("PATH", "")
     monkeypatch.delenv("CC", raising=False)
-    assert environment.compiler_problem(True) == (
+    assert machine.compiler_problem(True) == (
         "compile=True needs a C compiler to build Triton's kernels and none of gcc, clang, cc is on PATH: "
         "install gcc (or set CC), or rerun with --compile=False")
-    assert environment.compiler_problem(False) is None
+    assert machine.compiler_problem(False) is None
     monkeypatch.setenv("PATH", os.defpath)
     monkeypatch.setenv("CC", "no-such-cc")  # Triton takes $CC alone when it is set
-    assert "CC='no-such-cc' is not on PATH" in environment.compiler_problem(True)
+    assert "CC='no-such-cc' is not on PATH" in machine.compiler_problem(True)
 
 
 def test_a_compilation_failure_becomes_one_line_naming_compile_false():
@@ -60,14 +60,14 @@ def test_a_compilation_failure_becomes_one_line_naming_compile_false():
     torch._dynamo.reset()
     with pytest.raises(Exception) as failed:  # Dynamo wraps what the backend raised
         torch.compile(lambda x: x.sin() + 1, backend=broken_backend)(torch.ones(2))
-    assert environment.compile_failure(failed.value) == (
+    assert machine.compile_failure(failed.value) == (
         "torch.compile failed on this machine (RuntimeError: LLVM ERROR: cannot select): rerun with "
         "--compile=False (eager: slower, the same training)")
     try:  # Triton's own error, raised while a kernel's launcher is built
         raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
     except RuntimeError as e:
-        assert "install gcc (or set CC), or rerun with --compile=False" in environment.compile_failure(e)
-    assert environment.compile_failure(ValueError("a bug of ours")) is None  # not compilation's: re-raised
+        assert "install gcc (or set CC), or rerun with --compile=False" in machine.compile_failure(e)
+    assert machine.compile_failure(ValueError("a bug of ours")) is None  # not compilation's: re-raised
 
 
 def test_a_graph_from_a_stale_compile_cache_is_one_line_naming_the_cache_to_move(monkeypatch, tmp_path):
@@ -81,10 +81,10 @@ def test_a_graph_from_a_stale_compile_cache_is_one_line_naming_the_cache_to_move
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     with pytest.raises(AttributeError) as stale:
         wrapper["inner_fn"](torch.ones(1))
-    line = environment.compile_failure(stale.value)
+    line = machine.compile_failure(stale.value)
     assert line.startswith("a compiled graph from torch's cache does not fit this run's tensors ('Tensor' object "
                            "has no attribute '_tensor'")
     assert line.endswith(f"mv {tmp_path}/aotautograd {tmp_path}/aotautograd.stale, and rerun") and "\n" not in line
     with pytest.raises(AttributeError) as ours:  # the same error from any other code is not the cache's
         torch.ones(1)._tensor
-    assert environment.compile_failure(ours.value) is None
+    assert machine.compile_failure(ours.value) is None

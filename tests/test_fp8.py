@@ -244,14 +244,14 @@ def test_an_fp8_run_resumes_exactly_switches_off_and_exports(tmp_path, data_dir)
 
 
 def test_the_fp8_estimate_agrees_with_its_simulation(policy="none"):  # where fp8 changes what a block keeps
-    """memory.estimate prices what Float8Linear keeps (no bf16 weight copies) within 5% of the simulated
+    """cost.estimate prices what Float8Linear keeps (no bf16 weight copies) within 5% of the simulated
     step. On the CPU Float8Linear returns fp32 where a GPU returns bf16, so the simulation is the higher."""
-    from trainer import memory
+    from trainer import cost
     config = GPTConfig(block_size=256, vocab_size=4096, n_layer=2, n_head=8, n_embd=256, bias=False,
                        activation_checkpointing=policy)  # 2 blocks: the simulation's cost grows with depth
-    simulated = memory.simulate(config, 8, memory.Setup("bfloat16", fp8="tensorwise"))["total"]
+    simulated = cost.simulate(config, 8, cost.Setup("bfloat16", fp8="tensorwise"))["total"]
     with torch.device("meta"):
         model = GPT(config)
-    estimated = memory.estimate(model, 8, memory.Setup("bfloat16", fp8="tensorwise"))["total"]
+    estimated = cost.estimate(model, 8, cost.Setup("bfloat16", fp8="tensorwise"))["total"]
     assert estimated == pytest.approx(simulated, rel=0.05) and estimated <= simulated
-    assert estimated < memory.estimate(model, 8, memory.Setup("bfloat16"))["total"]
+    assert estimated < cost.estimate(model, 8, cost.Setup("bfloat16"))["total"]

@@ -1,4 +1,4 @@
-"""Host memory priced beside GPU memory (memory.host_estimate, memory.host_problem): offload's pinned state,
+"""Host memory priced beside GPU memory (cost.host_estimate, cost.host_problem): offload's pinned state,
 async checkpoint staging, batches, the loader; train.py refuses a run whose host memory does not fit, in one
 line, before the model is built; plan.py prints the estimate."""
 import functools
@@ -11,7 +11,7 @@ import torch
 import configurator
 from conftest import REPO, run_here
 from model import GPT, GPTConfig
-from trainer import memory, offload, optim
+from trainer import cost, offload, optim
 from test_train import TINY
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -33,32 +33,32 @@ def test_the_estimate_adds_up_its_parts():
     cfg = config("--optimizer_offload=True", "--checkpoint_async=True")
     model = meta_model()
     numels = [p.numel() for p in model.parameters()]
-    one = memory.host_estimate(model, cfg, 4)
+    one = cost.host_estimate(model, cfg, 4)
     assert one["optimizer_offload"] == offload.host_bytes(numels, 4)  # 89 GB of pinned master and moments
     assert one["checkpoint_staging"] == optim.checkpoint_bytes(sum(numels), optim.mode_of(vars(cfg)))  # 80 GB
     assert one["total"] == pytest.approx(sum(v for k, v in one.items() if k != "total"))
     # DDP on 8 GPUs of one machine: every process its own offload state, rank 0 alone stages the .pt
-    eight = memory.host_estimate(model, cfg, 4, world_size=8, processes=8)
+    eight = cost.host_estimate(model, cfg, 4, world_size=8, processes=8)
     assert eight["optimizer_offload"] == 8 * one["optimizer_offload"]
     assert eight["checkpoint_staging"] == one["checkpoint_staging"]
-    assert eight["runtime"] == 8 * memory.RUNTIME_HOST_BYTES and eight["batches"] == 8 * one["batches"]
+    assert eight["runtime"] == 8 * cost.RUNTIME_HOST_BYTES and eight["batches"] == 8 * one["batches"]
     # FSDP over 2 machines of 8: each process stages its shard, a machine holds 8 of the 16
-    sharded = memory.host_estimate(model, config("--strategy=fsdp", "--checkpoint_async=True"), 4, 16, 8)
+    sharded = cost.host_estimate(model, config("--strategy=fsdp", "--checkpoint_async=True"), 4, 16, 8)
     assert sharded["checkpoint_staging"] == pytest.approx(one["checkpoint_staging"] / 2)
     assert sharded["optimizer_offload"] == 0
     # synchronous saves and no offload: only the small parts
-    plain = memory.host_estimate(model, config(), 4)
+    plain = cost.host_estimate(model, config(), 4)
     assert plain["optimizer_offload"] == plain["checkpoint_staging"] == 0 and plain["total"] < one["total"]
     # a CPU run's training step lives in host memory too, with the allocator's margin
-    assert memory.host_estimate(model, config(), 4, device_peak=1e9)["training_step"] == memory.needed_bytes(1e9)
+    assert cost.host_estimate(model, config(), 4, device_peak=1e9)["training_step"] == cost.needed_bytes(1e9)
 
 
 def test_host_problem_is_one_line_naming_what_to_change():
     estimate = {"optimizer_offload": 89.2e9, "checkpoint_staging": 79.9e9, "batches": 0.0, "loader": 0.1e9,
                 "runtime": 2e9, "training_step": 0.0}
     estimate["total"] = sum(estimate.values())
-    assert memory.host_problem(estimate, (256e9, "the machine's memory")) is None
-    problem = memory.host_problem(estimate, (128e9, "the machine's memory"))
+    assert cost.host_problem(estimate, (256e9, "the machine's memory")) is None
+    problem = cost.host_problem(estimate, (128e9, "the machine's memory"))
     assert "\n" not in problem and "171.2 GB" in problem and "128.0 GB" in problem
     assert "optimizer_offload=False" in problem and "checkpoint_async=False" in problem
 
@@ -66,7 +66,7 @@ def test_host_problem_is_one_line_naming_what_to_change():
 def test_train_refuses_offload_and_async_on_a_small_host_before_building(tmp_path, data_dir, monkeypatch):
     """train.py in this process, on a host sized halfway between what its run needs without offload and
     async saves and what it needs with them: one line, before the model is built."""
-    estimates, real = [], memory.host_estimate
+    estimates, real = [], cost.host_estimate
 
     def recording(model, cfg, *args):
         estimates.append((model, cfg, args))
@@ -77,11 +77,11 @@ def test_train_refuses_offload_and_async_on_a_small_host_before_building(tmp_pat
         plain = types.SimpleNamespace(**{**vars(cfg), "optimizer_offload": False, "checkpoint_async": False})
         return (real(model, plain, *args)["total"] + real(model, cfg, *args)["total"]) / 2, "the machine's memory"
 
-    monkeypatch.setattr(memory, "host_estimate", recording)
-    monkeypatch.setattr(memory, "host_capacity", halfway)
+    monkeypatch.setattr(cost, "host_estimate", recording)
+    monkeypatch.setattr(cost, "host_capacity", halfway)
     args = ["config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={tmp_path}"]
     stopped = run_here(["train.py", *args, "--optimizer_offload=True", "--checkpoint_async=True"],
-                       env={name: "" for name in memory.ALLOCATOR_VARIABLES})
+                       env={name: "" for name in cost.ALLOCATOR_VARIABLES})
     out = stopped.stdout
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert stopped.returncode == 1 and len(errors) == 1, out
@@ -91,7 +91,7 @@ def test_train_refuses_offload_and_async_on_a_small_host_before_building(tmp_pat
     # the same host takes the run without them, by the same rule
     model, cfg, run_args = estimates[-1]
     plain = types.SimpleNamespace(**{**vars(cfg), "optimizer_offload": False, "checkpoint_async": False})
-    assert memory.host_problem(real(model, plain, *run_args)) is None
+    assert cost.host_problem(real(model, plain, *run_args)) is None
 
 
 def test_plan_prints_the_host_memory_line(capsys):

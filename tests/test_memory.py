@@ -1,4 +1,4 @@
-"""memory.py: the activation formulas against the tensors autograd really saves, the simulation on fake
+"""cost.py: the activation formulas against the tensors autograd really saves, the simulation on fake
 tensors against the same step on real ones, the estimate against the simulation (small configs and
 GPT-3 6.7B), and what 'auto' picks for a budget."""
 import types
@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import configurator
 from conftest import REPO
 from model import GPT, GPTConfig
-from trainer import hardware, memory
+from trainer import cost, machine
 
 GB = 1e9
 
@@ -24,17 +24,17 @@ _SIMULATED = {}
 
 
 def simulated(config, batch_size, dtype="bfloat16"):
-    """memory.simulate on fake tensors, once per setting in this module: tests read the same steps, and
+    """cost.simulate on fake tensors, once per setting in this module: tests read the same steps, and
     each costs seconds."""
     key = repr((config, batch_size, dtype))
     if key not in _SIMULATED:
-        _SIMULATED[key] = memory.simulate(config, batch_size, memory.Setup(dtype))
+        _SIMULATED[key] = cost.simulate(config, batch_size, cost.Setup(dtype))
     return _SIMULATED[key]
 
 
 def estimated(config, batch_size, dtype, attention="flash"):
     with torch.device("meta"):
-        return memory.estimate(GPT(config), batch_size, memory.Setup(dtype, attention=attention))["total"]
+        return cost.estimate(GPT(config), batch_size, cost.Setup(dtype, attention=attention))["total"]
 
 
 # -----------------------------------------------------------------------------
@@ -77,12 +77,12 @@ INTERNALS = [{}, dict(position="rope"), dict(norm="rmsnorm"), dict(qk_norm=True)
 def test_block_activation_formula(dtype, act_bytes, internals):
     per_block = (saved_bytes(3, dtype, **internals) - saved_bytes(1, dtype, **internals)) / 2
     config = GPTConfig(block_size=T, vocab_size=V, n_head=N_HEAD, n_embd=C, **internals)
-    assert per_block == memory.block_activation_bytes(B, T, C, N_HEAD, act_bytes, config if internals else None)
+    assert per_block == cost.block_activation_bytes(B, T, C, N_HEAD, act_bytes, config if internals else None)
     if internals:
         return
     # a fully checkpointed block keeps only its fp32 input
     per_ckpt_block = (saved_bytes(3, dtype, "full") - saved_bytes(1, dtype, "full")) / 2
-    assert per_ckpt_block == 4 * B * T * C == memory.kept_block_bytes("full", B, T, C, N_HEAD, act_bytes)
+    assert per_ckpt_block == 4 * B * T * C == cost.kept_block_bytes("full", B, T, C, N_HEAD, act_bytes)
 
 
 def test_kept_head_fits_the_formula_and_keeps_no_logits():
@@ -106,7 +106,7 @@ SMALL = [dict(block_size=256, vocab_size=4096, n_layer=4, n_head=8, n_embd=256),
 def test_simulation_matches_the_same_step_on_real_tensors(policy):
     config = GPTConfig(**SMALL[1], bias=False, activation_checkpointing=policy)  # the shape whose real step is cheap
     fake = simulated(config, 4)
-    real = memory.simulate(config, 4, fake=False)
+    real = cost.simulate(config, 4, fake=False)
     assert fake["total"] == pytest.approx(real["total"], rel=0.1)
     # the steady state: weights, gradients and both AdamW moments at the peak
     params = list(meta_model(**SMALL[1], bias=False).parameters())
@@ -148,7 +148,7 @@ def test_estimate_agrees_with_the_simulation_at_6b_shapes(internals):
     RoPE's missing position table is not."""
     shape = dict(GPT3_6B, n_layer=2, **internals)
     config = GPTConfig(**shape, activation_checkpointing="selective")
-    simulated = memory.simulate(config, 4)
+    simulated = cost.simulate(config, 4)
     n = sum(p.numel() for p in meta_model(**shape).parameters())
     untied, rope = not config.tie_embeddings, config.position == "rope"
     assert n == sum(p.numel() for p in meta_model(**GPT3_6B | dict(n_layer=2)).parameters()) + untied * 50304 * 4096 \
@@ -166,7 +166,7 @@ def test_selective_keeps_between_none_and_full():
     activations = {p: s["activations"] + s["other"] for p, s in peaks.items()}
     assert activations["full"] < activations["selective"] < activations["none"]
     # per block, selective keeps its input and 9 bf16 tensors per element instead of 8 + 14 x 2 B
-    kept = {p: memory.kept_block_bytes(p, B, T, C, H, 2) for p in ("none", "selective", "full")}
+    kept = {p: cost.kept_block_bytes(p, B, T, C, H, 2) for p in ("none", "selective", "full")}
     assert kept["selective"] == 22 * B * T * C + 4 * B * H * T
     # the peak comes at the loss, where every block holds what it keeps, and without checkpointing
     # also its weights' bf16 casts (2 B x 12 C^2)
@@ -181,8 +181,8 @@ GPT3_6B = dict(block_size=2048, vocab_size=50304, n_layer=32, n_head=32, n_embd=
 
 
 def auto(budget_gb, batch_size=4, accumulation=160, gpus=1):
-    return memory.choose_auto(meta_model(**GPT3_6B), batch_size, accumulation, budget_gb * GB,
-                              memory.Setup(gpus=gpus))
+    return cost.choose_auto(meta_model(**GPT3_6B), batch_size, accumulation, budget_gb * GB,
+                              cost.Setup(gpus=gpus))
 
 
 def test_auto_at_6b_per_gpu():
@@ -217,36 +217,36 @@ def test_math_attention_keeps_what_the_formula_says():
         return (saved_bytes(3, dtype, kernel=kernel) - saved_bytes(1, dtype, kernel=kernel)) / 2
     for dtype, act_bytes in [("bfloat16", 2), ("float32", 4)]:
         extra = per_block(dtype, SDPBackend.MATH) - per_block(dtype, SDPBackend.FLASH_ATTENTION)
-        assert extra == memory.math_attention_bytes(B, T, C, N_HEAD, act_bytes)
+        assert extra == cost.math_attention_bytes(B, T, C, N_HEAD, act_bytes)
 
 
 @pytest.mark.parametrize("policy", ["none", "full"])
 def test_math_attention_estimate_errs_high_but_near(policy):
     config = GPTConfig(**SMALL[1], bias=False, activation_checkpointing=policy)
-    simulated = memory.simulate(config, 4, memory.Setup(attention="math"))["total"]
+    simulated = cost.simulate(config, 4, cost.Setup(attention="math"))["total"]
     assert simulated <= estimated(config, 4, "bfloat16", "math") <= 1.05 * simulated
     assert estimated(config, 4, "bfloat16", "math") > estimated(config, 4, "bfloat16")
 
 
 def test_math_attention_changes_what_auto_picks():
     # with the math kernel no recompute keeps 32 blocks of T x T probabilities: 69 GB more at 6.7B
-    flash = memory.choose_auto(meta_model(**GPT3_6B), 4, 160, 205.8 * GB)
-    math = memory.choose_auto(meta_model(**GPT3_6B), 4, 160, 205.8 * GB, memory.Setup(attention="math"))
+    flash = cost.choose_auto(meta_model(**GPT3_6B), 4, 160, 205.8 * GB)
+    math = cost.choose_auto(meta_model(**GPT3_6B), 4, 160, 205.8 * GB, cost.Setup(attention="math"))
     assert flash.activation_checkpointing == "none" and math.activation_checkpointing == "selective"
     with pytest.raises(ValueError, match="attention='maths'"):
-        memory.estimate(meta_model(**GPT3_6B), 4, memory.Setup(attention="maths"))
+        cost.estimate(meta_model(**GPT3_6B), 4, cost.Setup(attention="maths"))
 
 
 # -----------------------------------------------------------------------------
 # the one rule: fits, the budget, and settle
 
 def test_fits_by_kind():
-    assert memory.fits(100, 105) and not memory.fits(100, 104.9)  # an estimate gets the fragmentation margin
-    assert memory.fits(100, 105, "allocated") and not memory.fits(100, 104.9, "allocated")
-    assert memory.fits(100, 100, "reserved") and not memory.fits(100.1, 100, "reserved")  # already holds it
-    assert memory.needed_bytes(100) == 100 * (1 + memory.FRAGMENTATION_MARGIN) == 105
+    assert cost.fits(100, 105) and not cost.fits(100, 104.9)  # an estimate gets the fragmentation margin
+    assert cost.fits(100, 105, "allocated") and not cost.fits(100, 104.9, "allocated")
+    assert cost.fits(100, 100, "reserved") and not cost.fits(100.1, 100, "reserved")  # already holds it
+    assert cost.needed_bytes(100) == 100 * (1 + cost.FRAGMENTATION_MARGIN) == 105
     with pytest.raises(ValueError, match="kind='peak'"):
-        memory.fits(1, 2, "peak")
+        cost.fits(1, 2, "peak")
 
 
 def run_config(**overrides):
@@ -260,49 +260,49 @@ def run_config(**overrides):
 def test_the_tiny_config_fits_one_gb():
     cfg = configurator.load_config([str(REPO / "config" / "train_tiny.py"), "--activation_checkpointing=auto",
                                     "--memory_budget_gb=1"])
-    budget = memory.device_budget("cpu", cfg.memory_budget_gb)
+    budget = cost.device_budget("cpu", cfg.memory_budget_gb)
     assert (budget.bytes, budget.source) == (1e9, "memory_budget_gb")
     model = meta_model(**{k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")})
-    choice = memory.settle(model, cfg, budget)
+    choice = cost.settle(model, cfg, budget)
     assert choice.fits and choice.activation_checkpointing == "none" and choice.peak_gb < 0.1
-    assert memory.start_up_line(choice, budget) == \
-        f"memory: estimated peak {memory.size_text(choice.peak_gb * 1e9)} of 1.0 GB budget (memory_budget_gb)"
+    assert cost.start_up_line(choice, budget) == \
+        f"memory: estimated peak {cost.size_text(choice.peak_gb * 1e9)} of 1.0 GB budget (memory_budget_gb)"
 
 
 def test_five_percent_over_is_refused_and_says_what_fits():
     model = meta_model(**GPT3_6B)
-    peak = memory.estimate(model, 4, checkpointing=("none", -1))["total"]  # 160.1 GB
+    peak = cost.estimate(model, 4, checkpointing=("none", -1))["total"]  # 160.1 GB
     cfg = run_config(activation_checkpointing="none")
-    assert memory.settle(model, cfg, memory.stated_budget(memory.needed_bytes(peak), "card")).fits
+    assert cost.settle(model, cfg, cost.stated_budget(cost.needed_bytes(peak), "card")).fits
     for over in (1.05, 1.0):  # the estimate 5% over the budget (once let through by a 1.1 factor); the budget = the peak
-        with pytest.raises(memory.DoesNotFit):
-            memory.settle(model, cfg, memory.stated_budget(peak / over, "card"))
-    tight = memory.stated_budget(peak, "card")
-    with pytest.raises(memory.DoesNotFit) as e:
-        memory.settle(model, cfg, tight)
+        with pytest.raises(cost.DoesNotFit):
+            cost.settle(model, cfg, cost.stated_budget(peak / over, "card"))
+    tight = cost.stated_budget(peak, "card")
+    with pytest.raises(cost.DoesNotFit) as e:
+        cost.settle(model, cfg, tight)
     message = str(e.value)
-    needed = memory.needed_bytes(peak)
+    needed = cost.needed_bytes(peak)
     assert "\n" not in message and f"{peak / 1e9:.1f} GB ({needed / 1e9:.1f} GB with the 5% fragmentation margin)" in message
     assert f"{peak / 1e9:.1f} GB budget (card)" in message
-    selective = memory.estimate(model, 4, checkpointing=("selective", -1))["total"]
+    selective = cost.estimate(model, 4, checkpointing=("selective", -1))["total"]
     assert f"activation_checkpointing=auto would run selective, micro-batch 4 x 160 ({selective / 1e9:.1f} GB)" in message
     assert "ignore_memory_estimate=True" in message
     assert e.value.refused.activation_checkpointing == "none" and not e.value.refused.fits
-    started = memory.settle(model, run_config(activation_checkpointing="none", ignore_memory_estimate=True), tight)
-    assert not started.fits and "does not fit, starting anyway" in memory.start_up_line(started, tight)
+    started = cost.settle(model, run_config(activation_checkpointing="none", ignore_memory_estimate=True), tight)
+    assert not started.fits and "does not fit, starting anyway" in cost.start_up_line(started, tight)
 
 
 def test_auto_refuses_naming_the_smallest_setting():
-    with pytest.raises(memory.DoesNotFit) as e:
-        memory.settle(meta_model(**GPT3_6B), run_config(), memory.stated_budget(100 * GB, "card"))
-    smallest = memory.estimate(meta_model(**GPT3_6B), 1, checkpointing=("full", -1))["total"]
+    with pytest.raises(cost.DoesNotFit) as e:
+        cost.settle(meta_model(**GPT3_6B), run_config(), cost.stated_budget(100 * GB, "card"))
+    smallest = cost.estimate(meta_model(**GPT3_6B), 1, checkpointing=("full", -1))["total"]
     assert f"full checkpointing at micro-batch 1 is estimated at {smallest / GB:.1f} GB" in str(e.value)
     assert "nothing fits the 100.0 GB budget (card)" in str(e.value)
 
 
 def test_budget_on_the_cpu_is_the_machine():
-    budget = memory.device_budget("cpu")
-    assert budget.bytes == budget.total_bytes == hardware.memory_capacity("cpu") and budget.fixed_cost_bytes == 0
+    budget = cost.device_budget("cpu")
+    assert budget.bytes == budget.total_bytes == machine.memory_capacity("cpu") and budget.fixed_cost_bytes == 0
 
 
 def test_budget_on_a_gpu_counts_free_cached_and_ours(monkeypatch):
@@ -313,26 +313,26 @@ def test_budget_on_a_gpu_counts_free_cached_and_ours(monkeypatch):
     def first_kernels(device):
         state.update(free=state["free"] - 0.5e9, allocated=state["allocated"] + 0.1e9)
 
-    monkeypatch.setattr(memory, "load_first_kernels", first_kernels)
+    monkeypatch.setattr(cost, "load_first_kernels", first_kernels)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (state["free"], 80e9))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: state["reserved"])
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
-    budget = memory.device_budget(torch.device("cuda", 0))
+    budget = cost.device_budget(torch.device("cuda", 0))
     assert budget.bytes == pytest.approx(69.5e9 + 0.9e9 + 2e9)  # free + cached unused + ours
     assert budget.fixed_cost_bytes == pytest.approx(80e9 - budget.bytes) and budget.source == "free after start-up"
-    monkeypatch.setattr(hardware, "memory_capacity", lambda device: 80e9)
-    assert memory.device_budget(torch.device("cuda", 0), 40).bytes == 40e9  # the user's word, nothing measured
+    monkeypatch.setattr(machine, "memory_capacity", lambda device: 80e9)
+    assert cost.device_budget(torch.device("cuda", 0), 40).bytes == 40e9  # the user's word, nothing measured
 
 
 def test_expandable_segments_unless_the_user_chose_allocator_settings():
     environ = {}
-    assert memory.use_expandable_segments(environ, hip_version=None) == "expandable_segments:True"
+    assert cost.use_expandable_segments(environ, hip_version=None) == "expandable_segments:True"
     assert environ == dict.fromkeys(("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:True")
-    assert memory.use_expandable_segments(environ := {}, hip_version="7.0.51831") == "expandable_segments:True"
-    assert "no expandable segments" in memory.use_expandable_segments(environ := {}, hip_version="6.4.43482")
+    assert cost.use_expandable_segments(environ := {}, hip_version="7.0.51831") == "expandable_segments:True"
+    assert "no expandable segments" in cost.use_expandable_segments(environ := {}, hip_version="6.4.43482")
     assert environ == {}
-    for name in memory.ALLOCATOR_VARIABLES:
+    for name in cost.ALLOCATOR_VARIABLES:
         environ = {name: "max_split_size_mb:512"}
-        assert memory.use_expandable_segments(environ) == f"{name}=max_split_size_mb:512 (yours)"
+        assert cost.use_expandable_segments(environ) == f"{name}=max_split_size_mb:512 (yours)"
         assert environ == {name: "max_split_size_mb:512"}

@@ -17,7 +17,7 @@ import configurator
 from conftest import REPO, torchrun_command
 from test_distributed import ARGS, ENV, assert_close, final_weights, losses, run
 from test_memory import meta_model
-from trainer import elastic, memory, metrics
+from trainer import cost, elastic, metrics
 
 
 def free_port():
@@ -74,9 +74,9 @@ def test_a_hung_rank_stops_the_job_within_the_collective_timeout_and_is_named(tm
 
 def test_hsdp_memory_is_fsdp_over_one_shard_group():
     model = meta_model(n_layer=4, n_head=4, n_embd=256, block_size=128, vocab_size=512)
-    hsdp = memory.estimate(model, 4, memory.Setup(gpus=16, strategy="hsdp", hsdp_shard_size=8))
-    assert hsdp == memory.estimate(model, 4, memory.Setup(gpus=8, strategy="fsdp"))
-    assert hsdp["weights"] < memory.estimate(model, 4, memory.Setup(gpus=16))["weights"] / 4
+    hsdp = cost.estimate(model, 4, cost.Setup(gpus=16, strategy="hsdp", hsdp_shard_size=8))
+    assert hsdp == cost.estimate(model, 4, cost.Setup(gpus=8, strategy="fsdp"))
+    assert hsdp["weights"] < cost.estimate(model, 4, cost.Setup(gpus=16))["weights"] / 4
 
 
 def test_config_refuses_a_shard_size_that_does_not_divide_the_processes():

@@ -1,6 +1,6 @@
 """optimizer='muon' (optim.MuonAdamW): torch's Muon on the blocks' matrices and AdamW on the rest, as one
 optimizer that steps as the two would apart, resumes bit-exactly, is refused where it cannot compose,
-is priced by memory.py and plan.py, and under torchrun (DDP, FSDP2) gives one process's losses."""
+is priced by cost.py and plan.py, and under torchrun (DDP, FSDP2) gives one process's losses."""
 import copy
 import shutil
 
@@ -11,7 +11,7 @@ import configurator
 from model import GPT, GPTConfig
 from test_optim import plan_json
 from test_train import assert_same_weights, train
-from trainer import memory, optim
+from trainer import cost, optim
 
 MUON = ["--optimizer=muon", "--max_iters=8", "--eval_interval=0"]
 
@@ -116,14 +116,14 @@ def test_memory_prices_muons_momentum_and_its_step():
         model = GPT(GPTConfig(n_layer=32, n_head=32, n_embd=4096, block_size=2048, vocab_size=50304, bias=False))
     n, matrices = model.get_num_params(non_embedding=False), 32 * 12 * 4096 ** 2
     assert optim.muon_share(model) == matrices / n
-    assert memory.estimate(model, 4, memory.Setup(optimizer="muon"))["optimizer"] == pytest.approx(4 * matrices + 8 * (n - matrices))
+    assert cost.estimate(model, 4, cost.Setup(optimizer="muon"))["optimizer"] == pytest.approx(4 * matrices + 8 * (n - matrices))
     assert optim.checkpoint_bytes(n, ("muon", "float32", False), optim.muon_share(model)) == \
         pytest.approx(4 * n + 4 * matrices + 8 * (n - matrices))
     # a step-dominated toy (one token row, wide matrices): the estimate's step temporaries match the simulation's
     config = GPTConfig(n_layer=1, n_head=4, n_embd=512, block_size=8, vocab_size=64, activation_checkpointing="none")
     with torch.device("meta"):
         toy = GPT(config)
-    estimated, simulated = memory.estimate(toy, 1, memory.Setup(optimizer="muon")), memory.simulate(config, 1, memory.Setup(optimizer="muon"))
+    estimated, simulated = cost.estimate(toy, 1, cost.Setup(optimizer="muon")), cost.simulate(config, 1, cost.Setup(optimizer="muon"))
     assert estimated["optimizer"] == pytest.approx(simulated["optimizer"], rel=1e-4)  # AdamW's step counters
     assert estimated["total"] == pytest.approx(simulated["total"], rel=0.05)
 

@@ -1,5 +1,5 @@
 """Memory-lean optimizers (optim.py, offload.py): each mode trains, resumes bit-exactly from checkpoints
-that load with weights_only, refuses a mode change on resume, and is priced right by memory.py and plan.py."""
+that load with weights_only, refuses a mode change on resume, and is priced right by cost.py and plan.py."""
 import contextlib
 import io
 import json
@@ -12,7 +12,7 @@ import torch
 import torchao.optim  # noqa: F401  (allow-lists its optimizer-state tensor subclasses for torch.load here)
 
 import configurator
-from trainer import checkpoint, memory, metrics, optim
+from trainer import checkpoint, cost, metrics, optim
 from conftest import REPO, python, run_here
 from model import GPT, GPTConfig
 from test_train import assert_same_weights, train
@@ -254,9 +254,9 @@ def test_memory_and_plan_price_each_mode():
         model = GPT(GPTConfig(n_layer=32, n_head=32, n_embd=4096, block_size=2048, vocab_size=50304, bias=False))
     n = model.get_num_params(non_embedding=False)
     for mode in optim.STATE_BYTES:  # the AdamW modes ('muon': tests/test_muon.py)
-        assert memory.estimate(model, 4, memory.Setup(optimizer=mode))["optimizer"] == optim.STATE_BYTES[mode] * n
+        assert cost.estimate(model, 4, cost.Setup(optimizer=mode))["optimizer"] == optim.STATE_BYTES[mode] * n
     assert optim.STATE_BYTES["adamw8bit"] < 2.1 and optim.STATE_BYTES["adamw4bit"] < 1.1
-    lean = memory.estimate(model, 4, memory.Setup(optimizer="adamw4bit", master_weights="bfloat16"))
+    lean = cost.estimate(model, 4, cost.Setup(optimizer="adamw4bit", master_weights="bfloat16"))
     assert lean["weights"] == 2 * n and lean["grads"] == 4 * n and lean["autocast_bf16_weights"] == 0
     plan = plan_json("config/train_gpt3_6b_80gb.py", "--gpu", "h100")
     assert (plan["optimizer"], plan["master_weights"]) == ("adamw4bit", "bfloat16") and plan["fits"]
@@ -292,9 +292,9 @@ def test_the_estimate_of_each_mode_matches_the_simulation(mode, policy):
     # 2 blocks, one of them recomputed under "full": the simulation's cost grows with the depth, the margins do not
     config = GPTConfig(block_size=256, vocab_size=4096, n_layer=2, n_head=8, n_embd=256, bias=False,
                        activation_checkpointing=policy[0], recompute_blocks=policy[1])
-    simulated = memory.simulate(config, 4, memory.Setup("bfloat16", *mode))
+    simulated = cost.simulate(config, 4, cost.Setup("bfloat16", *mode))
     with torch.device("meta"):
-        estimated = memory.estimate(GPT(config), 4, memory.Setup("bfloat16", *mode))
+        estimated = cost.estimate(GPT(config), 4, cost.Setup("bfloat16", *mode))
     n = sum(p.numel() for p in GPT(config).parameters())
     per_param = optim.bytes_per_param(*mode)
     master_weights = mode[1]

@@ -1,5 +1,5 @@
 """scripts/plan.py: the 6.7B figures against hand arithmetic, what auto picks per GPU, --simulate, and
-the command line (its own flags apart from config overrides). memory.py's formulas: test_memory.py."""
+the command line (its own flags apart from config overrides). cost.py's formulas: test_memory.py."""
 import io
 import json
 import sys
@@ -146,14 +146,14 @@ def test_own_flags_and_overrides_mix(capsys):
 
 
 def test_plan_and_settle_agree(capsys):
-    """plan.py's verdict is memory.settle's on the card's whole memory: the same refusal train.py gives."""
+    """plan.py's verdict is cost.settle's on the card's whole memory: the same refusal train.py gives."""
     p = run_plan(capsys, "--gpu", "h200", "--activation_checkpointing=none")
     cfg = plan.configurator.load_config([CONFIG_6B, "--activation_checkpointing=none"])
-    budget = plan.memory.stated_budget(p["gpu_memory_gb"] * 1e9, "the card's memory, less nothing measured")
-    with pytest.raises(plan.memory.DoesNotFit) as e:
-        plan.memory.settle(plan.build_meta_model(cfg, "none"), cfg, budget)
+    budget = plan.cost.stated_budget(p["gpu_memory_gb"] * 1e9, "the card's memory, less nothing measured")
+    with pytest.raises(plan.cost.DoesNotFit) as e:
+        plan.cost.settle(plan.build_meta_model(cfg, "none"), cfg, budget)
     assert not p["fits"] and p["refusal"] == str(e.value) and "the card's memory, less nothing measured" in p["refusal"]
-    assert p["needed_gb"] == pytest.approx(p["memory_gb"]["total"] * (1 + plan.memory.FRAGMENTATION_MARGIN))
+    assert p["needed_gb"] == pytest.approx(p["memory_gb"]["total"] * (1 + plan.cost.FRAGMENTATION_MARGIN))
     auto = run_plan(capsys, "--gpu", "h200")
     assert auto["fits"] and auto["refusal"] is None and auto["auto"]["fits"]
     plan.main([CONFIG_6B, "--gpu", "h200"])

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import configurator
-from trainer import memory, metrics
+from trainer import cost, metrics
 from conftest import REPO, VOCAB, python, run_here, wait_for
 from model import GPT, GPTConfig
 
@@ -236,7 +236,7 @@ def test_the_config_is_frozen_once_the_start_point_and_the_memory_choice_are_mad
     lines = source.splitlines()
     frozen_at = next(i for i, line in enumerate(lines, 1) if line.startswith("cfg.freeze()"))
     before = "\n".join(lines[:frozen_at])
-    assert "checkpointer.start_point(cfg" in before and "memory.settle_run(" in before  # both decided before it
+    assert "checkpointer.start_point(cfg" in before and "cost.settle_run(" in before  # both decided before it
     assigned = [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Assign, ast.AugAssign))
                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
                 for t in ast.walk(target) if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "cfg"]
@@ -249,12 +249,12 @@ def test_auto_picks_what_fits_the_budget_and_trains_the_same(tmp_path, data_dir,
     config = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=VOCAB)
     with torch.device("meta"):
         model = GPT(config)
-    peak = {p: memory.estimate(model, 4, memory.Setup("float32"), (p, -1))["total"] for p in ("none", "selective")}
+    peak = {p: cost.estimate(model, 4, cost.Setup("float32"), (p, -1))["total"] for p in ("none", "selective")}
     assert peak["selective"] < peak["none"]
     budget_gb = (peak["selective"] + peak["none"]) / 2 / 1e9
     out = tmp_path / "auto"
     train(out, data_dir, "--max_iters=12", "--activation_checkpointing=auto", f"--memory_budget_gb={budget_gb!r}")
     log = (out / "train.log").read_text()
     assert "auto: selective, micro-batch 4 x 3\n" in log
-    assert f"memory: estimated peak {memory.size_text(peak['selective'])} of {memory.size_text(budget_gb * 1e9)}" in log
+    assert f"memory: estimated peak {cost.size_text(peak['selective'])} of {cost.size_text(budget_gb * 1e9)}" in log
     assert losses(out, 1, 12) == losses(reference, 1, 12)

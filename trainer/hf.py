@@ -22,7 +22,7 @@ import time
 import torch
 
 from model import GPT, NORM_EPS, GPTConfig, model_config
-from trainer import checkpoint
+from trainer import RunError, checkpoint
 
 GPT2_MODELS = {name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")}
 ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new"}  # ours -> transformers' name
@@ -40,7 +40,7 @@ LLAMA_NAMES = {"ln_1.weight": "input_layernorm.weight", "attn.c_proj.weight": "s
                "mlp.c_fc.weight": "mlp.up_proj.weight", "mlp.c_proj.weight": "mlp.down_proj.weight"}
 
 
-class WeightsError(Exception):
+class WeightsError(RunError):
     """Weights that cannot be read or converted: one line saying what was expected."""
 
 

@@ -24,11 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer import RunError
+
 Z = 2.0  # prediction intervals are ±2 sigma: about 95% when the scatter is normal
 MIN_SIZES = 3
 
 
-class FitError(ValueError):
+class FitError(RunError):
     """Why a fit cannot be made, in one line a user can act on."""
 
 

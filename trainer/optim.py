@@ -54,7 +54,7 @@ MUON_STATE_BYTES = 4.0  # Muon's one fp32 momentum per matrix value; the rest of
 STEP_TEMP_BYTES = {"adamw": 0, "adamw8bit": 8, "adamw4bit": 26}
 # Muon's step, one matrix at a time, peaks on the largest: the fp32 Nesterov update, the bf16 iterate and
 # the next one, then the bf16 result and its fp32 promotion in the weight's add_, ~10 bytes a value, plus
-# two bf16 Gram matrices of its smaller side (memory.simulate() runs the step on fake tensors: 10.3 B/value
+# two bf16 Gram matrices of its smaller side (cost.simulate() runs the step on fake tensors: 10.3 B/value
 # with the Gram matrices on a 512 x 2048 matrix; tests/test_muon.py checks the two agree)
 MUON_STEP_BYTES = 10
 # from the fastest step to the leanest: what plan.py tries on a card, in this order
@@ -167,7 +167,7 @@ def use_bf16_weights(model):
 def make_adamw_state(optimizer):
     """PyTorch AdamW's state as its first step would make it, made now instead: its 53 GB of moments at
     6.7B then take the allocator's first, unsplit memory, before a forward and backward have cut it
-    into activation-sized blocks (memory.simulate() makes them in the same order). `step` lives where
+    into activation-sized blocks (cost.simulate() makes them in the same order). `step` lives where
     torch's AdamW wants it: on the parameters' device for fused or capturable, else on the host."""
     for group in optimizer.param_groups:
         on_device = group.get("fused") or group.get("capturable")
@@ -181,7 +181,7 @@ def make_state(optimizer):
     """A torchao optimizer's state as its first step makes it, without the step (_new_buffer is the
     method torchao makes it with). Made at build: PyTorch's own way (a save before the first step, a
     restore) gives bf16 gradients, which bf16 weights' fp32 grad_dtype refuses, and the fake tensors of
-    memory.simulate() cannot run the step at all."""
+    cost.simulate() cannot run the step at all."""
     for group in optimizer.param_groups:
         for p in group["params"]:
             optimizer.state[p] = {"step": torch.tensor(0.0), "exp_avg": optimizer._new_buffer(p, True),

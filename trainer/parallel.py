@@ -8,7 +8,7 @@ meet ('ddp', 'by_hand', 'fsdp' or 'single') and `wrap` applies it, with torch.co
 Sharding with FSDP2 (fully_shard) keeps one GPU's numerics where it can: bf16 autocast multiplies in
 bf16 over fp32 weights and keeps LayerNorm and the residual stream in fp32, so no module's inputs are
 cast (FSDP2's default would make the residual stream bf16, drifting from one GPU's loss and from what
-memory.py prices). A block's weights are gathered in bf16 (half the traffic, what autocast would cast them
+cost.py prices). A block's weights are gathered in bf16 (half the traffic, what autocast would cast them
 to), the embeddings and final LayerNorm stay fp32 in the root group, and gradients are reduce-scattered
 in fp32 into the fp32 shards the optimizer updates. A block's LayerNorm gains arrive bf16-rounded: an
 fp32 group of their own would break a selectively checkpointed block's recompute (docs/distributed.md).

@@ -84,7 +84,7 @@ def device_problem(device):
 
 def units_problem(name, capability=None, gfx_arch=None):
     """Why a GPU of this compute capability or gfx architecture cannot train in fp8, as one line, or None:
-    the rule train.py applies to its device (device_problem) and plan.py to a card of hardware.GPUS."""
+    the rule train.py applies to its device (device_problem) and plan.py to a card of machine.GPUS."""
     if has_fp8_units(capability, gfx_arch):
         return None
     arch = gfx_arch.split(":")[0] if gfx_arch else f"sm_{capability[0]}{capability[1]}"

@@ -36,7 +36,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from trainer import faults, runlock
+from trainer import RunError, faults, runlock
 from trainer.bins import SPLITS, BinError, BinWriter, bin_path, check_vocab, write_json_atomic, write_meta
 from trainer.tokenizer import describe as describe_encoding
 from trainer.tokenizer import get_encoding
@@ -51,7 +51,7 @@ BAD = -1  # token count the workers report for a record that could not be read
 _NOTHING = object()
 
 
-class PrepareError(Exception):
+class PrepareError(RunError):
     """Bad input or arguments: reported as one line, no traceback."""
 
 

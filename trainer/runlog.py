@@ -9,7 +9,7 @@ import os
 import sys
 import traceback
 
-from trainer import RunError, elastic, hardware
+from trainer import RunError, elastic, machine
 
 
 class StepClock:
@@ -34,16 +34,16 @@ class StepClock:
 
 def step_line(iteration, figures, memory, world_size=1, eta=None, show_hfu=False):
     """The line train.log shows for a step (tools read metrics.jsonl's step record, of the same figures: loss,
-    step_time, tokens_per_sec, lr, grad_norm, mfu, hfu). memory: the peak's text (hardware.peak_memory_text);
+    step_time, tokens_per_sec, lr, grad_norm, mfu, hfu). memory: the peak's text (machine.peak_memory_text);
     show_hfu where recompute makes hfu differ from mfu; eta in seconds."""
     f = figures
-    line = (f"iter {iteration}: loss {f['loss']:.4f}, time {f['step_time'] * 1000:.0f}ms, mfu {hardware.percent(f['mfu'])}, "
+    line = (f"iter {iteration}: loss {f['loss']:.4f}, time {f['step_time'] * 1000:.0f}ms, mfu {machine.percent(f['mfu'])}, "
             f"tok/s {f['tokens_per_sec']:,.0f}")
     if world_size > 1:
         line += f" ({f['tokens_per_sec'] / world_size:,.0f} per GPU)"
     line += f", lr {f['lr']:.3e}, grad norm {f['grad_norm']:.3f}, mem {memory}"
     if show_hfu:
-        line += f", hfu {hardware.percent(f['hfu'])}"
+        line += f", hfu {machine.percent(f['hfu'])}"
     if eta is not None:
         line += f", eta {eta / 3600:.1f}h" if eta >= 3600 else f", eta {eta / 60:.1f}min"
     return line

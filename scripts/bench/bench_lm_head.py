@@ -1,7 +1,7 @@
 """
 The LM head's loss, today's way against model.py's chunked one: the peak bytes its forward and backward
 allocate (PyTorch's MemTracker, on fake tensors: shapes without storage, so the 6.7B shape runs on a
-laptop in seconds), as a ratio, and against the formulas for trainer/memory.py.
+laptop in seconds), as a ratio, and against the formulas for trainer/cost.py.
 
     python scripts/bench/bench_lm_head.py                  # micro-batch 4 x 2048 tokens, 4096 wide, vocab 50304
     python scripts/bench/bench_lm_head.py --batch_size 8 --chunk_rows 2048

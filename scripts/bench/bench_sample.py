@@ -13,7 +13,7 @@ Where a cached decode step's time goes (torch.profiler, 1 thread, 2026-12-02, a 
 matmuls, 78%, the LM head over the whole vocabulary the largest of them (7 of 24 ms: its 77 MB of fp32
 weights read for one token); the cache's concatenation took 21% until the cache was written in place
 (model.KVCache). With torch's 2 threads on a loaded machine every op waited for a descheduled thread:
-307 ms a step against 28 ms with one, which is why sample.py takes environment.use_cpu_threads()'s
+307 ms a step against 28 ms with one, which is why sample.py takes machine.use_cpu_threads()'s
 count; OMP_NUM_THREADS=N sets this benchmark's.
 
 Measured 2026-12-02 on the 2-core AMD EPYC, 2 threads, `python scripts/bench/bench_sample.py --repeat 3`, this

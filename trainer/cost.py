@@ -1,5 +1,6 @@
 """
-What a training step holds in GPU memory, three ways:
+What a training step costs: its FLOPs (MFU and HFU, at the end of this file) and what it holds in GPU
+memory, three ways:
 
 - estimate(): arithmetic by category (weights, gradients, AdamW moments, bf16 weight casts,
   activations, logits), for any config and checkpointing policy in microseconds;
@@ -26,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from model import GPT, LOSS_CHUNK_ROWS
-from trainer import RunError, bins, hardware, offload, optim, precision
+from trainer import RunError, bins, machine, offload, optim, precision
 
 # The caching allocator rounds every block up (to 512 B, large ones to 2 MB segments) and splits
 # cached blocks, so what it reserves at the peak runs above what tensors hold: typically 2-5% over a
@@ -34,7 +35,7 @@ from trainer import RunError, bins, hardware, offload, optim, precision
 # measured allocated peak gets this on top; a measured reserved peak already holds it.
 FRAGMENTATION_MARGIN = 0.05
 PEAK_KINDS = ("estimate", "allocated", "reserved")
-ATTENTION_KERNELS = ("flash", "efficient", "cudnn", "math")  # hardware.attention_backend's answers
+ATTENTION_KERNELS = ("flash", "efficient", "cudnn", "math")  # machine.attention_backend's answers
 # auto tries micro-batches larger than the config's up to this many tokens: past it, what a
 # micro-batch costs whatever its size (casting 6.7B weights to bf16, adding to fp32 gradients) is
 # a few percent of its matmul time, and more tokens only take memory.
@@ -209,7 +210,7 @@ def _counts(model, optimizer, shards):
 class Setup:
     """How a training step runs beside the model and its micro-batch: what estimate(), choose_auto() and
     simulate() price. dtype; the memory mode (optimizer, master_weights, offload: optim.py); attention, the
-    kernel scaled_dot_product_attention runs (hardware.attention_backend); fp8, the config's recipe ('' for
+    kernel scaled_dot_product_attention runs (machine.attention_backend); fp8, the config's recipe ('' for
     none); gpus, strategy and hsdp_shard_size, how the GPUs share the model (simulate() runs one device)."""
     dtype: str = "bfloat16"
     optimizer: str = "adamw"
@@ -242,7 +243,7 @@ def estimate(model, batch_size, setup=Setup(), checkpointing=None):
     Each GPU runs the same micro-batch either way. optimizer, master_weights and offload: the memory
     mode (optim.py), whose bytes per parameter on the GPU optim.bytes_per_param says (offload's are on
     the host, not counted here); bf16 weights leave autocast nothing to cast. attention: the kernel
-    scaled_dot_product_attention runs (hardware.attention_backend); "math" keeps T x T matrices.
+    scaled_dot_product_attention runs (machine.attention_backend); "math" keeps T x T matrices.
     fp8: the config's recipe ('' for none), which keeps no bf16 weight copies (activation_peaks).
 
     "total" is the peak tensors hold, what simulate() and torch.cuda.max_memory_allocated() measure;
@@ -337,7 +338,7 @@ def device_budget(device, memory_budget_gb=0.0):
     processes) is total - budget. Not run on the CPU: tests/test_memory.py checks it against a fake device."""
     device = torch.device(device)
     if memory_budget_gb > 0 or device.type != "cuda":
-        return stated_budget(hardware.memory_capacity(device), "the machine's memory", memory_budget_gb)
+        return stated_budget(machine.memory_capacity(device), "the machine's memory", memory_budget_gb)
     ours = torch.cuda.memory_allocated(device)
     load_first_kernels(device)
     torch.cuda.synchronize(device)
@@ -462,7 +463,7 @@ def settle_run(shapes, cfg, device, world_size, log, argv=()):
     priced, and warned of), the device's budget (after init_process_group: NCCL's buffers are a fixed cost),
     then settle() and the host's check (settle_host); logs the choice. Raises DoesNotFit, which names the
     plan.py command (train.py's argv) that shows the whole table."""
-    attention = hardware.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
+    attention = machine.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
                                            cfg.n_head, cfg.n_embd // cfg.n_head, cfg.block_size)
     if attention == "math":
         log("warning: attention runs the math kernel, which keeps the T x T attention matrices (priced in the "
@@ -535,7 +536,7 @@ def host_estimate(model, cfg, batch_size, world_size=1, processes=1, device_peak
 def host_capacity():
     """(bytes, where from) of this machine's memory: the physical memory, or a smaller cgroup limit (a
     container's). Not MemAvailable: what other processes hold now is no property of the machine."""
-    physical = hardware.memory_capacity("cpu")
+    physical = machine.memory_capacity("cpu")
     try:
         with open("/sys/fs/cgroup/memory.max") as f:
             limit = f.read().strip()
@@ -659,3 +660,47 @@ def simulate(config, batch_size, setup=Setup(), micro_batches=2, fake=True):
     result["other"] = by_name["Total"] - sum(result.values())  # gradients of activations, temporaries, inputs
     result["total"] = by_name["Total"]
     return result
+
+
+# FLOPs: what MFU and HFU count
+def flops_per_token(n_params, n_layer, n_embd, block_size):
+    """Model FLOPs to train on one token: 6N for the weights' forward and backward, plus
+    12 * L * C * T for attention scores and their use (N without position embeddings)."""
+    return 6 * n_params + 12 * n_layer * n_embd * block_size
+
+
+def recompute_flops_per_token(block_params, n_recomputed, n_embd, block_size, policy="full"):
+    """Extra FLOPs per token when n_recomputed blocks recompute in backward. 'full' runs their
+    forward again: 2 per weight plus 4 * C * T for attention, per block. 'selective' recomputes no
+    matmul and no attention, only element-wise ops (LayerNorm, GELU, adds, casts: a few FLOPs per
+    element, under 0.1% of a block's); they count as 0 here, since what they cost is memory
+    traffic, which FLOP counts do not measure."""
+    if policy != "full":
+        return 0
+    return n_recomputed * (2 * block_params + 4 * n_embd * block_size)
+
+
+def utilisation(flops_per_tok, tokens_per_second, peak_tflops):
+    """Fraction of peak reached; None when the peak is unknown."""
+    if not peak_tflops:
+        return None
+    return flops_per_tok * tokens_per_second / (peak_tflops * 1e12)
+
+
+class Utilisation:
+    """A run's MFU and HFU per GPU from its tokens per second: model FLOPs (flops_per_token) and hardware
+    FLOPs (those plus recompute) against the bf16 peak. config: the run's GPTConfig."""
+
+    def __init__(self, n_params, block_params, config, peak_tflops, world_size):
+        self.model = flops_per_token(n_params, config.n_layer, config.n_embd, config.block_size)
+        self.hardware = self.model + recompute_flops_per_token(block_params, config.num_recomputed_blocks(),
+                                                               config.n_embd, config.block_size,
+                                                               config.activation_checkpointing)
+        self.peak_tflops, self.world_size = peak_tflops, world_size
+        self.recomputes = self.hardware > self.model  # else hfu is mfu, and the step line leaves it out
+
+    def __call__(self, tokens_per_second):
+        """(mfu, hfu), None each where the peak is unknown."""
+        per_gpu = tokens_per_second / self.world_size
+        return (utilisation(self.model, per_gpu, self.peak_tflops),
+                utilisation(self.hardware, per_gpu, self.peak_tflops))
