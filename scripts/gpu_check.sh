@@ -80,7 +80,7 @@ sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "scripts")]
 import bench  # noqa: E402
 import configurator  # noqa: E402
 import plan  # noqa: E402
-from trainer import hardware, memory, optim  # noqa: E402
+from trainer import cost, machine, optim  # noqa: E402
 
 work, n = sys.argv[1], int(sys.argv[2])
 # the configs a save and resume may fall back to, largest first
