@@ -16,10 +16,7 @@ weights read for one token); the cache's concatenation took 21% until the cache 
 307 ms a step against 28 ms with one, which is why sample.py takes machine.use_cpu_threads()'s
 count; OMP_NUM_THREADS=N sets this benchmark's.
 
-Measured 2026-12-02 on the 2-core AMD EPYC, 2 threads, `python scripts/bench/bench_sample.py --repeat 3`, this
-code then the concatenating cache (a304d18's model.py) right after: 86.1 against 67.6 tokens/s with the cache
-(2.97 s and 3.79 s), 19.53 s and 20.86 s without, ratios 6.6x and 5.5x (load average 0.8 rising to 3.2 while
-the others' work came back: not quiet; the lead may rerun it).
+The measured ratio is in docs/performance.md (CPU ratios).
 """
 import argparse
 import os
