@@ -20,8 +20,13 @@ def one_rank_group(tmp_path):
     dist.destroy_process_group()
 
 
-def test_all_reduce_only_on_the_last_micro_batch(one_rank_group, monkeypatch):
-    config = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+MODERN = dict(position="rope", norm="rmsnorm", qk_norm=True, activation="swiglu", tie_embeddings=False,
+              logit_softcap=15.0)  # every new internal at once: SwiGLU's gate and the untied head are sharded too
+
+
+@pytest.mark.parametrize("internals", [{}, MODERN], ids=["gpt3", "modern"])
+def test_all_reduce_only_on_the_last_micro_batch(one_rank_group, monkeypatch, internals):
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, **internals)
     torch.manual_seed(0)
     plain = GPT(config)
     hsdp = GPT(config)
