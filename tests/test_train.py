@@ -102,7 +102,8 @@ def test_signal_saves_and_resume_is_exact(tmp_path, data_dir, sig):
     proc = subprocess.Popen(
         [sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}", f"--out_dir={out}",
          "--max_iters=100000", "--checkpoint_interval=100000", "--gradient_accumulation_steps=8"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # a suite run under nohup: the run still hears it
     wait_for(out, "step", proc, since=2)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
