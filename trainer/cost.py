@@ -662,7 +662,9 @@ def simulate(config, batch_size, setup=Setup(), micro_batches=2, fake=True):
     return result
 
 
-# FLOPs: what MFU and HFU count
+# FLOPs: what MFU and HFU count. MFU (model FLOPs utilisation) is model FLOPs per second over the GPU's peak
+# dense bf16 FLOPS (machine.py's peaks). Recomputed activations run the blocks' forward a second time: that work
+# counts in HFU (hardware FLOPs utilisation), not in MFU, so MFU stays comparable across checkpointing policies.
 def flops_per_token(n_params, n_layer, n_embd, block_size):
     """Model FLOPs to train on one token: 6N for the weights' forward and backward, plus
     12 * L * C * T for attention scores and their use (N without position embeddings)."""

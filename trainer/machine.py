@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+
 def _grad_dtype_works():
     # Without the feature, grad_dtype is a plain Python attribute: setting it raises nothing and bf16
     # weights would silently accumulate bf16 gradients. So ask what backward actually produces.
