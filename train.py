@@ -22,7 +22,9 @@ if problem := machine.torch_problem():
 
 import configurator
 from model import ARCHITECTURE_KEYS, GPT, model_config
-from trainer import (RunError, bins, checkpointer, cost, elastic, evaluation, faults, forecast, machine, metrics, optim, parallel, precision, runlock, runlog, schedule, tokenizer)
+from trainer import (
+    RunError, bins, checkpointer, cost, elastic, evaluation, faults, forecast, machine, metrics, optim, parallel,
+    precision, runlock, runlog, schedule, tokenizer)
 
 # -----------------------------------------------------------------------------
 # config (configurator.py: every key, its default and help, and where each value came from)
@@ -86,7 +88,7 @@ if cfg.data_mixture and cfg.data_dir != os.path.join("data", cfg.dataset):
     log(f"note: data_mixture is set, so the training and validation data do not come from data_dir {cfg.data_dir}")
 tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_tokens could never be predicted
 sampler = bins.open_mixture(bins.folders(cfg), gptconf.block_size, tokens, cfg.seed, start.origin,
-                               mixed=bool(cfg.data_mixture))
+                            mixed=bool(cfg.data_mixture))
 encoding = sampler.encoding(fallback=start.encoding)  # saved in checkpoints, so sample.py can decode
 # every rank draws the same global batch and takes its share: the batches do not depend on the number of processes
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
@@ -207,7 +209,7 @@ def evaluate(iteration, forecasting=False):
 def evaluate_hellaswag(iteration):
     t_eval = time.time()
     result = evaluation.hellaswag_accuracy(model, hellaswag_examples, gptconf.block_size, device, autocast, cfg.hellaswag_limit,
-                                tokenizer.get_encoding(encoding or "gpt2").n_vocab)
+                                           tokenizer.get_encoding(encoding or "gpt2").n_vocab)
     log(f"hellaswag iter {iteration}: acc_norm {result['acc_norm']:.4f}, acc {result['acc']:.4f} "
         f"({result['n']} examples, {time.time() - t_eval:.1f}s)")
     record("hellaswag", iteration, acc_norm=result["acc_norm"], acc=result["acc"], n=result["n"])

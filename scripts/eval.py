@@ -192,7 +192,7 @@ def main(argv=None):
         print(f"{args.source}: step {info['iter']}, {info['params']:,} parameters")
         print(table(results, info["params"]))
         bins.write_json_atomic(info["out"], {"source": args.source, "iter": info["iter"], "params": info["params"],
-                                 "limit": args.limit, "results": results})
+                                             "limit": args.limit, "results": results})
         print(f"wrote {info['out']}")
     if world_size > 1:
         dist.destroy_process_group()

@@ -58,7 +58,7 @@ def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
     prices each memory mode on the same shapes, and building 32 blocks takes longer than pricing them.
     Callers only read it."""
     config = model_config(cfg, **{k: v for k, v in (("activation_checkpointing", activation_checkpointing),
-                                                      ("recompute_blocks", recompute_blocks)) if v is not None})
+                                                    ("recompute_blocks", recompute_blocks)) if v is not None})
     key = repr(config)
     if key not in _META_MODELS:
         with torch.device("meta"):
@@ -102,7 +102,7 @@ def offload_seconds(n_params, mode):
 def card_budget(cfg, gpu):
     """The cost.Budget on a card plan.py has not got: all of it, as nothing on it can be measured."""
     return cost.stated_budget(gpu.capacity_gb * 1e9, "the card's memory, less nothing measured",
-                                cfg.memory_budget_gb)
+                              cfg.memory_budget_gb)
 
 
 def choose_setting(cfg, gpu, gpus, mode=None):
@@ -134,7 +134,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * config.block_size
     flops = cost.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
     recompute = cost.recompute_flops_per_token(cost.block_params(model), n_recomputed, config.n_embd,
-                                                   config.block_size, policy)
+                                               config.block_size, policy)
     mode = optim.mode_of(vars(cfg))
     setup = cost.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)  # what cost.py prices
     n_params = model.get_num_params(non_embedding=False)
@@ -175,7 +175,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         # on one machine of min(gpus, gpus_per_node) processes, by part (cost.host_estimate)
         "host_processes": min(gpus, gpus_per_node),
         "host_memory_gb": {k: v / 1e9 for k, v in cost.host_estimate(model, cfg, batch_size, gpus,
-                                                                       min(gpus, gpus_per_node)).items()},
+                                                                     min(gpus, gpus_per_node)).items()},
         "offload_seconds_per_iter": offload_seconds(n_params, mode),
         "muon_seconds_per_iter": muon_seconds(cfg, model, gpus, mfu, gpu),
         "modes": mode_table(cfg, gpu, gpus, mfu),
@@ -226,7 +226,7 @@ def mode_table(cfg, gpu, gpus, mfu):
         model = build_meta_model(cfg, policy, k)
         flops = cost.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
         recompute = cost.recompute_flops_per_token(cost.block_params(model), model.config.num_recomputed_blocks(),
-                                                       cfg.n_embd, cfg.block_size, policy)
+                                                   cfg.n_embd, cfg.block_size, policy)
         setup = cost.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
         total = cost.estimate(model, batch_size, setup)["total"]
         table.append({"optimizer": mode[0], "master_weights": mode[1], "optimizer_offload": mode[2],

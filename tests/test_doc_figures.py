@@ -29,7 +29,7 @@ def figures():
 
     def estimate(policy, blocks=-1, fp8="", batch_size=cfg.batch_size):
         return cost.estimate(model, batch_size, cost.Setup(cfg.dtype, *mode, fp8=fp8, strategy=cfg.strategy),
-                               (policy, blocks))
+                             (policy, blocks))
 
     def gb(nbytes):
         return nbytes / 1e9
@@ -66,7 +66,7 @@ def figures():
         found[f"{name} policy"] = AUTO_TEXT[choice.activation_checkpointing], found[f"{name} peak"][1]
     small = configurator.load_config(["config/train_gpt3_1_3b.py"])
     e = cost.estimate(plan.build_meta_model(small, "none"), small.batch_size,
-                        cost.Setup(small.dtype, *optim.mode_of(vars(small)), strategy=small.strategy), ("none", -1))
+                      cost.Setup(small.dtype, *optim.mode_of(vars(small)), strategy=small.strategy), ("none", -1))
     found["1.3b none total"] = gb(e["total"]), "plan.py config/train_gpt3_1_3b.py --gpu h200 (by policy: none)"
     fast, six_b = configurator.load_config([FAST]), configurator.load_config([SIX_B])  # cfg's fp8 was changed above
     for key in ("h200", "mi300x"):  # plan.py's defaults: 40% MFU, $2 a GPU-hour, one GPU

@@ -183,7 +183,7 @@ def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
     folder, _ = learnt
     gpt2_file = tmp_path / "hellaswag.json"
     evaluation.write_hellaswag(str(gpt2_file), evaluation.read_hellaswag_jsonl(str(folder / "hellaswag_val.jsonl")),
-                    get_encoding(gpt2_rank_file))
+                               get_encoding(gpt2_rank_file))
     result = run("train.py", "config/train_tiny.py", *MODEL, f"--data_dir={folder / 'data'}",
                  f"--out_dir={tmp_path / 'run'}", "--max_iters=2", "--hellaswag_interval=1",
                  f"--hellaswag_file={gpt2_file}")

@@ -228,7 +228,7 @@ def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
     hf.export(str(run / "run" / "ckpt_20.pt"), folder, dtype=torch.float32, log=lambda m: None)
     tasks = ["hellaswag", "piqa", "lambada_openai"]
     theirs = lm_eval_adapter.evaluate(HFLM(pretrained=folder, dtype="float32", device="cpu", batch_size=8), tasks,
-                              str(run / "tasks"))
+                                      str(run / "tasks"))
     lm = lm_eval_adapter.GPTLM(tiny_model(20), BYTES, "cpu", torch.no_grad())
     ours = lm_eval_adapter.evaluate(lm, tasks, str(run / "tasks"))
     eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", ",".join(tasks), "--encoding", "bytes",

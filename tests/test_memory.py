@@ -182,7 +182,7 @@ GPT3_6B = dict(block_size=2048, vocab_size=50304, n_layer=32, n_head=32, n_embd=
 
 def auto(budget_gb, batch_size=4, accumulation=160, gpus=1):
     return cost.choose_auto(meta_model(**GPT3_6B), batch_size, accumulation, budget_gb * GB,
-                              cost.Setup(gpus=gpus))
+                            cost.Setup(gpus=gpus))
 
 
 def test_auto_at_6b_per_gpu():

@@ -121,7 +121,7 @@ def test_generate_top_k_restricts_choices():
 
 
 @pytest.mark.parametrize("modern", [{}, dict(position="rope", norm="rmsnorm", qk_norm=True, activation="swiglu",
-                                              tie_embeddings=False, logit_softcap=15.0)])
+                                             tie_embeddings=False, logit_softcap=15.0)])
 def test_kv_cache_matches_full_recompute(modern):
     """Sampling, and past block_size the sliding window, with RoPE's cached keys rotated where they were made."""
     torch.manual_seed(0)

@@ -17,7 +17,7 @@ def test_one_model_config_for_train_plan_and_bench():
     assert config.activation == "gelu_tanh" and config.activation_checkpointing == "none"  # auto: none until settled
     assert plan.build_meta_model(cfg).config == config  # plan.py once built one without `activation`
     assert plan.build_meta_model(cfg, "full", 1).config == model_config(cfg, activation_checkpointing="full",
-                                                                           recompute_blocks=1)
+                                                                        recompute_blocks=1)
     saved = dict(n_layer=3, n_head=2, n_embd=32, block_size=8, vocab_size=64, bias=True, activation="gelu", n_tokens=50)
     from_checkpoint = model_config(cfg, saved)
     assert (from_checkpoint.n_layer, from_checkpoint.bias, from_checkpoint.n_tokens) == (3, True, 50)

@@ -95,7 +95,7 @@ def test_reads_an_fsdp_runs_sharded_checkpoint(run_dir, capsys):
     model = tiny_model(seed=7)
     trainer_state = {"model_args": MODEL_ARGS, "iter_num": 9, "config": {}, "encoding": "bytes"}
     checkpoint.save_sharded(model, torch.optim.AdamW(model.parameters()), trainer_state, str(run_dir), 9,
-                                    keep_last_n=0, log=lambda m: None)
+                            keep_last_n=0, log=lambda m: None)
     greedy = ["--device=cpu", "--num_samples=1", "--max_new_tokens=20", "--top_k=1"]
     sample.main([f"--out_dir={run_dir}", *greedy])
     from_folder = capsys.readouterr()

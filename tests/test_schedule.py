@@ -76,7 +76,7 @@ def test_a_fork_needs_a_checkpoint_path_and_its_own_out_dir(tmp_path):
     own = checkpointer.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"), out_dir=str(tmp_path)))
     assert "own out_dir" in own
     assert checkpointer.fork_problem(cfg(cooldown_iters=5, init_from=str(tmp_path / "ckpt_4.pt"),
-                                   out_dir=str(tmp_path / "fork"))) is None
+                                         out_dir=str(tmp_path / "fork"))) is None
 
 
 TINY = ["config/train_tiny.py", "--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16",

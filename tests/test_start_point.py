@@ -45,7 +45,7 @@ def test_an_architecture_conflict_names_where_it_was_set(tmp_path):
     out = tmp_path / "run"
     save_run(out, 2)
     with pytest.raises(StartError, match=r"n_layer=3 \(set on the command line\) conflicts with the "
-                                                 r"checkpoint's n_layer=2"):
+                       r"checkpoint's n_layer=2"):
         start_point(f"--out_dir={out}", "--n_layer=3")
     wider = tmp_path / "wider.py"
     wider.write_text("n_embd = 48\n")

@@ -306,13 +306,13 @@ def _checkpoint_to_continue(cfg, from_path, master, log):
     if cfg.init_from == "scratch":
         if existing := checkpoint.list_checkpoints(cfg.out_dir):
             raise StartError(f"init_from='scratch' but {cfg.out_dir} holds {len(existing)} checkpoint(s) (newest "
-                              f"{os.path.basename(existing[0][1])}); use another out_dir, or init_from='auto' to continue")
+                             f"{os.path.basename(existing[0][1])}); use another out_dir, or init_from='auto' to continue")
         return None
     if not from_path:
         state = checkpoint.load_newest_on_every_rank(cfg.out_dir, log=log)
         if state is None and cfg.init_from == "resume":
             raise StartError(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to "
-                              "start from scratch")
+                             "start from scratch")
         return state
     state = checkpoint.load_checkpoint(cfg.init_from, log=log)
     # an earlier checkpoint of this out_dir: set the newer ones aside, only now that it has loaded
@@ -332,7 +332,7 @@ def take_architecture(cfg, defaults, saved_args, origin):
         saved, wanted = saved_args.get(key, getattr(GPTConfig, key)), getattr(cfg, key)
         if wanted != saved and wanted != defaults[key]:
             raise StartError(f"{key}={wanted!r} (set {sources.get(key, 'in the config')}) conflicts with {origin}'s {key}={saved!r}: the "
-                              f"architecture comes from {origin}, so leave {key} out, or train a new model in a new out_dir")
+                             f"architecture comes from {origin}, so leave {key} out, or train a new model in a new out_dir")
         setattr(cfg, key, saved)
         if wanted != saved:
             sources[key] = f"from {origin}"
@@ -372,5 +372,5 @@ def cooldown_from(cfg, state, continuing):
         return state["iter_num"]
     if state.get("cooldown_from") is None:
         raise StartError(f"{cfg.out_dir} holds checkpoints of a run that is not a cooldown fork: give the fork a "
-                          f"new --out_dir")
+                         f"new --out_dir")
     return state["cooldown_from"]

@@ -464,7 +464,7 @@ def settle_run(shapes, cfg, device, world_size, log, argv=()):
     then settle() and the host's check (settle_host); logs the choice. Raises DoesNotFit, which names the
     plan.py command (train.py's argv) that shows the whole table."""
     attention = machine.attention_backend(device, torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32,
-                                           cfg.n_head, cfg.n_embd // cfg.n_head, cfg.block_size)
+                                          cfg.n_head, cfg.n_embd // cfg.n_head, cfg.block_size)
     if attention == "math":
         log("warning: attention runs the math kernel, which keeps the T x T attention matrices (priced in the "
             "memory estimate below; slower too); see python scripts/check_env.py")

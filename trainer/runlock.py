@@ -45,7 +45,7 @@ def hold(folder, what="run"):
             who = "another process"
         f.close()
         raise Unavailable(f"{folder} is in use by another {what} ({who}); wait for it to end, stop it, "
-                   f"or choose another folder") from None
+                          f"or choose another folder") from None
     f.seek(0)
     f.truncate()
     f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
