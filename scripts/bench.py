@@ -427,7 +427,7 @@ THROUGHPUT = ("one optimizer step of the config's global batch (config_tokens_pe
               "optimizer step) / timed tokens + one optimizer step, from the medians of the timed steps of grad_accum "
               "micro-batches, the optimizer step timed on its own between GPU syncs; MFU and HFU scaled alike. "
               "What the timed steps did is under each setting's 'measured'")
-BUDGET_PROBE = ("import dataclasses, json, sys; sys.path.insert(0, sys.argv[1]); from trainer import machine, memory; "
+BUDGET_PROBE = ("import dataclasses, json, sys; sys.path.insert(0, sys.argv[1]); from trainer import cost, machine; "
                 "budget = cost.device_budget(machine.resolve_device(sys.argv[2])[0], float(sys.argv[3])); "
                 "print(json.dumps(dataclasses.asdict(budget)))")
 

@@ -183,3 +183,14 @@ def test_bad_config_is_one_line_before_any_run(capsys):
     with pytest.raises(SystemExit) as e:
         bench.main([*TINY, "--n_lyer=3"])
     assert e.value.code == 2 and "unknown config key 'n_lyer'" in capsys.readouterr().err
+
+
+def test_the_gpu_budget_probe_runs_in_a_process_of_its_own():
+    """The child a GPU run asks for its budget (bench.BUDGET_PROBE) is code in a string: run it, here on the CPU,
+    so a renamed module cannot break it unseen."""
+    import torch
+    from conftest import python
+    result = python(["-c", bench.BUDGET_PROBE, REPO, "cpu", "0"])
+    assert result.returncode == 0, result.stderr
+    probed, here = json.loads(result.stdout), cost.device_budget(torch.device("cpu"), 0.0)
+    assert probed["source"] == here.source and probed["bytes"] > 0
