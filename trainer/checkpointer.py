@@ -213,6 +213,7 @@ class Checkpointer:
             self.log(f"warning: loss spike burst from iter {first_spike}, but no checkpoint {cfg.spike_rollback_margin} "
                      f"steps before it to roll back to; going on")
             guard.skipped_at.clear()
+            guard.stop_if_diverged()  # the burst was non-finite steps: their limit holds as with no rollback
             return None
         try:  # load first: a target that cannot be read must not leave the newer checkpoints set aside
             state = checkpoint.load_checkpoint(found[1], log=self.log)

@@ -123,11 +123,15 @@ class SpikeGuard:
             self.log(f"iter {iteration}: loss spike, step skipped: {reason} ({self.skipped} skipped in all)")
             self.record("spike", iteration, loss=loss, grad_norm=grad_norm, reason=reason, skipped=self.skipped)
         if self.burst(iteration):
-            return ROLL_BACK
-        if reason == NONFINITE and self.nonfinite_in_a_row >= self.max_nonfinite:
+            return ROLL_BACK  # and where no checkpoint is old enough, the rollback asks stop_if_diverged()
+        self.stop_if_diverged()
+        return SKIP if reason else APPLY
+
+    def stop_if_diverged(self):
+        """Too many non-finite steps in a row stop the run: a RunError (the count is 0 after a finite step)."""
+        if self.nonfinite_in_a_row >= self.max_nonfinite:
             raise RunError(f"{self.nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back "
                            f"with --init_from=<an earlier ckpt_N.pt> and a lower learning_rate")
-        return SKIP if reason else APPLY
 
     def verdict(self, iteration, loss, grad_norm, data_position, judged=True):
         """Why this step's update is skipped (NONFINITE, or judge()'s spike reason), or None: apply it. A non-finite
