@@ -245,13 +245,10 @@ class Checkpointer:
 
 
 # -----------------------------------------------------------------------------
-# where a run starts: its checkpoint, one to roll back to, imported weights or scratch; cooldown forks
 # Where a run starts: its checkpoint (resume), one to roll back to, imported weights, or scratch; and the
-# rules of a cooldown fork, which starts from another run's checkpoint.
-#
-# `start_point(cfg, ...)` decides it once, before anything is built, with the architecture that implies (a
-# checkpoint's or the weights' own, written into cfg). checkpointer.py puts the chosen checkpoint into the
-# live run. Problems are raised as StartError, one line each.
+# rules of a cooldown fork, which starts from another run's checkpoint. start_point(cfg, ...) decides it once,
+# before anything is built, with the architecture that implies; the Checkpointer above puts a chosen checkpoint
+# into the live run. Problems are raised as StartError, one line each.
 
 class StartError(RunError):
     """A start point that cannot be used, with what to do about it."""

@@ -138,7 +138,7 @@ def _check_config(config, folder):
     different = {
         "activation_function": config.get("activation_function", "gelu_new") not in ("gelu", *HF_TANH_GELUS),
         "n_inner": config.get("n_inner") not in (None, 4 * config["n_embd"]),
-        "layer_norm_epsilon": config.get("layer_norm_epsilon", 1e-5) != 1e-5,
+        "layer_norm_epsilon": config.get("layer_norm_epsilon", NORM_EPS) != NORM_EPS,
         "scale_attn_weights": not config.get("scale_attn_weights", True),
         "scale_attn_by_inverse_layer_idx": config.get("scale_attn_by_inverse_layer_idx", False),
         "add_cross_attention": config.get("add_cross_attention", False),
