@@ -277,7 +277,6 @@ class Bench:
         self.config_tokens = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size  # a real step's
         self.deadline = time.time() + args.time_limit if args.time_limit else math.inf
         self.data_dir = os.path.join(work, "data")
-        self.mode = optim.mode_of(vars(cfg))  # the config's memory mode: what the estimates price
         self.gpu = machine.local_gpu(0)[0]  # what train.py runs on: this machine's GPU, or None
 
     def prepare(self, largest_batch):
@@ -319,7 +318,7 @@ class Bench:
                                                     "gradient_accumulation_steps")}
         if self.args.simulate and policy[0] != "auto":
             config = model_config(self.cfg, activation_checkpointing=policy[0], recompute_blocks=policy[1])
-            setup = cost.Setup(self.cfg.dtype, *self.mode, fp8=self.cfg.fp8)
+            setup = cost.Setup.of(self.cfg)
             with torch.device("meta"):
                 estimate = cost.estimate(GPT(config), batch_size, setup)
             result.update(estimated_gb=estimate["total"] / 1e9,
@@ -361,7 +360,7 @@ class Bench:
 
 def kept_memory(cfg, policy):
     """cost.py's estimate of a policy at micro-batch 1: orders policies by what they keep."""
-    setup = cost.Setup(cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8)
+    setup = cost.Setup.of(cfg)
     return cost.estimate(plan.build_meta_model(cfg, *policy), 1, setup)["total"]
 
 

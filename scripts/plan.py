@@ -113,8 +113,8 @@ def choose_setting(cfg, gpu, gpus, mode=None):
     than the config's."""
     cfg = with_mode(cfg, mode) if mode else cfg
     model, budget = build_meta_model(cfg, "none"), card_budget(cfg, gpu)
-    choice = cost.choose_auto(model, cfg.batch_size, cfg.gradient_accumulation_steps, budget.bytes, cost.Setup(
-        cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy))
+    choice = cost.choose_auto(model, cfg.batch_size, cfg.gradient_accumulation_steps, budget.bytes,
+                              cost.Setup.of(cfg, gpus))
     try:
         return choice, cost.settle(model, cfg, budget, gpus), None
     except cost.DoesNotFit as e:
@@ -136,7 +136,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     recompute = cost.recompute_flops_per_token(cost.block_params(model), n_recomputed, config.n_embd,
                                                config.block_size, policy)
     mode = optim.mode_of(vars(cfg))
-    setup = cost.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)  # what cost.py prices
+    setup = cost.Setup.of(cfg, gpus)  # what cost.py prices
     n_params = model.get_num_params(non_embedding=False)
     # the recompute is extra work the GPU does at the same time (HFU); offload's copies are time it waits
     seconds_per_iter = compute_seconds(cfg, flops, gpus, mfu, gpu) + offload_seconds(n_params, mode) \
@@ -227,7 +227,7 @@ def mode_table(cfg, gpu, gpus, mfu):
         flops = cost.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
         recompute = cost.recompute_flops_per_token(cost.block_params(model), model.config.num_recomputed_blocks(),
                                                    cfg.n_embd, cfg.block_size, policy)
-        setup = cost.Setup(cfg.dtype, *mode, fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
+        setup = cost.Setup.of(with_mode(cfg, mode), gpus)
         total = cost.estimate(model, batch_size, setup)["total"]
         table.append({"optimizer": mode[0], "master_weights": mode[1], "optimizer_offload": mode[2],
                       "fits": choice is not None, "activation_checkpointing": policy, "recompute_blocks": k,
@@ -263,7 +263,7 @@ def suggestions(plan, model, cfg):
             out.append(f"a leaner memory mode: --optimizer={best['optimizer']} --master_weights={best['master_weights']} "
                        f"--optimizer_offload={best['optimizer_offload']} fits ({best['total_gb']:.1f} GB, "
                        f"{best['step_time']:.2f}x the time of no recompute)")
-        setup = cost.Setup(cfg.dtype, *optim.mode_of(vars(cfg)), fp8=cfg.fp8, gpus=gpus, strategy=cfg.strategy)
+        setup = cost.Setup.of(cfg, gpus)
         smaller = [b for b in range(batch_size - 1, 0, -1) if cost.fits(cost.estimate(model, b, setup)["total"], limit)]
         if smaller:
             b = smaller[0]
