@@ -18,3 +18,4 @@ sweep_points = (5, 3, 3, 1)
 sweep_factors = (2.0, 1.41)
 warmup_fraction = 0.01
 evaluations = 20
+target = 'config/train_gpt3_6b_fast.py'  # ladder.png extrapolates each fit to its size

@@ -44,7 +44,7 @@ VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_
 # a recipe's own is the first sweep's centre)
 SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), sweep_points=(5, 3),
                 sweep_factors=(2.0, 2.0, 1.41), warmup_fraction=0.1, evaluations=20, min_lr_ratio=0.1,
-                target="")
+                target="")  # target: a train.py config whose size ladder.png extrapolates to
 
 
 def load_settings(path):
@@ -226,6 +226,7 @@ def compute_multipliers(reference, other, ratio):
 
 
 def plot(result, path, target_params=None):
+    """ladder.png: loss against compute per recipe, each fit extrapolated to target_params (else 4x the largest)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -294,7 +295,8 @@ def main(argv=None):
             result["recipes"][names[0]], result["recipes"][other], ratio)
     out.mkdir(parents=True, exist_ok=True)
     (out / "ladder.json").write_text(json.dumps(result, indent=1))
-    plot(result, out / "ladder.png")
+    target = settings["target"] and Ladder.params(configurator.load_config([settings["target"]]))
+    plot(result, out / "ladder.png", target)
     print(summary(result))
     print(f"wrote {out / 'ladder.json'} and {out / 'ladder.png'}")
 

@@ -17,14 +17,12 @@ alpha, so along the rule L(N) is all the data can identify. Between power and sa
 the lower AICc (Akaike's criterion corrected for few points, which charges each parameter heavily when
 there are 4 or 5 sizes): E is kept only when the points show the curve bending towards it.
 """
-import json
 import math
 import warnings
-from pathlib import Path
 
 import numpy as np
 
-from trainer import RunError
+from trainer import RunError, bins
 
 Z = 2.0  # prediction intervals are ±2 sigma: about 95% when the scatter is normal
 MIN_SIZES = 3
@@ -243,8 +241,7 @@ def best_runs(runs, ratio):
 
 def identity(cfg):
     """What a ladder's losses were measured on (cfg: a resolved config): its data and vocabulary."""
-    meta = Path(cfg.data_dir) / "meta.json"
-    info = json.loads(meta.read_text()) if meta.is_file() else {}
+    info = bins.read_meta(cfg.data_dir) or {}
     return {"dataset": cfg.dataset, "data_mixture": cfg.data_mixture or None, "vocab_size": cfg.vocab_size,
             "encoding": info.get("encoding"),
             "train_tokens": info.get("splits", {}).get("train", {}).get("tokens")}
