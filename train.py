@@ -249,7 +249,7 @@ if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
         parallel.end_processes()
         sys.exit(0)
 
-step_start = checkpoints.step_start()
+checkpoints.step_start()
 stop_vote = elastic.StopVote(stop_signal, timeout)
 stop_now = parallel.agree(stop_signal.received, device)
 while iter_num < cfg.max_iters and not stop_now:
@@ -279,7 +279,8 @@ while iter_num < cfg.max_iters and not stop_now:
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf)
     loss_value, norm_value = parallel.same_on_every_rank(loss_mean, grad_norm)  # one host sync per step
     # apply, or skip a non-finite or spiking step (it still counts, its batches are not seen again), or roll back
-    action = guard.after_step(iter_num + 1, loss_value, norm_value, step_start["sampler"], iter_num >= cfg.warmup_iters)
+    action = guard.after_step(iter_num + 1, loss_value, norm_value, checkpoints.resume_point["sampler"],
+                              iter_num >= cfg.warmup_iters)
     if action == faults.APPLY:
         optim.step(optimizer, cfg.seed * 1_000_003 + iter_num, device_type)  # the same rounding on every rank
         if fp8_all_gather:
@@ -287,9 +288,9 @@ while iter_num < cfg.max_iters and not stop_now:
     optimizer.zero_grad(set_to_none=how != "ddp")  # DDP's gradients stay views of its buckets
     dt = time.time() - t0
     iter_num += 1
-    step_start = checkpoints.step_start()
+    checkpoints.step_start()
     if action == faults.ROLL_BACK and (restored := checkpoints.roll_back(iter_num)) is not None:
-        iter_num, step_start = restored, checkpoints.resume_point
+        iter_num = restored
         continue
     clock.lap(dt)
     if iter_num % cfg.log_interval == 0 and action == faults.APPLY:

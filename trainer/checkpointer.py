@@ -155,9 +155,8 @@ class Checkpointer:
 
     def step_start(self):
         """The data position and RNG states now, at the start of a step: where a run resumed there begins, and
-        what the next save keeps. Returned too: the spike guard notes a skipped step's data by it."""
+        what the next save keeps (resume_point; the spike guard notes a skipped step's data by its sampler's)."""
         self.resume_point = {"sampler": self.states["sampler"].state_dict(), "rng": rng_state(self.device_type)}
-        return self.resume_point
 
     def maybe_save(self, iteration):
         """Save after step `iteration` when one is due: every checkpoint_interval steps (0: never, for
