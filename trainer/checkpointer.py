@@ -220,19 +220,19 @@ class Checkpointer:
                 checkpoint.roll_back_to(found[1], log=self.log)
         except checkpoint.CheckpointError as e:  # said in the terms of the burst that asked for it
             raise RunError(f"loss spike burst from iter {first_spike}, and no rollback: {e}") from None
-        rollbacks = guard.rollbacks + [{"at": iteration, "to": found[0], "first_spike": first_spike}]
-        restored = self._load(state, after_rollback=True)
-        guard.rollbacks = rollbacks
+        restored = self._load(state, after_rollback=True)  # keeps the run's own rollbacks (SpikeGuard.load_state_dict)
+        guard.rollbacks.append({"at": iteration, "to": found[0], "first_spike": first_spike})
         sampler.load_state_dict(spike_data)
         sampler.next_windows(cfg.spike_skip_batches * cfg.batch_size * cfg.gradient_accumulation_steps)
-        self.log(f"rolled back to iter {restored} ({len(rollbacks)} of max {cfg.max_rollbacks}) after a burst of "
+        self.log(f"rolled back to iter {restored} ({len(guard.rollbacks)} of max {cfg.max_rollbacks}) after a burst of "
                  f"skipped steps from iter {first_spike}; the data goes on {cfg.spike_skip_batches} global batches "
                  f"past the spike's")
         self.record("rollback", restored, from_iter=iteration, first_spike=first_spike)
         self.step_start()
         if cfg.checkpoint_interval > 0:  # over the checkpoint rolled back to: a kill now must not forget the data skip
             self.save(restored)
-        self.saved_iter, self.saved_time = restored, time.time()
+        else:
+            self.saved_iter, self.saved_time = restored, time.time()
         return restored
 
     def finish(self, iteration, stopped):
