@@ -169,7 +169,6 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.qk_norm = config.qk_norm
-        self.block_size = config.block_size  # the most a KV cache holds
 
     def forward(self, x, kv_cache=None, rope=None):
         B, T, C = x.size()
@@ -180,7 +179,7 @@ class CausalSelfAttention(nn.Module):
         if rope is not None:  # keys enter the cache rotated at their own positions
             q, k = rotate(q, *rope), rotate(k, *rope)
         if kv_cache is not None:
-            k, v = kv_cache.append(k, v, self.block_size)
+            k, v = kv_cache.append(k, v)
         # With a cache, the T new queries sit at the end of a longer key sequence: query i may
         # see every cached key plus new keys up to i, which is_causal (top-left aligned) would
         # get wrong when T > 1, so the mask is explicit then.
@@ -379,16 +378,16 @@ class KVCache:
     """Keys and values of one layer for the tokens seen so far, so generation runs one new token per step.
     They are written in place into buffers that double when full (up to the context, limit): a step copies
     one token's keys, where concatenating copied the whole cache every step (a fifth of a decode step's
-    time on the CPU, scripts/bench/bench_sample.py)."""
+    time on the CPU, scripts/bench/bench_sample.py). limit: the model's block_size, the most it holds."""
 
-    def __init__(self):
+    def __init__(self, limit):
         self.k = self.v = None
-        self.length = 0
+        self.length, self.limit = 0, limit
 
-    def append(self, k, v, limit):
+    def append(self, k, v):
         end = self.length + k.size(2)
         if self.k is None or end > self.k.size(2):
-            size = max(end, min(limit, 2 * end))
+            size = max(end, min(self.limit, 2 * end))
             grown = [t.new_empty(*t.shape[:2], size, t.size(3)) for t in (k, v)]
             if self.k is not None:
                 grown[0][:, :, :self.length], grown[1][:, :, :self.length] = self.k[:, :, :self.length], \
@@ -485,7 +484,7 @@ class GPT(nn.Module):
                 logits, _ = self(idx[:, fed:], kv_caches=caches)
             else:
                 window = idx[:, -self.config.block_size:]
-                caches = [KVCache() for _ in self.transformer.h] if use_cache else None
+                caches = [KVCache(self.config.block_size) for _ in self.transformer.h] if use_cache else None
                 logits, _ = self(window, kv_caches=caches)
             fed = idx.size(1)
             logits = logits[:, -1, :] / max(temperature, 1e-8)

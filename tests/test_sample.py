@@ -22,14 +22,14 @@ def tiny_model(seed=0, position="learned"):
 def test_cached_logits_match_full_forward(position):
     model = tiny_model(position=position)
     idx = torch.randint(0, 320, (2, 20), generator=torch.Generator().manual_seed(1))
-    caches = [KVCache() for _ in model.transformer.h]
+    caches = [KVCache(model.config.block_size) for _ in model.transformer.h]
     logits, _ = model(idx[:, :5], kv_caches=caches)  # a prompt, then one token at a time
     for t in range(5, 20):
         full, _ = model(idx[:, :t])
         torch.testing.assert_close(logits, full, rtol=1e-5, atol=1e-5)
         logits, _ = model(idx[:, t:t + 1], kv_caches=caches)
     # several new tokens at once after a cached prefix: the explicit-mask path
-    caches = [KVCache() for _ in model.transformer.h]
+    caches = [KVCache(model.config.block_size) for _ in model.transformer.h]
     model(idx[:, :9], kv_caches=caches)
     chunk, _ = model(idx[:, 9:14], kv_caches=caches)
     full, _ = model(idx[:, :14])

@@ -120,7 +120,7 @@ class GPTLM(TemplateLM):
 
     @torch.no_grad()
     def _greedy(self, contexts, max_new, untils):
-        caches = [KVCache() for _ in self.model.transformer.h]
+        caches = [KVCache(self.block_size) for _ in self.model.transformer.h]
         generated = [[] for _ in contexts]
         done = [False] * len(contexts)
         x = torch.tensor(contexts, device=self.device)
