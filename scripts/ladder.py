@@ -220,7 +220,7 @@ def compute_multipliers(reference, other, ratio):
             needed = math.exp(np.interp(math.log(loss), [math.log(l1), math.log(l0)], [math.log(n1), math.log(n0)]))
         else:
             needed = ladder.size_for_loss(ref_fit, loss, ratio)
-        out[r["size"]] = {"multiplier": needed if isinstance(needed, str) else (needed / n) ** 2,
+        out[r["size"]] = {"multiplier": ladder.rule_compute_ratio(needed, n),
                           "by": "measured" if bracket else "fit"}
     return out
 

@@ -654,8 +654,8 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
             needed = ladder_fits.tokens_for_loss(reference, n, row["val_loss"][0])
             row["compute_multiplier"] = needed if isinstance(needed, str) else needed / tokens
         else:  # along the ladder's rule compute is 6 ratio N^2
-            needed = ladder_fits.size_for_loss(reference, row["val_loss"][0], ratio)
-            row["compute_multiplier"] = needed if isinstance(needed, str) else (needed / n) ** 2
+            row["compute_multiplier"] = ladder_fits.rule_compute_ratio(
+                ladder_fits.size_for_loss(reference, row["val_loss"][0], ratio), n)
         out["recipes"][name] = row
     return out
 

@@ -193,6 +193,12 @@ def best_lr(lrs, losses):
     return float(math.exp(min(max(vertex, x[0]), x[2]))), None
 
 
+def rule_compute_ratio(needed, n):
+    """How many times a run of n parameters' compute the run of `needed` parameters takes along a tokens rule
+    (compute is 6 ratio N^2), or the reason size_for_loss gave for `needed` never being reached."""
+    return needed if isinstance(needed, str) else (needed / n) ** 2
+
+
 def size_for_loss(loss_fit, target, ratio=None):
     """The parameters at which a loss fit reaches target along its tokens rule (D = ratio * N for
     chinchilla), or a one-line reason it never does."""
