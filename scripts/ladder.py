@@ -100,8 +100,8 @@ class Ladder:
     def run(self, name, recipe, size, shape, lr, ratio):
         """Train one run unless it is done; its record for ladder.json."""
         out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}"
-        args = self.argv(recipe, shape, lr, ratio)
-        if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):
+        if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):  # done: nothing to build
+            args = self.argv(recipe, shape, lr, ratio)
             out_dir.mkdir(parents=True, exist_ok=True)
             launcher = [sys.executable] if self.nproc == 1 else \
                 ["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"]
