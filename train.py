@@ -181,8 +181,8 @@ wandb_run, run.wandb_run_id = metrics.start_wandb(cfg.wandb_project, cfg.wandb_r
 if wandb_run:
     record.forward = lambda r: metrics.to_wandb(wandb_run, r)  # wandb charts the records metrics.jsonl gets
 forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, start.cooldown_from) for it in range(cfg.max_iters)],
-                                 cfg.warmup_iters, forecast.prior(cfg.forecast_prior, n_params)) \
-    if master and cfg.eval_interval > 0 else None  # prior: a scaling ladder's prediction beside the forecast
+                                 cfg.warmup_iters) if master and cfg.eval_interval > 0 else None
+ladder_prior = forecaster and forecast.prior(cfg.forecast_prior, n_params)  # a scaling ladder's, beside the forecast
 
 
 # -----------------------------------------------------------------------------
@@ -203,7 +203,7 @@ def evaluate(iteration, forecasting=False):
     log(f"eval iter {iteration}: val loss {val_loss:.4f}" + (f", best {run.best_val_loss:.4f}" if clock.steps else "")
         + f" ({time.time() - t_eval:.1f}s)")
     if forecaster and forecasting:  # the val loss at max_iters, fitted to the evaluations so far (forecast.py)
-        forecast.report(forecaster, cfg.out_dir, iteration, cfg.max_iters, log, record)
+        forecast.report(forecaster, ladder_prior, cfg.out_dir, iteration, cfg.max_iters, log, record)
 
 
 def evaluate_hellaswag(iteration):

@@ -42,7 +42,8 @@ from plan import build_meta_model  # noqa: E402  (scripts/ is on sys.path: this 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
 # a recipe's own is the first sweep's centre)
-SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), sweep_points=(5, 3),
+VARIED_BY_STEPS = ("batch_size", "gradient_accumulation_steps", "eval_iters")  # set per run too where steps is
+SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), steps=0, sweep_points=(5, 3),
                 sweep_factors=(2.0, 2.0, 1.41), warmup_fraction=0.1, evaluations=20, min_lr_ratio=0.1,
                 target="")  # target: a train.py config whose size ladder.png extrapolates to
 
@@ -60,7 +61,7 @@ def load_settings(path):
     return settings
 
 
-def parse_recipe(text):
+def parse_recipe(text, varied=VARIED):
     """'name: --key=value ...' -> (name, [overrides]); a recipe may not set what the ladder varies."""
     name, sep, rest = text.partition(":")
     name = name.strip()
@@ -69,7 +70,7 @@ def parse_recipe(text):
     overrides = shlex.split(rest)
     for arg in overrides:
         key = arg[2:].partition("=")[0]
-        if key in VARIED and key != "learning_rate":
+        if key in varied and key != "learning_rate":
             raise SystemExit(f"error: recipe {name!r} sets {key}, which the ladder varies per run; "
                              f"drop it (sizes are the ladder config's, tokens follow tokens_per_param)")
     return name, overrides
@@ -83,12 +84,17 @@ class Ladder:
 
     def argv(self, recipe, shape, lr, ratio):
         """The configurator's arguments for one run (and so train.py's)."""
-        probe = configurator.load_config([*self.s["base"], *shlex.split(self.s["common"]), *recipe,
-                                          *(f"--{k}={v}" for k, v in shape.items())])
-        tokens_per_iter = probe.batch_size * probe.gradient_accumulation_steps * probe.block_size
-        iters = max(10, round(ratio * self.params(probe) / tokens_per_iter))
-        return [*self.s["base"], *shlex.split(self.s["common"]), *recipe, *(f"--{k}={v}" for k, v in shape.items()),
-                f"--max_iters={iters}", f"--lr_decay_iters={iters}",
+        head = [*self.s["base"], *shlex.split(self.s["common"]), *recipe, *(f"--{k}={v}" for k, v in shape.items())]
+        probe = configurator.load_config(head)
+        tokens = ratio * self.params(probe)
+        if self.s["steps"]:  # the batch grows with size, so that every size takes about as many steps
+            accumulation = self.nproc  # one micro-batch per process: the global batch is batch x accumulation
+            batch = max(1, round(tokens / (self.s["steps"] * probe.block_size * accumulation)))
+            evals = math.ceil(probe.eval_iters * probe.batch_size / batch)  # the base's validation set at every size
+            head += [f"--batch_size={batch}", f"--gradient_accumulation_steps={accumulation}", f"--eval_iters={evals}"]
+            probe = configurator.load_config(head)
+        iters = max(10, round(tokens / (probe.batch_size * probe.gradient_accumulation_steps * probe.block_size)))
+        return [*head, f"--max_iters={iters}", f"--lr_decay_iters={iters}",
                 f"--warmup_iters={max(1, round(self.s['warmup_fraction'] * iters))}",
                 f"--eval_interval={max(1, iters // self.s['evaluations'])}",
                 f"--learning_rate={lr:.3g}", f"--min_lr={lr * self.s['min_lr_ratio']:.3g}"]
@@ -120,6 +126,12 @@ class Ladder:
                 "final_val_loss": evals[-1]["val_loss"], "out_dir": str(out_dir), "scores": scores(out_dir),
                 "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals]}  # for forecast.Prior
 
+    def sweep(self, i):
+        """(learning rates, the factor between neighbours) of the i-th size's sweep: the settings' last entry
+        holds for every size past their length."""
+        return (self.s["sweep_points"][min(i, len(self.s["sweep_points"]) - 1)],
+                self.s["sweep_factors"][min(i, len(self.s["sweep_factors"]) - 1)])
+
     def run_many(self, name, recipe, size, shape, lrs, ratio):
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
             return list(pool.map(lambda lr: self.run(name, recipe, size, shape, lr, ratio), lrs))
@@ -130,8 +142,7 @@ class Ladder:
         ratio, extra = self.s["tokens_per_param"][0], self.s["tokens_per_param"][1:]
         start_lr = configurator.load_config([*self.s["base"], *shlex.split(self.s["common"]), *recipe]).learning_rate
         for i, (size, shape) in enumerate(self.s["sizes"].items()):
-            points = self.s["sweep_points"][min(i, len(self.s["sweep_points"]) - 1)]
-            factor = self.s["sweep_factors"][min(i, len(self.s["sweep_factors"]) - 1)]
+            points, factor = self.sweep(i)
             n = self.params(configurator.load_config(self.argv(recipe, shape, start_lr, ratio)))
             centre = start_lr if not rungs else rungs[0][1] if len(rungs) == 1 else \
                 float(ladder.fit_lr(*zip(*rungs), min_points=2)(n))
@@ -267,16 +278,18 @@ def main(argv=None):
     p.add_argument("--nproc", type=int, default=1, help="GPUs per run: train.py under torchrun")
     args = p.parse_args(argv)
     settings = load_settings(args.config)
-    recipes = dict(parse_recipe(r) for r in args.recipe)
+    recipes = dict(parse_recipe(r, VARIED + VARIED_BY_STEPS if settings["steps"] else VARIED) for r in args.recipe)
     if len(settings["sizes"]) < ladder.MIN_SIZES:
         raise SystemExit(f"error: {args.config} has {len(settings['sizes'])} sizes, a fit needs at least "
                          f"{ladder.MIN_SIZES}: add sizes")
     out = Path(args.out)
     base = configurator.load_config([*settings["base"], *shlex.split(settings["common"])])
     data = ladder.identity(base)
-    if (out / "ladder.json").is_file() and (problem := ladder.identity_problem(
-            json.loads((out / "ladder.json").read_text())["data"], data, out / "ladder.json")):
-        raise SystemExit(f"error: {problem}; use another --out")
+    if (out / "ladder.json").is_file():
+        try:
+            ladder.load(out / "ladder.json", data)
+        except ladder.FitError as e:
+            raise SystemExit(f"error: {e}; use another --out")
     lad = Ladder(settings, out, args.jobs, args.nproc)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":

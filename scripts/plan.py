@@ -626,10 +626,7 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
     its one ratio, noted when this run's differs), the recommended learning rate, the zero-shot scores of its
     task fits beside GPT-3's, the tokens and days to a target; and each recipe's compute multiplier against
     the first: the first recipe's compute to reach this recipe's loss over this run's."""
-    with open(path) as f:
-        result = json.load(f)
-    if problem := ladder_fits.identity_problem(result["data"], ladder_fits.identity(cfg), path):
-        raise ValueError(problem)
+    result, _ = ladder_fits.load(path, ladder_fits.identity(cfg))
     n, tokens, ratio = plan["params_without_position_embeddings"], plan["total_tokens"], result["tokens_per_param"][0]
     out = {"path": path, "ladder_ratio": ratio, "run_ratio": tokens / n, "recipes": {}}
     reference = None
@@ -680,7 +677,7 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
     runner, rows = ladder_runs.Ladder(settings, out=None), []
     for i, (size, shape) in enumerate(settings["sizes"].items()):
         for j, ratio in enumerate(settings["tokens_per_param"]):
-            count = settings["sweep_points"][min(i, len(settings["sweep_points"]) - 1)] if j == 0 else 1
+            count = runner.sweep(i)[0] if j == 0 else 1
             one = make_plan(configurator.load_config(runner.argv([], shape, 1e-3, ratio)), plan["gpu"], mfu,
                             price_per_hour, gpus)
             rows.append({"size": size, "tokens_per_param": ratio, "runs": count, "params": one["params"],

@@ -70,11 +70,11 @@ def test_report_logs_the_line_and_writes_the_record(tmp_path):
     record, lines = metrics.Metrics(tmp_path), []
     for it, loss in synthetic(rates, 0.002)[:25]:
         record("eval", it, val_loss=loss)
-    forecast.report(forecast.Forecaster(rates, 20), tmp_path, 250, 400, lines.append, record)
+    forecast.report(forecast.Forecaster(rates, 20), None, tmp_path, 250, 400, lines.append, record)
     assert lines[0].startswith("forecast: val loss ") and " at iter 400 (±" in lines[0]
     written = metrics.read(tmp_path, "forecast")[0]
     assert written["iter"] == 250 and written["at_iter"] == 400 and set(written) >= {"val_loss", "error"}
-    forecast.report(forecast.Forecaster(rates, 20), tmp_path, 30, 400, lines.append, record)
+    forecast.report(forecast.Forecaster(rates, 20), None, tmp_path, 30, 400, lines.append, record)
     assert lines[1].startswith("forecast: none yet, ")
 
 
@@ -110,11 +110,11 @@ def test_the_prior_uses_only_the_ladders_sizes_below_the_run(tmp_path):
 
 def test_report_prints_the_ladders_prediction_beside_the_forecast_and_the_measured_loss(tmp_path):
     rates = lrs("cosine")
-    forecaster = forecast.Forecaster(rates, 20, forecast.prior(ladder_json(tmp_path / "ladder.json"), 1e6))
+    prior = forecast.prior(ladder_json(tmp_path / "ladder.json"), 1e6)
     record, lines = metrics.Metrics(tmp_path), []
     for it, loss in synthetic(rates, 0.002)[:10]:
         record("eval", it, val_loss=loss)
-    forecast.report(forecaster, tmp_path, 100, 400, lines.append, record)
+    forecast.report(forecast.Forecaster(rates, 20), prior, tmp_path, 100, 400, lines.append, record)
     assert lines[0].startswith("forecast: none yet, ")  # the law alone has too little to go on at 25%
     assert lines[1].startswith("forecast with the ladder's prior: val loss ") and "; the ladder predicted " in lines[1]
     assert "; measured now " in lines[1]
@@ -126,7 +126,7 @@ def test_a_prior_that_cannot_be_read_is_one_line(tmp_path):
     cfg = types.SimpleNamespace(**dict(configurator.DEFAULTS, dataset="quickstart", vocab_size=320,
                                        data_dir=str(tmp_path)))
     cfg.forecast_prior = str(tmp_path / "missing.json")
-    assert "cannot read it as scripts/ladder.py's ladder.json" in forecast.prior_problem(cfg)
+    assert "missing.json as scripts/ladder.py's ladder.json" in forecast.prior_problem(cfg)
     cfg.forecast_prior = ladder_json(tmp_path / "ladder.json") + ":muon"
     assert "the ladder has no recipe 'muon' (it has ['adamw'])" in forecast.prior_problem(cfg)
     cfg.forecast_prior = ladder_json(tmp_path / "other.json", data={"dataset": "pile", "vocab_size": 50304})

@@ -175,6 +175,22 @@ def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit(tmp_path, fak
     assert fit["form"] == "chinchilla" and fit["n"] == 6
 
 
+def test_steps_grows_the_batch_with_size_so_every_size_takes_about_as_many_steps(tmp_path, fake_train):
+    config = ladder_config(tmp_path, [16, 32, 64], steps=50)
+    runs = climb(config, tmp_path / "out", "adamw: --optimizer=adamw")["recipes"]["adamw"]["runs"]
+    configs = {c.out_dir: c for c in (configurator.load_config(command[command.index("train.py") + 1:])
+                                      for command in fake_train.commands)}
+    batches = []
+    for r in ladder.best_runs(runs, 2):
+        cfg = configs[r["out_dir"]]
+        assert cfg.max_iters == pytest.approx(50, rel=0.15) and r["tokens"] == pytest.approx(2 * r["params"], rel=0.1)
+        assert 20 * 4 <= cfg.eval_iters * cfg.batch_size < 20 * 4 + cfg.batch_size  # train_tiny's 20 batches of 4
+        batches.append(cfg.batch_size)
+    assert batches == sorted(batches) and batches[-1] > 4 * batches[0]
+    result = run_here(["scripts/ladder.py", config, "--out", str(tmp_path / "o"), "--recipe", "big: --batch_size=64"])
+    assert result.returncode != 0 and "recipe 'big' sets batch_size, which the ladder varies per run" in result.stderr
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--recipe", "big: --n_embd=256"], "recipe 'big' sets n_embd, which the ladder varies per run"),
     (["--recipe", "no colon"], "write it as 'NAME: --key=value ...'"),
@@ -189,7 +205,8 @@ def test_too_few_sizes_and_a_ladder_of_other_data_are_refused_in_one_line(tmp_pa
                        "--recipe", "a: --optimizer=adamw"])
     assert result.returncode != 0 and "2 sizes, a fit needs at least 3" in result.stderr
     (tmp_path / "o").mkdir()
-    (tmp_path / "o" / "ladder.json").write_text(json.dumps({"data": {"dataset": "pile", "vocab_size": 50304}}))
+    (tmp_path / "o" / "ladder.json").write_text(json.dumps({"data": {"dataset": "pile", "vocab_size": 50304},
+                                                            "recipes": {"a": {}}}))
     result = run_here(["scripts/ladder.py", ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "o"),
                        "--recipe", "a: --optimizer=adamw"])
     assert result.returncode != 0 and "measured on other data or vocabulary (dataset 'pile'" in result.stderr

@@ -29,7 +29,6 @@ With forecast_prior (a scaling ladder's ladder.json, scripts/ladder.py) a second
 the first evaluation: Prior, the ladder's curve shape at this run's level, and the ladder's own prediction
 for this size, so one run tells whether the ladder was right.
 """
-import json
 import math
 
 import numpy as np
@@ -62,9 +61,9 @@ def law(s1s2, l0, a, alpha, c):
 class Forecaster:
     """Fits the law to (iteration, val loss) points of a run whose steps have the learning rates lrs."""
 
-    def __init__(self, lrs, warmup_iters, prior=None):
+    def __init__(self, lrs, warmup_iters):
         self.s1, self.s2 = areas(lrs, warmup_iters)
-        self.warmup_iters, self.end, self.prior = warmup_iters, len(lrs), prior  # prior: a scaling ladder's (Prior)
+        self.warmup_iters, self.end = warmup_iters, len(lrs)
 
     def predict(self, points):
         """(val_loss, error) at the end of the schedule, or a one-line reason there is none to print."""
@@ -126,9 +125,10 @@ class Forecaster:
         return value, float(math.sqrt(max(grad @ cov @ grad, 0.0)))
 
 
-def report(forecaster, out_dir, iter_num, max_iters, log, record):
-    """After an evaluation: train.log's forecast line (or why there is none) and a "forecast" metrics record.
-    The points are out_dir's eval records up to iter_num (metrics.jsonl: a resumed run keeps its history)."""
+def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):
+    """After an evaluation: train.log's forecast line (or why there is none) and a "forecast" metrics record,
+    and beside them the ladder prior's (prior: prior()'s answer). The points are out_dir's eval records up to
+    iter_num (metrics.jsonl: a resumed run keeps its history)."""
     if iter_num >= max_iters:
         return
     evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
@@ -139,10 +139,10 @@ def report(forecaster, out_dir, iter_num, max_iters, log, record):
     else:
         log(f"forecast: val loss {result[0]:.4f} at iter {max_iters} (±{result[1]:.4f})")
         record("forecast", iter_num, at_iter=max_iters, val_loss=result[0], error=result[1])
-    if isinstance(forecaster.prior, str):
-        log(f"forecast with the ladder's prior: none, {forecaster.prior}")
-    elif forecaster.prior:  # beside it, the ladder's: its prediction for this size and its shape at this run's level
-        made, (predicted, low, high) = forecaster.prior.forecast(points, max_iters), forecaster.prior.predicted
+    if isinstance(prior, str):
+        log(f"forecast with the ladder's prior: none, {prior}")
+    elif prior:  # beside it, the ladder's: its prediction for this size and its shape at this run's level
+        made, (predicted, low, high) = prior.forecast(points, max_iters), prior.predicted
         log(f"forecast with the ladder's prior: " + (f"none yet, {made}" if isinstance(made, str) else
             f"val loss {made[0]:.4f} (±{made[1]:.4f})") + f"; the ladder predicted {predicted:.4f} [{low:.4f}, {high:.4f}]"
             + (f"; measured now {points[-1][1]:.4f}" if points else ""))
@@ -201,24 +201,17 @@ def prior(spec, n):
     for this size (report logs it: the run goes on without it). prior_problem has checked the file."""
     if not spec:
         return None
-    path, _, recipe = spec.partition(":")
-    with open(path) as f:
-        result = json.load(f)
+    result, recipe = ladder.load(spec)
     try:
-        return Prior(result, recipe or next(iter(result["recipes"])), n)
+        return Prior(result, recipe, n)
     except ladder.FitError as e:
         return str(e)
 
 
 def prior_problem(cfg):
     """One line when cfg's forecast_prior cannot be read for this run (configurator.check), else None."""
-    path, _, recipe = cfg.forecast_prior.partition(":")
     try:
-        with open(path) as f:
-            result = json.load(f)
-    except (OSError, ValueError) as e:
-        return f"forecast_prior={cfg.forecast_prior!r}: cannot read it as scripts/ladder.py's ladder.json ({e})"
-    if recipe and recipe not in result.get("recipes", {}):
-        return f"forecast_prior={cfg.forecast_prior!r}: the ladder has no recipe {recipe!r} (it has {sorted(result.get('recipes', {}))})"
-    problem = ladder.identity_problem(result.get("data", {}), ladder.identity(cfg), path)
-    return f"forecast_prior: {problem}" if problem else None
+        ladder.load(cfg.forecast_prior, ladder.identity(cfg))
+    except ladder.FitError as e:
+        return f"forecast_prior={cfg.forecast_prior!r}: {e}"
+    return None

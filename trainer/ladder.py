@@ -17,8 +17,10 @@ alpha, so along the rule L(N) is all the data can identify. Between power and sa
 the lower AICc (Akaike's criterion corrected for few points, which charges each parameter heavily when
 there are 4 or 5 sizes): E is kept only when the points show the curve bending towards it.
 """
+import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -29,7 +31,7 @@ MIN_SIZES = 3
 
 
 class FitError(RunError):
-    """Why a fit cannot be made, in one line a user can act on."""
+    """Why a fit cannot be made or a ladder read, in one line a user can act on."""
 
 
 def _lr(n, logc, b):
@@ -243,6 +245,23 @@ def best_runs(runs, ratio):
         if r["tokens_per_param"] == ratio and (r["size"] not in best or r["final_val_loss"] < best[r["size"]]["final_val_loss"]):
             best[r["size"]] = r
     return sorted(best.values(), key=lambda r: r["params"])
+
+
+def load(spec, expected=None):
+    """(ladder.json's contents, the recipe) of spec = 'PATH' or 'PATH:RECIPE' (the first recipe by default): the
+    one reader of a ladder, for plan.py, forecast_prior and scripts/ladder.py. FitError when the file is not a
+    ladder.json, has no such recipe, or was measured on other data than expected (identity(), where given)."""
+    path, _, recipe = str(spec).partition(":")
+    try:
+        result = json.loads(Path(path).read_text())
+        recipes = result["recipes"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FitError(f"cannot read {path} as scripts/ladder.py's ladder.json ({e})") from None
+    if recipe and recipe not in recipes:
+        raise FitError(f"{path}: the ladder has no recipe {recipe!r} (it has {sorted(recipes)})")
+    if expected and (problem := identity_problem(result.get("data", {}), expected, path)):
+        raise FitError(problem)
+    return result, recipe or next(iter(recipes), None)
 
 
 def identity(cfg):

@@ -91,7 +91,7 @@ def main(argv=None):
 
 def ladder_table(path, out):
     """Each recipe's largest best run: its forecasts at 25% and 50% with and without the ladder's prior."""
-    result, rows = json.loads(Path(path).read_text()), []
+    (result, _), rows = ladder.load(path), []
     for name, rec in result["recipes"].items():
         run = ladder.best_runs(rec["runs"], result["tokens_per_param"][0])[-1]
         cfg = types.SimpleNamespace(**json.loads((Path(run["out_dir"]) / "config.json").read_text()))
