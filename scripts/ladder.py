@@ -144,11 +144,13 @@ class Ladder:
         for i, (size, shape) in enumerate(self.s["sizes"].items()):
             points, factor = self.sweep(i)
             n = self.params(configurator.load_config(self.argv(recipe, shape, start_lr, ratio)))
-            centre = start_lr if not rungs else rungs[0][1] if len(rungs) == 1 else \
-                float(ladder.fit_lr(*zip(*rungs), min_points=2)(n))
+            # the law once it rests on MIN_SIZES sizes; before, the last size's best: the slope between two
+            # noisy optima is too noisy to extrapolate
+            centre = start_lr if not rungs else rungs[-1][1] if len(rungs) < ladder.MIN_SIZES else \
+                float(ladder.fit_lr(*zip(*rungs))(n))
             lrs = [float(f"{centre * factor ** (j - (points - 1) / 2):.3g}") for j in range(points)]
             sweep = self.run_many(name, recipe, size, shape, lrs, ratio)
-            for _ in range(2 if points > 1 else 0):  # a best rate at the sweep's edge: a point beyond it, twice at most
+            for _ in range(3 if points > 1 else 0):  # a best rate at the sweep's edge: a point beyond it, 3 at most
                 best, edge = ladder.best_lr([r["lr"] for r in sweep], [r["final_val_loss"] for r in sweep])
                 if not edge:
                     break
