@@ -9,10 +9,11 @@ to forecast the final val loss, best learning rate and zero-shot scores of a siz
 The ladder's config (config/ladder_tiny.py, config/ladder_gpt3.py) names the train.py configs every run
 starts from, the sizes (the architecture keys it varies), the tokens rule (tokens_per_param: a fixed number
 of training tokens per parameter; a second ratio adds one run per size at its best learning rate, which
-lets Chinchilla's L(N, D) be fitted) and the sweep: at the first size `sweep_points[0]` learning rates
+lets Chinchilla's L(N, D) be fitted; with `steps`, the batch grows with size so that every size takes
+about that many steps) and the sweep: at the first size `sweep_points[0]` learning rates
 `sweep_factors[0]` apart around the recipe's learning_rate, then at each larger size a sweep centred on
-the optimum the sizes below predict (their best learning rates' power law), narrowing as it climbs; a
-best rate at a sweep's edge adds a point beyond it. Every run is train.py (under torchrun with --nproc)
+the optimum the sizes below predict (the last size's best, then from 3 sizes on their best learning rates'
+power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it. Every run is train.py (under torchrun with --nproc)
 in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read back from its metrics.jsonl; a run with a `done` record is not
 repeated, so a stopped ladder reruns where it stopped and a larger size added to the config runs alone.
 It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the

@@ -44,11 +44,19 @@ def test_the_loss_fit_recovers_a_saturating_law_and_prefers_it_to_a_power_law():
     assert low < truth < high and value == pytest.approx(truth, rel=0.01)
 
 
-def test_a_pure_power_law_is_fitted_as_one_and_four_sizes_cannot_pay_for_E():
+def test_a_pure_power_law_stays_one_and_a_plateau_before_the_power_law_is_found():
     losses = noisy(40 * SIZES ** -0.2, 0.002)
     fit = ladder.fit_loss(SIZES, losses)
     assert fit.form == "power" and fit.named()["alpha"] == pytest.approx(0.2, abs=0.01)
-    assert ladder.fit_loss(SIZES[:4], noisy(1.5 + 30 * SIZES[:4] ** -0.3, 0.001)).form == "power"  # AICc: n - p - 1 = 0
+    sizes = np.geomspace(3e4, 6e5, 6)  # the CPU ladder's span: flat below Nb = 2e5, a power law above it
+    losses = noisy(2.8 * (1 + sizes / 2e5) ** -0.3, 0.002)
+    fit = ladder.fit_loss(sizes[:-1], losses[:-1])
+    assert fit.form == "plateau" and ladder.backtest("power", sizes[:-1], losses[:-1]) > 0.02  # power misses
+    named = fit.named()
+    assert named["L0"] == pytest.approx(2.8, rel=0.05) and named["alpha"] == pytest.approx(0.3, abs=0.1)
+    value, low, high = fit.predict(sizes[-1])
+    truth = 2.8 * (1 + sizes[-1] / 2e5) ** -0.3
+    assert low < truth < high and value == pytest.approx(truth, rel=0.01)
 
 
 def test_chinchilla_is_fitted_when_the_ladder_measured_several_ratios():

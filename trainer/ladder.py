@@ -10,12 +10,16 @@ The forms, by the ladder's name for them (x: N the parameters, D the training to
     lr          lr = c * N^b                       the best learning rate by size, fitted in log space
     power       L = A * N^-alpha                   the final val loss along a fixed tokens-per-parameter rule
     saturating  L = E + A * N^-alpha               the same with an irreducible loss E
+    plateau     L = L0 * (1 + N / Nb)^-alpha       flat at L0 well below Nb, a power law well above it
     chinchilla  L = E + A * N^-alpha + B * D^-beta (Hoffmann et al.), when the ladder measured several D/N
     sigmoid     acc = a / (1 + exp(-k * (L - L0))) + b   a task's score against a loss (Bhagia et al.'s step 2)
 With D a fixed multiple of N, D carries no information of its own: Chinchilla's B and beta fold into A and
-alpha, so along the rule L(N) is all the data can identify. Between power and saturating the ladder takes
-the lower AICc (Akaike's criterion corrected for few points, which charges each parameter heavily when
-there are 4 or 5 sizes): E is kept only when the points show the curve bending towards it.
+alpha, so along the rule L(N) is all the data can identify. Power, saturating or plateau: the ladder takes the
+form that, fitted on all its sizes but the largest, best predicts the largest (backtest), as the ladder
+itself is judged on a size it held out. Saturating bends the log-log line towards a floor (Chinchilla's
+E); plateau bends it the other way, a broken power law (Caballero et al., arXiv 2210.14891) whose first
+segment is flat: the smallest models sit near what a model of the bytes' frequencies reaches (Hestness et
+al.'s "small data region", arXiv 1712.00409), and the power law only starts above them.
 """
 import json
 import math
@@ -46,6 +50,10 @@ def _saturating(n, e, loga, alpha):
     return e + np.exp(loga - alpha * np.log(n))
 
 
+def _plateau(n, logl0, lognb, alpha):
+    return np.exp(logl0 - alpha * np.log1p(n / np.exp(lognb)))
+
+
 def _chinchilla(nd, e, loga, alpha, logb, beta):
     n, d = nd
     return e + np.exp(loga - alpha * np.log(n)) + np.exp(logb - beta * np.log(d))
@@ -60,6 +68,7 @@ FORMS = {
     "lr": (_lr, ("logc", "b"), True),
     "power": (_power, ("logA", "alpha"), False),
     "saturating": (_saturating, ("E", "logA", "alpha"), False),
+    "plateau": (_plateau, ("logL0", "logNb", "alpha"), False),
     "chinchilla": (_chinchilla, ("E", "logA", "alpha", "logB", "beta"), False),
     "sigmoid": (_sigmoid, ("a", "k", "L0", "b"), False),
 }
@@ -111,13 +120,6 @@ class Fit:
         scatter = math.inf if d["scatter"] is None else d["scatter"]
         return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], scatter, d["n"])
 
-    def aicc(self):
-        """Akaike's criterion corrected for small samples; inf where the points cannot pay for the parameters."""
-        p, n = len(self.params), self.n
-        if n - p - 1 <= 0:
-            return math.inf
-        return n * math.log(max(self.scatter ** 2 * (n - p) / n, 1e-300)) + 2 * p + 2 * p * (p + 1) / (n - p - 1)
-
 
 def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="points"):
     """Fit one form; FitError when there are too few points or the fit does not converge."""
@@ -149,25 +151,61 @@ def fit_lr(sizes, lrs, min_points=MIN_SIZES):
     return fit("lr", np.asarray(sizes, float), lrs, [logc, b], min_points=min_points, what="sizes")
 
 
+ALONG_THE_RULE = ("power", "saturating", "plateau")  # simplest first
+
+
 def fit_loss(sizes, losses, tokens=None):
-    """The final val loss against size: 'power' or 'saturating' (the lower AICc) along one tokens-per-
-    parameter rule; 'chinchilla' when tokens are given and their ratio to size varies."""
+    """The final val loss against size along one tokens-per-parameter rule: power, unless a form after it in
+    ALONG_THE_RULE halves its backtest miss (so noise alone rarely buys a parameter); 'chinchilla' when
+    tokens are given and their ratio to size varies."""
     n, y = np.asarray(sizes, float), np.asarray(losses, float)
     if len(set(np.round(n))) < MIN_SIZES:
         raise FitError(f"{len(set(np.round(n)))} sizes, a fit needs at least {MIN_SIZES}: add a size to the ladder")
-    slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
     if tokens is not None and np.ptp(np.log(np.asarray(tokens, float) / n)) > 0.1:
-        d = np.asarray(tokens, float)
-        e0 = 0.5 * y.min()
-        return fit("chinchilla", (n, d), y, [e0, intercept, -slope, intercept, -slope],
+        slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
+        return fit("chinchilla", (n, np.asarray(tokens, float)), y, [0.5 * y.min(), intercept, -slope, intercept, -slope],
                    bounds=([0, -50, 0, -50, 0], [y.min(), 50, 3, 50, 3]), min_points=6, what="runs")
-    power = fit("power", n, y, [intercept, -slope], what="sizes")
+    best, best_miss = ALONG_THE_RULE[0], backtest(ALONG_THE_RULE[0], n, y)
+    for form in ALONG_THE_RULE[1:]:
+        if (miss := backtest(form, n, y)) < best_miss / 2:
+            best, best_miss = form, miss
     try:
-        saturating = fit("saturating", n, y, [0.5 * y.min(), intercept, -slope],
-                         bounds=([0, -50, 0], [y.min(), 50, 3]), what="sizes")
+        return fit_form(best, n, y)
+    except FitError:  # the sizes below the largest chose it, all of them do not determine it
+        return fit_form("power", n, y)
+
+
+def backtest(form, sizes, losses):
+    """How far form, fitted on all sizes but the largest, misses the largest's loss (relative); inf where the
+    smaller sizes cannot fit it."""
+    order = np.argsort(sizes)
+    n, y = np.asarray(sizes, float)[order], np.asarray(losses, float)[order]
+    try:
+        return abs(float(fit_form(form, n[:-1], y[:-1], min_points=2)(n[-1])) / y[-1] - 1)
     except FitError:
-        return power
-    return saturating if saturating.aicc() < power.aicc() else power
+        return math.inf
+
+
+def fit_form(form, n, y, min_points=MIN_SIZES):
+    """One of ALONG_THE_RULE fitted to sizes n and losses y, from starting points suited to it."""
+    slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
+    if form == "power":
+        return fit("power", n, y, [intercept, -slope], min_points=min_points, what="sizes")
+    if form == "saturating":
+        return fit("saturating", n, y, [0.5 * y.min(), intercept, -slope], bounds=([0, -50, 0], [y.min(), 50, 3]),
+                   min_points=min_points, what="sizes")
+    found, problem = [], None
+    for lognb in np.linspace(math.log(n.min()) - 1, math.log(n.max()), 6):  # its least squares has local minima in Nb
+        try:
+            found.append(fit("plateau", n, y, [math.log(y.max()), lognb, max(-1.5 * slope, 0.05)],
+                             bounds=([math.log(y.min()), math.log(n.min()) - 10, 0],
+                                     [math.log(y.max()) + 3, math.log(n.max()) + 10, 5]),
+                             min_points=min_points, what="sizes"))
+        except FitError as e:
+            problem = e
+    if not found:
+        raise problem
+    return min(found, key=lambda f: float(((f(n) - y) ** 2).sum()))
 
 
 def fit_task(losses, scores):
