@@ -13,9 +13,11 @@ lets Chinchilla's L(N, D) be fitted; with `steps`, the batch grows with size so 
 about that many steps) and the sweep: at the first size `sweep_points[0]` learning rates
 `sweep_factors[0]` apart around the recipe's learning_rate, then at each larger size a sweep centred on
 the optimum the sizes below predict (the last size's best, then from 3 sizes on their best learning rates'
-power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it. Every run is train.py (under torchrun with --nproc)
-in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read back from its metrics.jsonl; a run with a `done` record is not
-repeated, so a stopped ladder reruns where it stopped and a larger size added to the config runs alone.
+power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it. Every run is
+train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read back from its
+metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder reruns where it stopped and a
+larger size added to the config runs alone (a ladder.json whose runs were trained with another base,
+common, steps or schedule is refused).
 It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the
 held-out check: fitted without the largest size, the prediction for it beside what it measured; each
 recipe's compute multiplier against the first; the data and vocabulary it was measured on) and
@@ -44,6 +46,8 @@ VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
 # a recipe's own is the first sweep's centre)
 VARIED_BY_STEPS = ("batch_size", "gradient_accumulation_steps", "eval_iters")  # set per run too where steps is
+RUN_SETTINGS = ("base", "common", "steps", "warmup_fraction", "evaluations", "min_lr_ratio")  # what a run is, beyond
+# its folder's size, ratio and lr: a ladder.json trained with others cannot lend its runs
 SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), steps=0, sweep_points=(5, 3),
                 sweep_factors=(2.0, 2.0, 1.41), warmup_fraction=0.1, evaluations=20, min_lr_ratio=0.1,
                 target="")  # target: a train.py config whose size ladder.png extrapolates to
@@ -72,8 +76,9 @@ def parse_recipe(text, varied=VARIED):
     for arg in overrides:
         key = arg[2:].partition("=")[0]
         if key in varied and key != "learning_rate":
-            raise SystemExit(f"error: recipe {name!r} sets {key}, which the ladder varies per run; "
-                             f"drop it (sizes are the ladder config's, tokens follow tokens_per_param)")
+            why = "the batch and eval_iters follow steps" if key in VARIED_BY_STEPS else \
+                "sizes are the ladder config's, tokens follow tokens_per_param"
+            raise SystemExit(f"error: recipe {name!r} sets {key}, which the ladder varies per run; drop it ({why})")
     return name, overrides
 
 
@@ -144,11 +149,13 @@ class Ladder:
         start_lr = configurator.load_config([*self.s["base"], *shlex.split(self.s["common"]), *recipe]).learning_rate
         for i, (size, shape) in enumerate(self.s["sizes"].items()):
             points, factor = self.sweep(i)
-            n = self.params(configurator.load_config(self.argv(recipe, shape, start_lr, ratio)))
             # the law once it rests on MIN_SIZES sizes; before, the last size's best: the slope between two
             # noisy optima is too noisy to extrapolate
-            centre = start_lr if not rungs else rungs[-1][1] if len(rungs) < ladder.MIN_SIZES else \
-                float(ladder.fit_lr(*zip(*rungs))(n))
+            if len(rungs) < ladder.MIN_SIZES:
+                centre = rungs[-1][1] if rungs else start_lr
+            else:
+                n = self.params(configurator.load_config(self.argv(recipe, shape, start_lr, ratio)))
+                centre = float(ladder.fit_lr(*zip(*rungs))(n))
             lrs = [float(f"{centre * factor ** (j - (points - 1) / 2):.3g}") for j in range(points)]
             sweep = self.run_many(name, recipe, size, shape, lrs, ratio)
             for _ in range(3 if points > 1 else 0):  # a best rate at the sweep's edge: a point beyond it, 3 at most
@@ -290,9 +297,12 @@ def main(argv=None):
     data = ladder.identity(base)
     if (out / "ladder.json").is_file():
         try:
-            ladder.load(out / "ladder.json", data)
+            before = ladder.load(out / "ladder.json", expected=data)[0]["settings"]
         except ladder.FitError as e:
             raise SystemExit(f"error: {e}; use another --out")
+        if changed := [k for k in RUN_SETTINGS if json.loads(json.dumps(settings[k])) != before.get(k, SETTINGS[k])]:
+            raise SystemExit(f"error: {out / 'ladder.json'} trained its runs with other {', '.join(changed)}: its runs "
+                             "would be reused as if trained by these; use another --out")
     lad = Ladder(settings, out, args.jobs, args.nproc)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":

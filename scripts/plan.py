@@ -626,7 +626,7 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
     its one ratio, noted when this run's differs), the recommended learning rate, the zero-shot scores of its
     task fits beside GPT-3's, the tokens and days to a target; and each recipe's compute multiplier against
     the first: the first recipe's compute to reach this recipe's loss over this run's."""
-    result, _ = ladder_fits.load(path, ladder_fits.identity(cfg))
+    result, _ = ladder_fits.load(path, expected=ladder_fits.identity(cfg))
     n, tokens, ratio = plan["params_without_position_embeddings"], plan["total_tokens"], result["tokens_per_param"][0]
     out = {"path": path, "ladder_ratio": ratio, "run_ratio": tokens / n, "recipes": {}}
     reference = None
@@ -674,7 +674,7 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
     points a sweep's edge adds are not counted), and its share of this run's GPU-hours."""
     import ladder as ladder_runs  # scripts/ladder.py, beside this file: the runs it would train
     settings = ladder_runs.load_settings(path)
-    runner, rows = ladder_runs.Ladder(settings, out=None), []
+    runner, rows = ladder_runs.Ladder(settings, out=None, nproc=gpus), []
     for i, (size, shape) in enumerate(settings["sizes"].items()):
         for j, ratio in enumerate(settings["tokens_per_param"]):
             count = runner.sweep(i)[0] if j == 0 else 1

@@ -133,6 +133,16 @@ def test_a_prior_that_cannot_be_read_is_one_line(tmp_path):
     assert "measured on other data or vocabulary" in forecast.prior_problem(cfg)
     cfg.forecast_prior = ladder_json(tmp_path / "ladder.json")
     assert forecast.prior_problem(cfg) is None
+    (tmp_path / "empty.json").write_text(json.dumps({"data": {}, "recipes": {}}))
+    cfg.forecast_prior = str(tmp_path / "empty.json")
+    assert forecast.prior_problem(cfg).endswith("has no recipes: rerun scripts/ladder.py to write it whole")
+
+
+def test_a_prior_path_may_hold_a_colon_and_a_recipe_follows_the_last_one(tmp_path):
+    path = ladder_json(tmp_path / "run:1.json")
+    assert forecast.split_spec(path) == (path, None)
+    assert forecast.split_spec(path + ":adamw") == (path, "adamw")
+    assert forecast.prior(path + ":adamw", 1e6).predicted[0] == pytest.approx(20 * 1e6 ** -0.2, rel=1e-3)
 
 
 def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_final_loss(tmp_path):

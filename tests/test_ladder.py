@@ -90,6 +90,23 @@ def test_best_lr_is_the_parabolas_vertex_and_says_when_it_is_at_an_edge():
     assert ladder.best_lr(lrs, [4, 3, 2, 1]) == (8e-3, "high") and ladder.best_lr(lrs, [1, 2, 3, 4]) == (1e-3, "low")
 
 
+def test_a_form_is_judged_only_where_the_sizes_below_the_largest_leave_a_point_to_spare():
+    sizes = np.geomspace(3e4, 6e5, 5)
+    losses = 2.8 * (1 + sizes / 2e5) ** -0.3  # a plateau, exactly: 3 or 4 sizes cannot judge a 3-parameter form
+    for k in (3, 4):
+        fit = ladder.fit_loss(sizes[:k], losses[:k])
+        value, low, high = fit.predict(sizes[-1])
+        assert fit.form == "power" and math.isfinite(low) and math.isfinite(high)
+        assert ladder.backtest("plateau", sizes[:k], losses[:k]) == math.inf
+    assert ladder.fit_loss(sizes, losses).form == "plateau"
+
+
+def test_a_diverged_run_is_the_worst_of_its_sweep():
+    assert ladder.best_lr([1e-3, 2e-3, 4e-3], [2.0, 1.9, float("nan")]) == (pytest.approx(2e-3), None)
+    runs = [{"size": "a", "params": 1, "tokens_per_param": 2, "final_val_loss": v} for v in (float("nan"), 2.0)]
+    assert ladder.best_runs(runs, 2)[0]["final_val_loss"] == 2.0
+
+
 def test_too_few_sizes_and_an_unreachable_target_are_one_line():
     with pytest.raises(ladder.FitError, match="2 sizes, a fit needs at least 3"):
         ladder.fit_loss([1e5, 1e6], [3.0, 2.5])
@@ -218,6 +235,12 @@ def test_too_few_sizes_and_a_ladder_of_other_data_are_refused_in_one_line(tmp_pa
     result = run_here(["scripts/ladder.py", ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "o"),
                        "--recipe", "a: --optimizer=adamw"])
     assert result.returncode != 0 and "measured on other data or vocabulary (dataset 'pile'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o" / "runs").exists()
+    (tmp_path / "o" / "ladder.json").write_text(json.dumps({"data": {}, "recipes": {"a": {}}, "settings": dict(
+        ladder_script.SETTINGS, base=["config/train_tiny.py"], common="--batch_size=4 --gradient_accumulation_steps=1")}))
+    result = run_here(["scripts/ladder.py", ladder_config(tmp_path, [16, 32, 48], steps=50), "--out",
+                       str(tmp_path / "o"), "--recipe", "a: --optimizer=adamw"])  # its runs were trained at a fixed batch
+    assert result.returncode != 0 and "trained its runs with other steps" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "o" / "runs").exists()
 
 

@@ -30,6 +30,7 @@ the first evaluation: Prior, the ladder's curve shape at this run's level, and t
 for this size, so one run tells whether the ladder was right.
 """
 import math
+import os
 
 import numpy as np
 
@@ -201,17 +202,23 @@ def prior(spec, n):
     for this size (report logs it: the run goes on without it). prior_problem has checked the file."""
     if not spec:
         return None
-    result, recipe = ladder.load(spec)
+    result, recipe = ladder.load(*split_spec(spec))
     try:
         return Prior(result, recipe, n)
     except ladder.FitError as e:
         return str(e)
 
 
+def split_spec(spec):
+    """'PATH' or 'PATH:RECIPE' -> (PATH, RECIPE or None); a path that is a file is taken whole."""
+    path, sep, recipe = spec.rpartition(":")
+    return (spec, None) if not sep or os.path.isfile(spec) else (path, recipe)
+
+
 def prior_problem(cfg):
     """One line when cfg's forecast_prior cannot be read for this run (configurator.check), else None."""
     try:
-        ladder.load(cfg.forecast_prior, ladder.identity(cfg))
+        ladder.load(*split_spec(cfg.forecast_prior), expected=ladder.identity(cfg))
     except ladder.FitError as e:
-        return f"forecast_prior={cfg.forecast_prior!r}: {e}"
+        return f"forecast_prior: {e}"
     return None

@@ -144,44 +144,45 @@ def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="po
     return Fit(form, params, cov, math.sqrt((residuals ** 2).sum() / dof), len(y))
 
 
-def fit_lr(sizes, lrs, min_points=MIN_SIZES):
+def fit_lr(sizes, lrs):
     """The best learning rate against size: lr = c * N^b (a straight line in log-log)."""
-    logn, loglr = np.log(sizes), np.log(lrs)
-    b, logc = np.polyfit(logn, loglr, 1) if len(sizes) > 1 else (0.0, float(loglr[0]))
-    return fit("lr", np.asarray(sizes, float), lrs, [logc, b], min_points=min_points, what="sizes")
+    if len(sizes) < MIN_SIZES:
+        raise FitError(f"{len(sizes)} sizes, a fit needs at least {MIN_SIZES}: add a size to the ladder")
+    b, logc = np.polyfit(np.log(sizes), np.log(lrs), 1)
+    return fit("lr", np.asarray(sizes, float), lrs, [logc, b], what="sizes")
 
 
 ALONG_THE_RULE = ("power", "saturating", "plateau")  # simplest first
 
 
 def fit_loss(sizes, losses, tokens=None):
-    """The final val loss against size along one tokens-per-parameter rule: power, unless a form after it in
-    ALONG_THE_RULE halves its backtest miss (so noise alone rarely buys a parameter); 'chinchilla' when
-    tokens are given and their ratio to size varies."""
+    """The final val loss against size along one tokens-per-parameter rule: power, unless another form of
+    ALONG_THE_RULE halves its backtest miss (then the one that misses least), so that noise alone rarely buys
+    a parameter; 'chinchilla' when tokens are given and their ratio to size varies."""
     n, y = np.asarray(sizes, float), np.asarray(losses, float)
     if len(set(np.round(n))) < MIN_SIZES:
         raise FitError(f"{len(set(np.round(n)))} sizes, a fit needs at least {MIN_SIZES}: add a size to the ladder")
     if tokens is not None and np.ptp(np.log(np.asarray(tokens, float) / n)) > 0.1:
         slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
-        return fit("chinchilla", (n, np.asarray(tokens, float)), y, [0.5 * y.min(), intercept, -slope, intercept, -slope],
+        return fit("chinchilla", (n, np.asarray(tokens, float)), y,
+                   [0.5 * y.min(), intercept, -slope, intercept, -slope],
                    bounds=([0, -50, 0, -50, 0], [y.min(), 50, 3, 50, 3]), min_points=6, what="runs")
-    best, best_miss = ALONG_THE_RULE[0], backtest(ALONG_THE_RULE[0], n, y)
-    for form in ALONG_THE_RULE[1:]:
-        if (miss := backtest(form, n, y)) < best_miss / 2:
-            best, best_miss = form, miss
+    misses = {form: backtest(form, n, y) for form in ALONG_THE_RULE}
+    better = [f for f in ALONG_THE_RULE[1:] if misses[f] < misses["power"] / 2]
     try:
-        return fit_form(best, n, y)
+        return fit_form(min(better, key=misses.get) if better else "power", n, y)
     except FitError:  # the sizes below the largest chose it, all of them do not determine it
         return fit_form("power", n, y)
 
 
 def backtest(form, sizes, losses):
     """How far form, fitted on all sizes but the largest, misses the largest's loss (relative); inf where the
-    smaller sizes cannot fit it."""
+    smaller sizes cannot fit it with a point to spare (an exact fit through them judges nothing, and its
+    interval would be unbounded)."""
     order = np.argsort(sizes)
     n, y = np.asarray(sizes, float)[order], np.asarray(losses, float)[order]
     try:
-        return abs(float(fit_form(form, n[:-1], y[:-1], min_points=2)(n[-1])) / y[-1] - 1)
+        return abs(float(fit_form(form, n[:-1], y[:-1], min_points=len(FORMS[form][1]) + 1)(n[-1])) / y[-1] - 1)
     except FitError:
         return math.inf
 
@@ -222,6 +223,7 @@ def best_lr(lrs, losses):
     one-point sweep, its rate."""
     order = np.argsort(lrs)
     lrs, losses = np.asarray(lrs, float)[order], np.asarray(losses, float)[order]
+    losses = np.where(np.isfinite(losses), losses, np.inf)  # a diverged run is the worst, not the best
     k = int(np.argmin(losses))
     if len(lrs) == 1:  # no sweep: the rate the sizes below predicted
         return float(lrs[0]), None
@@ -278,28 +280,29 @@ def loss_for_score(task_fit, score):
 
 def best_runs(runs, ratio):
     """Per size, the run with the lowest final val loss at the sweep's ratio, by size."""
-    best = {}
+    best, loss = {}, lambda r: r["final_val_loss"] if math.isfinite(r["final_val_loss"]) else math.inf
     for r in runs:
-        if r["tokens_per_param"] == ratio and (r["size"] not in best or r["final_val_loss"] < best[r["size"]]["final_val_loss"]):
+        if r["tokens_per_param"] == ratio and (r["size"] not in best or loss(r) < loss(best[r["size"]])):
             best[r["size"]] = r
     return sorted(best.values(), key=lambda r: r["params"])
 
 
-def load(spec, expected=None):
-    """(ladder.json's contents, the recipe) of spec = 'PATH' or 'PATH:RECIPE' (the first recipe by default): the
-    one reader of a ladder, for plan.py, forecast_prior and scripts/ladder.py. FitError when the file is not a
-    ladder.json, has no such recipe, or was measured on other data than expected (identity(), where given)."""
-    path, _, recipe = str(spec).partition(":")
+def load(path, recipe=None, expected=None):
+    """(ladder.json's contents, the recipe: the first one unless named): the one reader of a ladder, for
+    plan.py, forecast_prior and scripts/ladder.py. FitError when the file is not a ladder.json with recipes,
+    has no such recipe, or was measured on other data than expected (identity(), where given)."""
     try:
         result = json.loads(Path(path).read_text())
         recipes = result["recipes"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FitError(f"cannot read {path} as scripts/ladder.py's ladder.json ({e})") from None
+        raise FitError(f"cannot read {path} as scripts/ladder.py's ladder.json ({type(e).__name__}: {e})") from None
+    if not isinstance(recipes, dict) or not recipes:
+        raise FitError(f"{path} has no recipes: rerun scripts/ladder.py to write it whole")
     if recipe and recipe not in recipes:
         raise FitError(f"{path}: the ladder has no recipe {recipe!r} (it has {sorted(recipes)})")
     if expected and (problem := identity_problem(result.get("data", {}), expected, path)):
         raise FitError(problem)
-    return result, recipe or next(iter(recipes), None)
+    return result, recipe or next(iter(recipes))
 
 
 def identity(cfg):
