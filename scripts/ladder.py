@@ -2,8 +2,8 @@
 to forecast the final val loss, best learning rate and zero-shot scores of a size nobody has trained yet.
 
     python data/quickstart/prepare.py
-    nice -n 10 python scripts/ladder.py config/ladder_tiny.py --recipe "adamw: --optimizer=adamw --learning_rate=1e-2" \\
-        --recipe "muon: --optimizer=muon --learning_rate=3e-2" --jobs 2 --out out/ladder_tiny
+    nice -n 10 python scripts/ladder.py config/ladder_tiny.py --jobs 2 --out out/ladder_tiny \\
+        --recipe "adamw: --optimizer=adamw --learning_rate=1e-2" --recipe "muon: --optimizer=muon --learning_rate=3e-2"
     python scripts/ladder.py config/ladder_gpt3.py --recipe "fast: --optimizer=muon" --nproc 8 --out out/ladder
 
 The ladder's config (config/ladder_tiny.py, config/ladder_gpt3.py) names the train.py configs every run
