@@ -18,6 +18,9 @@ train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read
 metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder reruns where it stopped and a
 larger size added to the config runs alone (a ladder.json whose runs were trained with another base,
 common, steps or schedule is refused).
+Zero-shot scores: once scripts/eval.py has scored runs' checkpoints (ckpt_N.eval.json beside each; on the
+CPU, data/quickstart/next_line.py's task), a rerun trains nothing and fits each task's score against the
+final val loss (Bhagia et al.'s second step) for plan.py.
 It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the
 held-out check: fitted without the largest size, the prediction for it beside what it measured; each
 recipe's compute multiplier against the first; the data and vocabulary it was measured on) and
@@ -198,14 +201,25 @@ def fits(runs, ratio):
                                              [r["tokens"] for r in at_best]).to_json()
         except ladder.FitError as e:  # the fit along the rule still stands
             out["loss_nd_problem"] = str(e)
-    tasks = sorted({k for r in best for k in r["scores"]})
-    for task in tasks:  # Bhagia et al.'s step 2 on the val loss (eval.py gives no task loss)
-        have = [r for r in best if task in r["scores"]]
+    for task, fit in task_fits(runs, ratio).items():
+        out.setdefault("tasks" if isinstance(fit, ladder.Fit) else "task_problems", {})[task] = \
+            fit.to_json() if isinstance(fit, ladder.Fit) else fit
+    return out
+
+
+def task_fits(runs, ratio):
+    """{task/metric: its score against the final val loss (Bhagia et al.'s step 2; eval.py gives no task
+    loss), or why it cannot be fitted}, on every run of the sweeps that was scored: how a loss maps to a score
+    does not depend on the learning rate that reached it, and Bhagia et al. fit it on every checkpoint of
+    their ladder, not only each size's best."""
+    scored = [r for r in runs if r["tokens_per_param"] == ratio and r["scores"] and math.isfinite(r["final_val_loss"])]
+    out = {}
+    for task in sorted({k for r in scored for k in r["scores"]}):
+        have = [r for r in scored if task in r["scores"]]
         try:
-            out.setdefault("tasks", {})[task] = ladder.fit_task([r["final_val_loss"] for r in have],
-                                                                [r["scores"][task] for r in have]).to_json()
+            out[task] = ladder.fit_task([r["final_val_loss"] for r in have], [r["scores"][task] for r in have])
         except ladder.FitError as e:
-            out.setdefault("task_problems", {})[task] = str(e)
+            out[task] = str(e)
     return out
 
 
@@ -219,11 +233,15 @@ def held_out(runs, ratio):
     loss = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest]).predict(last["params"])
     lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
     measured = last["final_val_loss"]
+    scores = {task: {"predicted": float(fit(loss[0])), "measured": last["scores"][task]}  # both of Bhagia's steps
+              for task, fit in task_fits([r for r in runs if r["size"] != last["size"]], ratio).items()
+              if isinstance(fit, ladder.Fit) and task in last["scores"]}
     return {"size": last["size"], "params": last["params"], "measured_val_loss": measured,
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
-            "sweep_lrs": sorted(r["lr"] for r in runs if r["size"] == last["size"] and r["tokens_per_param"] == ratio)}
+            "sweep_lrs": sorted(r["lr"] for r in runs if r["size"] == last["size"] and r["tokens_per_param"] == ratio),
+            "scores": scores}
 
 
 def compute_multipliers(reference, other, ratio):
@@ -284,7 +302,8 @@ def main(argv=None):
     p.add_argument("config", help="the ladder's config, e.g. config/ladder_tiny.py")
     p.add_argument("--recipe", action="append", required=True, help="'NAME: --key=value ...' (repeatable)")
     p.add_argument("--out", required=True, help="folder for the runs, ladder.json and ladder.png")
-    p.add_argument("--jobs", type=int, default=1, help="runs of one sweep trained at once (CPU: one per core)")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at once (CPU: one per core), shared among "
+                   "the recipes, which climb side by side")
     p.add_argument("--nproc", type=int, default=1, help="GPUs per run: train.py under torchrun")
     args = p.parse_args(argv)
     settings = load_settings(args.config)
@@ -303,15 +322,18 @@ def main(argv=None):
         if changed := [k for k in RUN_SETTINGS if json.loads(json.dumps(settings[k])) != before.get(k, SETTINGS[k])]:
             raise SystemExit(f"error: {out / 'ladder.json'} trained its runs with other {', '.join(changed)}: its runs "
                              "would be reused as if trained by these; use another --out")
-    lad = Ladder(settings, out, args.jobs, args.nproc)
+    # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
+    # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy
+    lad = Ladder(settings, out, max(1, args.jobs // len(recipes)), args.nproc)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
               list(settings["tokens_per_param"]), "recipes": {}}
+    with concurrent.futures.ThreadPoolExecutor(min(args.jobs, len(recipes))) as pool:
+        climbs = {name: pool.submit(lad.climb, name, recipe) for name, recipe in recipes.items()}
     for name, recipe in recipes.items():
-        runs = lad.climb(name, recipe)
-        result["recipes"][name] = {"overrides": recipe, "runs": runs}
         try:
-            result["recipes"][name]["fits"] = fits(runs, ratio)
+            runs = climbs[name].result()
+            result["recipes"][name] = {"overrides": recipe, "runs": runs, "fits": fits(runs, ratio)}
         except ladder.FitError as e:
             raise SystemExit(f"error: recipe {name}: {e}")
         result["recipes"][name]["held_out"] = held_out(runs, ratio)
@@ -340,6 +362,11 @@ def summary(result):
         lr, loss = f["lr"]["named"], f["loss"]["named"]
         lines.append(f"  best lr = {lr['c']:.3g} * N^{lr['b']:.3f} (±{f['lr']['stderr']['b']:.3f} on the exponent)")
         lines.append(f"  final val loss: {f['loss']['form']}, " + ", ".join(f"{k} {v:.4g}" for k, v in loss.items()))
+        for task, fit in f.get("tasks", {}).items():
+            lines.append(f"  {task} against the final val loss ({fit['n']} runs): sigmoid, "
+                         + ", ".join(f"{k} {v:.4g}" for k, v in fit["named"].items()))
+        for task, problem in f.get("task_problems", {}).items():
+            lines.append(f"  {task}: no fit, {problem}")
         h = rec["held_out"]
         if "problem" in h:
             lines.append(f"  held out: none, {h['problem']}")
@@ -349,6 +376,9 @@ def summary(result):
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval); "
                          f"recommended lr {h['recommended_lr']:.3g}, its sweep's best {h['sweep_best_lr']:.3g} "
                          f"({h['lr_ratio']:.2f}x)")
+            for task, score in h["scores"].items():
+                lines.append(f"    {task}: predicted {score['predicted']:.3f} from the predicted loss, measured "
+                             f"{score['measured']:.3f}")
         for key, value in rec.items():
             if key.startswith("compute_multiplier_vs_"):
                 lines.append(f"  compute multiplier against {key[22:]} (its compute to reach this loss, "

@@ -2,6 +2,7 @@
 follows the law with noise, widens to the backtest's miss when the law misfits, says why there is none when
 the points cannot determine it, and writes its line and record."""
 import json
+import math
 import sys
 import types
 
@@ -101,6 +102,25 @@ def test_the_prior_predicts_the_size_and_takes_the_level_from_the_run(tmp_path):
     made, error = prior.forecast(points, 400)
     assert made == pytest.approx(off, rel=1e-3) and error < 0.01 * made
     assert prior.forecast([], 400) == "no evaluation yet"
+
+
+def test_the_priors_shape_follows_the_two_nearest_sizes_and_its_error_is_their_backtest(tmp_path):
+    """A shape that is the same up to 5e4 parameters and then changes linearly in log N (a small run has
+    learned most of what it will by half-way, a larger one has more to come): the line through the two
+    nearest sizes reads the run's shape exactly, and the same line one size down misses, which is its error."""
+    def runs_shape(n):
+        return lambda f: 1 + (0.6 + 0.3 * max(math.log(n / 5e4), 0)) * (1 - f) ** 2
+    sizes = (1e4, 3e4, 1e5, 3e5)
+    path = ladder_json(tmp_path / "ladder.json", sizes=sizes)
+    result = json.loads(open(path).read())
+    for run, n in zip(result["recipes"]["adamw"]["runs"], sizes):
+        run["curve"] = [[f, 20 * n ** -0.2 * runs_shape(n)(f)] for f, _ in run["curve"]]
+    (tmp_path / "ladder.json").write_text(json.dumps(result))
+    prior, final = forecast.prior(path, 1e6), 20 * 1e6 ** -0.2
+    points = [(it, final * runs_shape(1e6)(it / 400)) for it in (140, 160, 180, 200)]  # up to half-way
+    made, error = prior.forecast(points, 400)
+    assert made == pytest.approx(final, rel=1e-3)
+    assert 0.005 * final < error < 0.2 * final  # the line one size down misses the nearest's shape
 
 
 def test_the_prior_uses_only_the_ladders_sizes_below_the_run(tmp_path):

@@ -5,7 +5,10 @@ on a rerun and only the new size when one is added; bad input is one line."""
 import json
 import math
 import sys
+import threading
+import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,6 +192,55 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
     assert len(fake_train) == trained  # the rerun trained nothing
     climb(ladder_config(tmp_path, [16, 32, 48, 64, 96, 128]), tmp_path / "out", "adamw: --optimizer=adamw")
     assert {p.split("/")[-1].split("_")[0] for p in fake_train[trained:]} == {"w128"}  # only the new size
+
+
+def test_two_recipes_climb_side_by_side_with_two_jobs_and_end_as_one_at_a_time(tmp_path, fake_train, monkeypatch):
+    """--jobs 2 with two recipes: a run of each at once (a recipe's own sizes follow one another), and the
+    same ladder.json as one recipe after the other."""
+    train, lock, running, most = ladder_script.subprocess.run, threading.Lock(), [0], [0]
+
+    def run(command, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)  # long enough for the other recipe's run to start beside it
+        try:
+            return train(command, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+    monkeypatch.setattr(ladder_script.subprocess, "run", run)
+    config, recipes = ladder_config(tmp_path, [16, 32, 48]), ("adamw: --optimizer=adamw", "muon: --optimizer=muon")
+    ladder_script.main([config, "--out", str(tmp_path / "two"), "--jobs", "2",
+                        *(a for r in recipes for a in ("--recipe", r))])
+    assert most[0] == 2
+    together = json.loads((tmp_path / "two" / "ladder.json").read_text())
+    apart = climb(config, tmp_path / "one", *recipes)
+    for name in ("adamw", "muon"):
+        assert together["recipes"][name]["fits"] == apart["recipes"][name]["fits"]
+
+
+def test_scores_of_the_runs_checkpoints_give_a_task_fit_and_the_held_out_sizes_score(tmp_path, fake_train, capsys):
+    """scripts/eval.py's results beside each run's checkpoint (ckpt_N.eval.json): the rerun trains nothing,
+    fits each task's score against the final val loss on every scored run, and predicts the held-out size's
+    score from its predicted loss (both of Bhagia et al.'s steps)."""
+    config, out = ladder_config(tmp_path, [16, 32, 48, 64, 96]), tmp_path / "out"
+    runs = climb(config, out, "adamw: --optimizer=adamw")["recipes"]["adamw"]["runs"]
+    losses = [r["final_val_loss"] for r in runs]
+    middle, spread = float(np.median(losses)), float(np.ptp(losses))
+    score = lambda loss: 0.5 / (1 + math.exp((loss - middle) / (0.2 * spread))) + 0.25  # chance 0.25
+    for r in runs:
+        Path(r["out_dir"], "ckpt_10.eval.json").write_text(json.dumps(
+            {"results": {"next_line": {"acc_norm": score(r["final_val_loss"]), "acc_norm_stderr": 0.01, "n": 1000}}}))
+    trained = len(fake_train)
+    rec = climb(config, out, "adamw: --optimizer=adamw")["recipes"]["adamw"]
+    assert len(fake_train) == trained
+    fit = ladder.Fit.from_json(rec["fits"]["tasks"]["next_line/acc_norm"])
+    assert fit.n == len(runs) and fit.named()["b"] == pytest.approx(0.25, abs=0.01)
+    held = rec["held_out"]["scores"]["next_line/acc_norm"]
+    assert held["measured"] == pytest.approx(score(rec["held_out"]["measured_val_loss"]))
+    assert held["predicted"] == pytest.approx(score(rec["held_out"]["predicted_val_loss"]), abs=0.01)
+    assert "next_line/acc_norm: predicted " in capsys.readouterr().out
 
 
 def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit(tmp_path, fake_train):

@@ -13,13 +13,14 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
 
 from conftest import REPO, torchrun
 from model import GPT, GPTConfig, mask_padding
-from trainer import checkpoint, hf, lm_eval_adapter, metrics
+from trainer import bins, checkpoint, hf, lm_eval_adapter, metrics
 from trainer.tokenizer import get_encoding
 
 ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=48, vocab_size=320, bias=False)
@@ -57,7 +58,7 @@ def run(tmp_path_factory):
     tasks = folder / "tasks"
     tasks.mkdir()
     for task in lm_eval_adapter.PAPER_TASKS:
-        prepare_script.write_jsonl(lm_eval_adapter.task_file(str(tasks), task), prepare_script.synthetic(task, 8))
+        bins.write_jsonl_atomic(lm_eval_adapter.task_file(str(tasks), task), prepare_script.synthetic(task, 8))
     return folder
 
 
@@ -259,3 +260,30 @@ def test_eval_with_no_checkpoint_advises_a_command_eval_accepts(tmp_path, capsys
         suggested = shlex.split(err.rsplit("then python ", 1)[1])
         assert suggested[0] == "scripts/eval.py"
         eval_script.parse_args(suggested[1:])  # what it suggests parses (a SystemExit would fail the test)
+
+
+def test_next_line_writes_a_four_way_task_of_the_val_split_that_lm_eval_scores(tmp_path):
+    """data/quickstart/next_line.py: from a val.bin of byte-level files, examples whose answer is the true next
+    line (without its indentation, which ends the context), whose three others are other files' lines, that
+    fit the tiny models' 128 bytes; the same file on a second run; and a task lm-eval scores through the
+    adapter."""
+    files = ["\n".join(f"    value_{f}_{i} = compute({i}, {f})" for i in range(30)) for f in range(4)]
+    tokens = []
+    for text in files:
+        tokens += list(text.encode()) + [256]
+    np.array(tokens, dtype=np.uint16).tofile(tmp_path / "val.bin")
+    next_line = load_script("next_line", "data/quickstart/next_line.py")
+    next_line.main(["--data_dir", str(tmp_path), "--out_dir", str(tmp_path / "task"), "-n", "40"])
+    written = (tmp_path / "task" / "next_line.jsonl").read_text()
+    examples = [json.loads(line) for line in written.splitlines()]
+    assert len(examples) == 40
+    for e in examples:
+        answer = e["choices"][e["label"]]
+        source = next(text for text in files if e["context"] + answer in text)  # the context's true next line
+        assert e["context"].endswith("\n    ") and len(e["context"]) + max(map(len, e["choices"])) < 128
+        assert len(set(e["choices"])) == 4 and all(c not in source for c in e["choices"] if c != answer)
+    next_line.main(["--data_dir", str(tmp_path), "--out_dir", str(tmp_path / "again"), "-n", "40"])
+    assert (tmp_path / "again" / "next_line.jsonl").read_text() == written
+    lm = lm_eval_adapter.GPTLM(tiny_model(), BYTES, "cpu", torch.no_grad())
+    scored = lm_eval_adapter.evaluate(lm, ["next_line"], str(tmp_path), [str(tmp_path / "task")])
+    assert scored["next_line"]["n"] == 40 and 0 <= scored["next_line"]["acc_norm"] <= 1

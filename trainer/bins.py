@@ -35,9 +35,18 @@ class BinError(RunError):
 
 def write_json_atomic(path, obj):
     """Write so that a reader, or a kill at any moment, sees the old file or the new one, never half."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
+    _write_atomic(path, lambda f: json.dump(obj, f, indent=1))
+
+
+def write_jsonl_atomic(path, records):
+    """JSON lines, one record a line, written as write_json_atomic writes."""
+    _write_atomic(path, lambda f: f.writelines(json.dumps(record) + "\n" for record in records))
+
+
+def _write_atomic(path, write):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        write(f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -159,12 +159,18 @@ class Prior:
     """A scaling ladder's prior (scripts/ladder.py's ladder.json) for a run of n parameters, from the ladder's
     sizes below it: the final val loss its loss law predicts there, and the shape of its runs' val-loss
     curves: each best run's curve divided by its final val loss, by fraction of the run. At each fraction the
-    shape is a line in log N through the ladder's sizes, read at n; the run's own evaluations give the level
-    (val loss / shape, averaged over its last LEVEL_POINTS evaluations). So the law's shape comes from the
-    ladder and its level from the run: one number to measure, from the first evaluation after warmup. It
-    assumes the run follows the ladder's recipe and schedule in fractions of its length (the same
-    tokens-per-parameter rule, warmup share and decay). Its error: the shape's scatter about its line at
-    that fraction (two sizes are spent on the line) and the spread of the level's estimates."""
+    shape is the line in log N through the two largest sizes below n, read at n; the run's own evaluations
+    give the level (val loss / shape, averaged over its last LEVEL_POINTS evaluations). So the law's shape
+    comes from the ladder and its level from the run: one number to measure, from the first evaluation after
+    warmup. It assumes the run follows the ladder's recipe and schedule in fractions of its length (the same
+    tokens-per-parameter rule, warmup share and decay).
+
+    Why the two nearest sizes, not a line through all: a curve's shape changes with size unevenly (a small
+    run has learned most of what it will by half-way, a larger one still has much to come), so the nearest
+    sizes are the ones most like this run; on the CPU ladder a line through all sizes missed the final loss at
+    half-way by 4-6%, the nearest two by 0.5-2% (docs/scaling_ladder.md). Its error is backtested, as the
+    Forecaster's is: the same line one size down (through the two sizes below the nearest) misses the
+    nearest's shape by some amount per unit of log N; that rate times how far n lies beyond the nearest."""
 
     def __init__(self, result, recipe, n):
         ratio = result["tokens_per_param"][0]
@@ -174,15 +180,14 @@ class Prior:
                                   f"its prior needs {ladder.MIN_SIZES}")
         fit = ladder.fit_loss([r["params"] for r in runs], [r["final_val_loss"] for r in runs])
         self.predicted = fit.predict(n)  # (value, low, high)
-        self.n, self.curves = n, [(r["params"], np.array(r["curve"])) for r in runs]
+        self.n, self.curves = n, [(math.log(r["params"]), np.array(r["curve"])) for r in runs[-3:]]
 
     def shape(self, fraction):
-        """(val loss / final val loss at this fraction of the run, the scatter of the ladder's sizes about it)."""
-        logn = np.log([n for n, _ in self.curves])
-        ratios = np.array([np.interp(fraction, c[:, 0], c[:, 1] / c[-1, 1]) for _, c in self.curves])
-        slope, intercept = np.polyfit(logn, ratios, 1)
-        misses = ratios - (intercept + slope * logn)
-        return intercept + slope * math.log(self.n), math.sqrt((misses ** 2).sum() / max(len(ratios) - 2, 1))
+        """(val loss / final val loss at this fraction of the run, its backtested error)."""
+        (x0, r0), (x1, r1), (x2, r2) = [(x, np.interp(fraction, c[:, 0], c[:, 1] / c[-1, 1])) for x, c in self.curves]
+        along = lambda xa, ra, xb, rb, x: rb + (rb - ra) * (x - xb) / (xb - xa)  # the line through a and b, at x
+        miss_per_unit = abs(along(x0, r0, x1, r1, x2) - r2) / (x2 - x1)
+        return along(x1, r1, x2, r2, math.log(self.n)), miss_per_unit * (math.log(self.n) - x2)
 
     def forecast(self, points, end):
         """(val_loss, error) at the end of the run from its (iteration, val loss) points so far."""

@@ -139,6 +139,8 @@ def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="po
     dof = len(y) - len(names)
     if dof <= 0:  # the points fix the parameters exactly and nothing measures their error: no interval
         return Fit(form, params, np.zeros((len(names), len(names))), math.inf, len(y))
+    if not np.isfinite(cov).all() and np.allclose(residuals, 0, atol=1e-12):
+        cov = np.zeros((len(names), len(names)))  # the points lie on the form (scipy's covariance is 0/0)
     if not np.isfinite(cov).all():
         raise FitError(f"these {len(y)} {what} do not determine the {form} form's parameters")
     return Fit(form, params, cov, math.sqrt((residuals ** 2).sum() / dof), len(y))

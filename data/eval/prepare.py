@@ -14,22 +14,14 @@ the folder to the GPU machine. data/eval/hellaswag.jsonl also feeds the in-loop 
 offline (the tests use them, and the README's table); their scores mean nothing.
 """
 import argparse
-import json
 import os
 import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from trainer import lm_eval_adapter  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import bins, lm_eval_adapter  # noqa: E402  (needs the repo root on sys.path first)
 
 WORDS = "the a man woman dog cat river stone cloud paper green blue sun rain walks runs sees holds".split()
-
-
-def write_jsonl(path, records):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record) + "\n" for record in records)
-    os.replace(tmp, path)
 
 
 def download(task, config):
@@ -79,7 +71,7 @@ def main():
             sys.exit(f"error: cannot get {task} ({config['dataset_path']}, split {config['split']}) from the hub: "
                      f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; run this where there is "
                      f"a network and copy {args.out_dir} here")
-        write_jsonl(path, records)
+        bins.write_jsonl_atomic(path, records)
         print(f"wrote {path}: {len(records):,} examples")
 
 

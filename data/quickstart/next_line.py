@@ -1,0 +1,97 @@
+"""
+A zero-shot task for models trained on the quick-start corpus, so that the CPU's scaling ladder can fit
+scores as a GPU ladder fits HellaSwag's (Bhagia et al.'s step 2, docs/scaling_ladder.md): given a few lines
+of a val-split Python file, which of four lines comes next? The others are lines of the same length class
+from other files. Written from data/quickstart/val.bin (python data/quickstart/prepare.py first) as
+lm-evaluation-harness files, with no download:
+
+    python data/quickstart/next_line.py        # data/quickstart/next_line/{next_line.jsonl,next_line.yaml}
+    python scripts/eval.py out/tiny --tasks next_line --include_path data/quickstart/next_line
+
+Chance is 25%. The examples are drawn with a fixed seed, so the file is the same on every machine that
+prepared the same corpus. Context and line fit in 128 bytes, the tiny models' block_size.
+"""
+import argparse
+import os
+import random
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONTEXT_BYTES, LINE_BYTES = (24, 88), (8, 39)  # context (with the answer's indentation) and answer: under 128 bytes
+
+
+def documents(val_bin):
+    """The val split's files as lists of ASCII lines (a file with other bytes is left out: a byte-level
+    model reads UTF-8, lm-eval hands it text)."""
+    tokens = np.fromfile(val_bin, dtype=np.uint16)
+    ends = np.flatnonzero(tokens == 256)
+    out = []
+    for a, b in zip(np.concatenate([[-1], ends]), np.concatenate([ends, [len(tokens)]])):
+        data = tokens[a + 1:b]
+        if len(data) and data.max() < 128:
+            out.append(bytes(data.astype(np.uint8)).decode("ascii").split("\n"))
+    return out
+
+
+def examples(docs, n, seed=0):
+    """n examples: the lines before (as many whole lines as fit) and the answer's indentation, then the
+    answer without it and three lines of other files without theirs: the choices differ in what they say,
+    not in how many easy spaces they start with."""
+    rng = random.Random(seed)
+    fits = lambda text: LINE_BYTES[0] <= len(text) <= LINE_BYTES[1]
+    pool = [(d, line.strip()) for d, lines in enumerate(docs) for line in lines if fits(line.strip())]
+    made = []
+    while len(made) < n:
+        d = rng.randrange(len(docs))
+        lines = docs[d]
+        i = rng.randrange(1, len(lines)) if len(lines) > 1 else 0
+        answer = lines[i].strip() if i else ""
+        if not fits(answer):
+            continue
+        context = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+        for line in reversed(lines[:i]):  # whole lines back from the answer, up to the length budget
+            if len(context) + len(line) + 1 > CONTEXT_BYTES[1]:
+                break
+            context = line + "\n" + context
+        if len(context) < CONTEXT_BYTES[0]:
+            continue
+        others = set()
+        while len(others) < 3:  # lines from other files, unlike the answer
+            od, line = rng.choice(pool)
+            if od != d and line != answer:
+                others.add(line)
+        choices = sorted(others)
+        label = rng.randrange(4)
+        choices.insert(label, answer)
+        made.append({"context": context, "choices": choices, "label": label})
+    return made
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data_dir", default=HERE, help="where val.bin is (default: %(default)s)")
+    p.add_argument("--out_dir", default=os.path.join(HERE, "next_line"), help="default: %(default)s")
+    p.add_argument("-n", type=int, default=1000, help="examples (default: %(default)s)")
+    args = p.parse_args(argv)
+    val_bin = os.path.join(args.data_dir, "val.bin")
+    if not os.path.isfile(val_bin):
+        sys.exit(f"error: {val_bin} not found: run python data/quickstart/prepare.py first")
+    made = examples(documents(val_bin), args.n)
+    os.makedirs(args.out_dir, exist_ok=True)
+    data = os.path.abspath(os.path.join(args.out_dir, "next_line.jsonl"))
+    bins.write_jsonl_atomic(data, made)
+    task = {"task": "next_line", "dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": data}},
+            "output_type": "multiple_choice", "validation_split": "validation", "doc_to_text": "context",
+            "doc_to_choice": "choices", "doc_to_target": "label", "target_delimiter": "",
+            "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}]}
+    bins.write_json_atomic(os.path.join(args.out_dir, "next_line.yaml"), task)  # JSON is YAML
+    print(f"wrote {len(made)} examples to {data} and the task next_line.yaml beside it")
+
+
+if __name__ == "__main__":
+    main()
