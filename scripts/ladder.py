@@ -230,13 +230,14 @@ def held_out(runs, ratio):
         return {"problem": f"{len(best)} sizes: holding one out leaves fewer than {ladder.MIN_SIZES} to fit"}
     last, rest = best[-1], best[:-1]
     sizes = [r["params"] for r in rest]
-    loss = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest]).predict(last["params"])
+    loss_fit = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest])
+    loss = loss_fit.predict(last["params"])
     lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
     measured = last["final_val_loss"]
     scores = {task: {"predicted": float(fit(loss[0])), "measured": last["scores"][task]}  # both of Bhagia's steps
               for task, fit in task_fits([r for r in runs if r["size"] != last["size"]], ratio).items()
               if isinstance(fit, ladder.Fit) and task in last["scores"]}
-    return {"size": last["size"], "params": last["params"], "measured_val_loss": measured,
+    return {"size": last["size"], "params": last["params"], "measured_val_loss": measured, "form": loss_fit.form,
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
@@ -371,8 +372,9 @@ def summary(result):
         if "problem" in h:
             lines.append(f"  held out: none, {h['problem']}")
         else:
-            lines.append(f"  held out {h['size']} ({h['params']:,} params): predicted {h['predicted_val_loss']:.4f} "
-                         f"[{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], measured {h['measured_val_loss']:.4f} "
+            lines.append(f"  held out {h['size']} ({h['params']:,} params): {h['form']} predicted "
+                         f"{h['predicted_val_loss']:.4f} [{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], "
+                         f"measured {h['measured_val_loss']:.4f} "
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval); "
                          f"recommended lr {h['recommended_lr']:.3g}, its sweep's best {h['sweep_best_lr']:.3g} "
                          f"({h['lr_ratio']:.2f}x)")

@@ -707,8 +707,8 @@ def ladder_text(plan):
                 lines.append(f"    compute multiplier against {next(iter(lad['recipes']))}: "
                              + (m if isinstance(m, str) else f"{m:.2f}x (its compute to reach this loss, over this run's)"))
             for key, (score, gpt3) in r["scores"].items():
-                lines.append(f"    {key:<24} predicted {100 * score:5.1f}   GPT-3 at this size: "
-                             + ("-" if gpt3 is None else f"{gpt3:g}"))
+                lines.append(f"    {key:<24} predicted {100 * score:5.1f}"
+                             + ("" if gpt3 is None else f"   GPT-3 at this size: {gpt3:g}"))  # not one of GPT-3's tasks
             if "target" in r:
                 t = r["target"]
                 lines.append("    target: " + (t if isinstance(t, str) else f"val loss {t['val_loss']:.3f} after "
@@ -728,9 +728,10 @@ def budget_note(cfg, config_args):
     max_iters from its own batch, so --batch_size=8 alone makes a 300B-token run a 600B one."""
     files = configurator.load_config_or_exit([a for a in config_args if not a.startswith("--")])
     before, after = (c.max_iters * c.batch_size * c.gradient_accumulation_steps * c.block_size for c in (files, cfg))
+    count = lambda tokens: f"{tokens / 1e9:,.1f}B" if tokens >= 1e8 else f"{tokens / 1e6:,.2f}M"  # a tiny run's too
     if before != after:
-        print(f"note: the overrides change the run from {before / 1e9:,.1f}B to {after / 1e9:,.1f}B tokens (the config "
-              f"derives max_iters from its own batch); for {before / 1e9:,.1f}B set --max_iters and --lr_decay_iters to "
+        print(f"note: the overrides change the run from {count(before)} to {count(after)} tokens (the config "
+              f"derives max_iters from its own batch); for {count(before)} set --max_iters and --lr_decay_iters to "
               f"{round(before / (after / cfg.max_iters))}", file=sys.stderr)
 
 

@@ -176,6 +176,7 @@ def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_fin
     (tmp_path / "run" / "config.json").write_text(json.dumps(dict(
         configurator.DEFAULTS, max_iters=400, lr_decay_iters=400, warmup_iters=20, learning_rate=1e-3, min_lr=1e-4)))
     record = metrics.Metrics(tmp_path / "run")
+    record("start", 0, params=largest["params"])
     for fraction, loss in largest["curve"]:
         record("eval", round(fraction * 400), val_loss=loss)
     sys.path.insert(0, str(REPO / "scripts" / "bench"))
@@ -187,3 +188,8 @@ def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_fin
     assert all(abs(r["relative_error"]) < 1e-3 for r in prior)  # the run follows the shape: its level is exact
     now = [r for r in rows if r["method"] == "val loss now"]
     assert all(r["relative_error"] > 0.05 for r in now)
+    forecast_accuracy.main(["--ladder", path, "--out", str(tmp_path / "out.json"), "--runs", f"adamw={tmp_path / 'run'}"])
+    rows = json.loads((tmp_path / "out.json").read_text())["rows"]
+    assert [r["size"] for r in rows if r["method"] == "ladder prior"] == ["s4", "s4", "run", "run"]
+    with pytest.raises(SystemExit, match="write RECIPE=OUT_DIR, RECIPE one of \\['adamw'\\]"):
+        forecast_accuracy.main(["--ladder", path, "--runs", f"muon={tmp_path / 'run'}"])

@@ -243,6 +243,17 @@ def test_scores_of_the_runs_checkpoints_give_a_task_fit_and_the_held_out_sizes_s
     assert "next_line/acc_norm: predicted " in capsys.readouterr().out
 
 
+def test_a_ladder_without_sweeps_climbs_at_one_rate_and_its_lr_fit_is_that_rate(tmp_path, fake_train):
+    """sweep_points = (1, 1): one run per size at the recipe's rate; four equal best rates lie on the lr law
+    exactly, which is a fit (zero covariance), not a failure."""
+    result = climb(ladder_config(tmp_path, [16, 32, 48, 64], sweep_points=(1, 1)), tmp_path / "out",
+                   "adamw: --optimizer=adamw --learning_rate=2e-3")
+    rec = result["recipes"]["adamw"]
+    assert {r["lr"] for r in rec["runs"]} == {2e-3} and len(rec["runs"]) == 4
+    fit = ladder.Fit.from_json(rec["fits"]["lr"])
+    assert fit.named()["b"] == pytest.approx(0, abs=1e-9) and fit.predict(1e6) == pytest.approx((2e-3,) * 3)
+
+
 def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit(tmp_path, fake_train):
     result = climb(ladder_config(tmp_path, [16, 32, 48], tokens_per_param=(2, 4)), tmp_path / "out",
                    "adamw: --optimizer=adamw")

@@ -168,7 +168,7 @@ class Prior:
     Why the two nearest sizes, not a line through all: a curve's shape changes with size unevenly (a small
     run has learned most of what it will by half-way, a larger one still has much to come), so the nearest
     sizes are the ones most like this run; on the CPU ladder a line through all sizes missed the final loss at
-    half-way by 4-6%, the nearest two by 0.5-2% (docs/scaling_ladder.md). Its error is backtested, as the
+    half-way by 3-5%, the nearest two by under 3% (docs/scaling_ladder.md). Its error is backtested, as the
     Forecaster's is: the same line one size down (through the two sizes below the nearest) misses the
     nearest's shape by some amount per unit of log N; that rate times how far n lies beyond the nearest."""
 

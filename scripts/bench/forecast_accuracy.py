@@ -10,12 +10,12 @@ forecast), whether the final val loss fell inside forecast ± E, and the first f
 Then, over every forecast train.log printed, how many bars held the final val loss. Prints a markdown table
 and writes it as JSON to --out.
 
-    python scripts/bench/forecast_accuracy.py --ladder out/ladder_tiny/ladder.json
+    python scripts/bench/forecast_accuracy.py --ladder out/ladder_tiny/ladder.json [--runs muon=out/w160 ...]
 
 With --ladder it trains nothing: for each recipe of a scaling ladder (scripts/ladder.py) it takes the largest
-size's best run and sets beside its final val loss, at 25% and 50% of that run, the law's fit, the forecast
-with the ladder's prior (forecast.Prior, from the sizes below it: the ladder's shape at the run's level) and
-"the val loss now", each with its error against the final.
+size's best run (and each run of --runs, against its recipe's prior) and sets beside its final val loss, at
+25% and 50% of that run, the law's fit, the forecast with the ladder's prior (forecast.Prior, from the sizes
+below it: the ladder's shape at the run's level) and "the val loss now", each with its error against the final.
 """
 import argparse
 import json
@@ -44,9 +44,11 @@ def main(argv=None):
     p.add_argument("--out", default="/tmp/forecast_accuracy/results.json")
     p.add_argument("--args", default="", help="more train.py overrides for every run, e.g. a smaller model")
     p.add_argument("--ladder", help="a ladder.json: measure its largest runs with and without its prior instead")
+    p.add_argument("--runs", nargs="*", default=[], metavar="RECIPE=OUT_DIR",
+                   help="with --ladder, these runs too (sizes beyond the ladder), each against its recipe's prior")
     args = p.parse_args(argv)
     if args.ladder:
-        return ladder_table(args.ladder, args.out)
+        return ladder_table(args.ladder, args.out, args.runs)
     rows, coverage = [], []
     for schedule in args.schedules:
         for seed in args.seeds:
@@ -89,25 +91,35 @@ def main(argv=None):
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "coverage": coverage}, indent=2))
 
 
-def ladder_table(path, out):
-    """Each recipe's largest best run: its forecasts at 25% and 50% with and without the ladder's prior."""
+def ladder_table(path, out, runs=()):
+    """Each recipe's largest best run, and each of runs ('RECIPE=OUT_DIR'): its forecasts at 25% and 50% with
+    and without the ladder's prior."""
     (result, _), rows = ladder.load(path), []
-    for name, rec in result["recipes"].items():
-        run = ladder.best_runs(rec["runs"], result["tokens_per_param"][0])[-1]
-        cfg = types.SimpleNamespace(**json.loads((Path(run["out_dir"]) / "config.json").read_text()))
-        evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(run["out_dir"], "eval"))]
+    largest = {name: ladder.best_runs(rec["runs"], result["tokens_per_param"][0])[-1]
+               for name, rec in result["recipes"].items()}
+    targets = [(name, run["size"], run["out_dir"], run["params"]) for name, run in largest.items()]
+    for spec in runs:
+        name, sep, out_dir = spec.partition("=")
+        if not sep or name not in result["recipes"]:
+            raise SystemExit(f"error: --runs {spec!r}: write RECIPE=OUT_DIR, RECIPE one of {sorted(result['recipes'])}")
+        if not metrics.read(out_dir, "start"):
+            raise SystemExit(f"error: --runs {spec!r}: {out_dir} has no metrics.jsonl of a train.py run")
+        targets.append((name, Path(out_dir).name, out_dir, metrics.read(out_dir, "start")[-1]["params"]))
+    for name, size, out_dir, params in targets:
+        cfg = types.SimpleNamespace(**json.loads((Path(out_dir) / "config.json").read_text()))
+        evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))]
         final, end = evals[-1][1], cfg.max_iters
         law = forecast.Forecaster([learning_rate(it, cfg) for it in range(end)], cfg.warmup_iters)
-        prior = forecast.Prior(result, name, run["params"])
+        prior = forecast.Prior(result, name, params)
         for share in (0.25, 0.5):
             points = [(it, loss) for it, loss in evals if it <= share * end]
             for method, made in (("law", law.fit(points)), ("ladder prior", prior.forecast(points, end)),
                                  ("val loss now", (points[-1][1], 0.0))):
                 value = None if isinstance(made, str) else made[0]
-                rows.append({"recipe": name, "size": run["size"], "at": points[-1][0] / end, "method": method,
+                rows.append({"recipe": name, "size": size, "at": points[-1][0] / end, "method": method,
                              "forecast": value, "error_bar": made if value is None else made[1],
                              "final_val_loss": final, "relative_error": None if value is None else value / final - 1})
-        rows.append({"recipe": name, "size": run["size"], "method": "the ladder's prediction (sizes below)",
+        rows.append({"recipe": name, "size": size, "method": "the ladder's prediction (sizes below)",
                      "at": 0.0, "forecast": prior.predicted[0], "error_bar": (prior.predicted[2] - prior.predicted[1]) / 2,
                      "final_val_loss": final, "relative_error": prior.predicted[0] / final - 1})
     print("| recipe | size | at | method | forecast (±error) | final val loss | forecast / final − 1 |")
