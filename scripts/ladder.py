@@ -35,6 +35,7 @@ import runpy
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import ladder, metrics  # noqa: E402
+from trainer import RunError, ladder, metrics  # noqa: E402
 from plan import build_meta_model  # noqa: E402  (scripts/ is on sys.path: this script's folder)
 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
@@ -85,11 +86,16 @@ def parse_recipe(text, varied=VARIED):
     return name, overrides
 
 
+class Stopped(Exception):
+    """A climb stopped because another recipe's failed: that failure is the one to report."""
+
+
 class Ladder:
     """One ladder: its settings, where its runs go, and how each is trained."""
 
     def __init__(self, settings, out, jobs=1, nproc=1):
         self.s, self.out, self.jobs, self.nproc = settings, out and Path(out), jobs, nproc  # out None: argv only
+        self.stopped = threading.Event()  # set: start no new run
 
     def argv(self, recipe, shape, lr, ratio):
         """The configurator's arguments for one run (and so train.py's)."""
@@ -116,6 +122,8 @@ class Ladder:
         """Train one run unless it is done; its record for ladder.json."""
         out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}"
         if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):  # done: nothing to build
+            if self.stopped.is_set():
+                raise Stopped()
             args = self.argv(recipe, shape, lr, ratio)
             out_dir.mkdir(parents=True, exist_ok=True)
             launcher = [sys.executable] if self.nproc == 1 else \
@@ -235,8 +243,9 @@ def held_out(runs, ratio):
     lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
     measured = last["final_val_loss"]
     scores = {task: {"predicted": float(fit(loss[0])), "measured": last["scores"][task]}  # both of Bhagia's steps
+              if isinstance(fit, ladder.Fit) else {"problem": fit}
               for task, fit in task_fits([r for r in runs if r["size"] != last["size"]], ratio).items()
-              if isinstance(fit, ladder.Fit) and task in last["scores"]}
+              if task in last["scores"]}
     return {"size": last["size"], "params": last["params"], "measured_val_loss": measured, "form": loss_fit.form,
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
@@ -303,8 +312,8 @@ def main(argv=None):
     p.add_argument("config", help="the ladder's config, e.g. config/ladder_tiny.py")
     p.add_argument("--recipe", action="append", required=True, help="'NAME: --key=value ...' (repeatable)")
     p.add_argument("--out", required=True, help="folder for the runs, ladder.json and ladder.png")
-    p.add_argument("--jobs", type=int, default=1, help="runs trained at once (CPU: one per core), shared among "
-                   "the recipes, which climb side by side")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at once (CPU: one per core): the recipes "
+                   "climb side by side, each sweeping JOBS // recipes rates at once (at least one)")
     p.add_argument("--nproc", type=int, default=1, help="GPUs per run: train.py under torchrun")
     args = p.parse_args(argv)
     settings = load_settings(args.config)
@@ -312,9 +321,16 @@ def main(argv=None):
     if len(settings["sizes"]) < ladder.MIN_SIZES:
         raise SystemExit(f"error: {args.config} has {len(settings['sizes'])} sizes, a fit needs at least "
                          f"{ladder.MIN_SIZES}: add sizes")
+    if args.jobs < 1 or args.nproc < 1:
+        raise SystemExit(f"error: --jobs {args.jobs} and --nproc {args.nproc}: each must be at least 1")
     out = Path(args.out)
-    base = configurator.load_config([*settings["base"], *shlex.split(settings["common"])])
-    data = ladder.identity(base)
+    head = [*settings["base"], *shlex.split(settings["common"])]
+    for name, recipe in {args.config: [], **{f"recipe {k}": v for k, v in recipes.items()}}.items():
+        try:  # a bad key: one line now, not a traceback hours into a climb
+            configurator.load_config(head + recipe)
+        except configurator.ConfigError as e:
+            raise SystemExit(f"error: {name}: {e}")
+    data = ladder.identity(configurator.load_config(head))
     if (out / "ladder.json").is_file():
         try:
             before = ladder.load(out / "ladder.json", expected=data)[0]["settings"]
@@ -331,6 +347,15 @@ def main(argv=None):
               list(settings["tokens_per_param"]), "recipes": {}}
     with concurrent.futures.ThreadPoolExecutor(min(args.jobs, len(recipes))) as pool:
         climbs = {name: pool.submit(lad.climb, name, recipe) for name, recipe in recipes.items()}
+        concurrent.futures.wait(climbs.values(), return_when=concurrent.futures.FIRST_EXCEPTION)
+        lad.stopped.set()  # after a failure the other climbs start no new run (after none, none is left)
+    for name, climb in climbs.items():  # the failure itself, not the climbs it stopped
+        if isinstance(error := climb.exception(), SystemExit):
+            raise error
+        if isinstance(error, RunError):
+            raise SystemExit(f"error: recipe {name}: {error}")
+        if error is not None and not isinstance(error, Stopped):
+            raise error
     for name, recipe in recipes.items():
         try:
             runs = climbs[name].result()
@@ -379,8 +404,9 @@ def summary(result):
                          f"recommended lr {h['recommended_lr']:.3g}, its sweep's best {h['sweep_best_lr']:.3g} "
                          f"({h['lr_ratio']:.2f}x)")
             for task, score in h["scores"].items():
-                lines.append(f"    {task}: predicted {score['predicted']:.3f} from the predicted loss, measured "
-                             f"{score['measured']:.3f}")
+                lines.append(f"    {task}: " + (f"no prediction, {score['problem']}" if "problem" in score else
+                                               f"predicted {score['predicted']:.3f} from the predicted loss, "
+                                               f"measured {score['measured']:.3f}"))
         for key, value in rec.items():
             if key.startswith("compute_multiplier_vs_"):
                 lines.append(f"  compute multiplier against {key[22:]} (its compute to reach this loss, "

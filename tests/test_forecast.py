@@ -121,6 +121,8 @@ def test_the_priors_shape_follows_the_two_nearest_sizes_and_its_error_is_their_b
     made, error = prior.forecast(points, 400)
     assert made == pytest.approx(final, rel=1e-3)
     assert 0.005 * final < error < 0.2 * final  # the line one size down misses the nearest's shape
+    near = forecast.prior(path, 3.1e5)  # just above the nearest size: its shape's error is one step's, not ~0
+    assert near.shape(0.5)[1] == pytest.approx(prior.shape(0.5)[1] * math.log(3) / math.log(1e6 / 3e5))
 
 
 def test_the_prior_uses_only_the_ladders_sizes_below_the_run(tmp_path):
@@ -193,3 +195,5 @@ def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_fin
     assert [r["size"] for r in rows if r["method"] == "ladder prior"] == ["s4", "s4", "run", "run"]
     with pytest.raises(SystemExit, match="write RECIPE=OUT_DIR, RECIPE one of \\['adamw'\\]"):
         forecast_accuracy.main(["--ladder", path, "--runs", f"muon={tmp_path / 'run'}"])
+    with pytest.raises(SystemExit, match="has no metrics.jsonl of a train.py run"):
+        forecast_accuracy.main(["--ladder", path, "--runs", f"adamw={tmp_path / 'missing'}"])

@@ -110,6 +110,16 @@ def test_a_diverged_run_is_the_worst_of_its_sweep():
     assert ladder.best_runs(runs, 2)[0]["final_val_loss"] == 2.0
 
 
+def test_points_on_a_form_are_a_fit_only_where_they_determine_it_and_a_step_is_no_sigmoid():
+    exact = ladder.fit_lr([1e4, 1e5, 1e6], [2e-3] * 3)  # three equal rates: on lr = c N^0, exactly
+    assert exact.named()["b"] == pytest.approx(0, abs=1e-9) and not exact.cov.any()
+    with pytest.raises(ladder.FitError, match="do not determine the lr form's parameters"):
+        ladder.fit("lr", np.array([1e5, 1e5, 1e5]), [2e-3] * 3, [math.log(2e-3), 0.0])  # one size: no slope
+    losses = np.linspace(1.5, 2.5, 12)
+    with pytest.raises(ladder.FitError, match="the fit is a step"):
+        ladder.fit_task(losses, np.where(losses < 2.0, 0.30, 0.27))
+
+
 def test_too_few_sizes_and_an_unreachable_target_are_one_line():
     with pytest.raises(ladder.FitError, match="2 sizes, a fit needs at least 3"):
         ladder.fit_loss([1e5, 1e6], [3.0, 2.5])
@@ -252,6 +262,33 @@ def test_a_ladder_without_sweeps_climbs_at_one_rate_and_its_lr_fit_is_that_rate(
     assert {r["lr"] for r in rec["runs"]} == {2e-3} and len(rec["runs"]) == 4
     fit = ladder.Fit.from_json(rec["fits"]["lr"])
     assert fit.named()["b"] == pytest.approx(0, abs=1e-9) and fit.predict(1e6) == pytest.approx((2e-3,) * 3)
+
+
+def test_a_recipes_bad_key_is_one_line_before_anything_trains(tmp_path, fake_train):
+    with pytest.raises(SystemExit, match="error: recipe typo: command line: unknown config key 'optimzer'; did you "
+                                         "mean optimizer"):
+        climb(ladder_config(tmp_path, [16, 32, 48]), tmp_path / "out", "adamw: --optimizer=adamw",
+              "typo: --optimzer=muon")
+    assert len(fake_train) == 0
+
+
+def test_a_failed_run_stops_the_other_recipes_climb_and_is_the_error_reported(tmp_path, fake_train, monkeypatch):
+    """Recipes climb side by side: when one's run fails, the others start no new run (a GPU ladder would
+    otherwise go on for hours before saying so), and the failure, not the stop, is what the user reads."""
+    train = ladder_script.subprocess.run
+
+    def run(command, **kwargs):
+        if "--optimizer=muon" in command:
+            return types.SimpleNamespace(returncode=1, stderr="Traceback ...\nRuntimeError: out of memory")
+        time.sleep(0.01)
+        return train(command, **kwargs)
+    monkeypatch.setattr(ladder_script.subprocess, "run", run)
+    argv = [ladder_config(tmp_path, [16, 32, 48, 64, 96]), "--out", str(tmp_path / "out"), "--jobs", "2",
+            "--recipe", "adamw: --optimizer=adamw", "--recipe", "muon: --optimizer=muon"]
+    with pytest.raises(SystemExit, match="failed: \\['RuntimeError: out of memory'\\]"):
+        ladder_script.main(argv)
+    assert 0 < len(fake_train) < 17  # adamw's climb stopped before its 17 runs (5 + 3 a size)
+    assert not (tmp_path / "out" / "ladder.json").exists()
 
 
 def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit(tmp_path, fake_train):

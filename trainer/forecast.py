@@ -170,7 +170,9 @@ class Prior:
     sizes are the ones most like this run; on the CPU ladder a line through all sizes missed the final loss at
     half-way by 3-5%, the nearest two by under 3% (docs/scaling_ladder.md). Its error is backtested, as the
     Forecaster's is: the same line one size down (through the two sizes below the nearest) misses the
-    nearest's shape by some amount per unit of log N; that rate times how far n lies beyond the nearest."""
+    nearest's shape by some amount per unit of log N; that rate times how far n lies beyond the nearest, and
+    at least one of the ladder's steps (shapes vary from size to size, so a run just above the nearest size
+    is no surer than one a step above it)."""
 
     def __init__(self, result, recipe, n):
         ratio = result["tokens_per_param"][0]
@@ -187,7 +189,7 @@ class Prior:
         (x0, r0), (x1, r1), (x2, r2) = [(x, np.interp(fraction, c[:, 0], c[:, 1] / c[-1, 1])) for x, c in self.curves]
         along = lambda xa, ra, xb, rb, x: rb + (rb - ra) * (x - xb) / (xb - xa)  # the line through a and b, at x
         miss_per_unit = abs(along(x0, r0, x1, r1, x2) - r2) / (x2 - x1)
-        return along(x1, r1, x2, r2, math.log(self.n)), miss_per_unit * (math.log(self.n) - x2)
+        return along(x1, r1, x2, r2, math.log(self.n)), miss_per_unit * max(math.log(self.n) - x2, x2 - x1)
 
     def forecast(self, points, end):
         """(val_loss, error) at the end of the run from its (iteration, val loss) points so far."""

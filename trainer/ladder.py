@@ -32,6 +32,7 @@ from trainer import RunError, bins
 
 Z = 2.0  # prediction intervals are ±2 sigma: about 95% when the scatter is normal
 MIN_SIZES = 3
+STEEPEST = 100  # a task sigmoid's largest |k|, per unit of loss: one at it is a step
 
 
 class FitError(RunError):
@@ -139,11 +140,23 @@ def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="po
     dof = len(y) - len(names)
     if dof <= 0:  # the points fix the parameters exactly and nothing measures their error: no interval
         return Fit(form, params, np.zeros((len(names), len(names))), math.inf, len(y))
-    if not np.isfinite(cov).all() and np.allclose(residuals, 0, atol=1e-12):
-        cov = np.zeros((len(names), len(names)))  # the points lie on the form (scipy's covariance is 0/0)
-    if not np.isfinite(cov).all():
+    on_form = np.allclose(residuals, 0, atol=1e-12)  # scipy's covariance is then 0/0: zero or inf by chance
+    if on_form and determined(fn, x, params):
+        cov = np.zeros((len(names), len(names)))
+    elif on_form or not np.isfinite(cov).all():
         raise FitError(f"these {len(y)} {what} do not determine the {form} form's parameters")
     return Fit(form, params, cov, math.sqrt((residuals ** 2).sum() / dof), len(y))
+
+
+def determined(fn, x, params):
+    """Whether points at x fix every parameter of fn near params: its Jacobian there has full column rank."""
+    columns = []
+    for i, p in enumerate(params):
+        h = 1e-6 * max(abs(p), 1e-3)
+        up, down = params.copy(), params.copy()
+        up[i], down[i] = p + h, p - h
+        columns.append((fn(x, *up) - fn(x, *down)) / (2 * h))
+    return np.linalg.matrix_rank(np.column_stack(columns)) == len(params)
 
 
 def fit_lr(sizes, lrs):
@@ -215,8 +228,12 @@ def fit_task(losses, scores):
     """Bhagia et al.'s second step: a task's score against a loss, a sigmoid falling as the loss rises
     (b the floor: chance; a + b the ceiling)."""
     x, y = np.asarray(losses, float), np.asarray(scores, float)
-    return fit("sigmoid", x, y, [max(y.max() - y.min(), 1e-3) * 2, -5.0, float(np.median(x)), y.min() * 0.9],
-               bounds=([0, -100, 0, 0], [100, 0, 100, 100]), min_points=4, what="checkpoints")
+    found = fit("sigmoid", x, y, [max(y.max() - y.min(), 1e-3) * 2, -5.0, float(np.median(x)), y.min() * 0.9],
+                bounds=([0, -STEEPEST, 0, 0], [100, 0, 100, 100]), min_points=4, what="checkpoints")
+    if found.named()["k"] <= -0.99 * STEEPEST:  # a step between two scores: where it lies is not determined
+        raise FitError(f"these {len(y)} checkpoints' scores do not rise steadily enough with falling loss to "
+                       "fit a sigmoid (the fit is a step): score a task the ladder's sizes span more of")
+    return found
 
 
 def best_lr(lrs, losses):

@@ -1,8 +1,8 @@
 """
 A zero-shot task for models trained on the quick-start corpus, so that the CPU's scaling ladder can fit
 scores as a GPU ladder fits HellaSwag's (Bhagia et al.'s step 2, docs/scaling_ladder.md): given a few lines
-of a val-split Python file, which of four lines comes next? The others are lines of the same length class
-from other files. Written from data/quickstart/val.bin (python data/quickstart/prepare.py first) as
+of a val-split Python file, which of four lines comes next? The others are lines of other files, within the
+same length limits. Written from data/quickstart/val.bin (python data/quickstart/prepare.py first) as
 lm-evaluation-harness files, with no download:
 
     python data/quickstart/next_line.py        # data/quickstart/next_line/{next_line.jsonl,next_line.yaml}
@@ -45,8 +45,13 @@ def examples(docs, n, seed=0):
     rng = random.Random(seed)
     fits = lambda text: LINE_BYTES[0] <= len(text) <= LINE_BYTES[1]
     pool = [(d, line.strip()) for d, lines in enumerate(docs) for line in lines if fits(line.strip())]
+    if len({d for d, _ in pool}) < 2 or len({line for _, line in pool}) < 4:
+        raise SystemExit("error: the val split has too few ASCII files with lines of "
+                         f"{LINE_BYTES[0]}-{LINE_BYTES[1]} bytes to make four-way examples")
     made = []
-    while len(made) < n:
+    for _ in range(1000 * n):  # tries: a split where few lines qualify ends with an error, not a hang
+        if len(made) == n:
+            break
         d = rng.randrange(len(docs))
         lines = docs[d]
         i = rng.randrange(1, len(lines)) if len(lines) > 1 else 0
@@ -61,14 +66,20 @@ def examples(docs, n, seed=0):
         if len(context) < CONTEXT_BYTES[0]:
             continue
         others = set()
-        while len(others) < 3:  # lines from other files, unlike the answer
+        for _ in range(1000):  # lines from other files, unlike the answer
             od, line = rng.choice(pool)
             if od != d and line != answer:
                 others.add(line)
+            if len(others) == 3:
+                break
+        if len(others) < 3:
+            continue
         choices = sorted(others)
         label = rng.randrange(4)
         choices.insert(label, answer)
         made.append({"context": context, "choices": choices, "label": label})
+    if len(made) < n:
+        raise SystemExit(f"error: the val split gave {len(made)} of {n} examples: ask for fewer (-n)")
     return made
 
 
@@ -88,7 +99,8 @@ def main(argv=None):
     task = {"task": "next_line", "dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": data}},
             "output_type": "multiple_choice", "validation_split": "validation", "doc_to_text": "context",
             "doc_to_choice": "choices", "doc_to_target": "label", "target_delimiter": "",
-            "metric_list": [{"metric": "acc"}, {"metric": "acc_norm"}]}
+            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True}
+                            for m in ("acc", "acc_norm")]}
     bins.write_json_atomic(os.path.join(args.out_dir, "next_line.yaml"), task)  # JSON is YAML
     print(f"wrote {len(made)} examples to {data} and the task next_line.yaml beside it")
 

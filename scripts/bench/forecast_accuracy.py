@@ -102,7 +102,7 @@ def ladder_table(path, out, runs=()):
         name, sep, out_dir = spec.partition("=")
         if not sep or name not in result["recipes"]:
             raise SystemExit(f"error: --runs {spec!r}: write RECIPE=OUT_DIR, RECIPE one of {sorted(result['recipes'])}")
-        if not metrics.read(out_dir, "start"):
+        if not (Path(out_dir) / metrics.FILE).is_file() or not metrics.read(out_dir, "start"):
             raise SystemExit(f"error: --runs {spec!r}: {out_dir} has no metrics.jsonl of a train.py run")
         targets.append((name, Path(out_dir).name, out_dir, metrics.read(out_dir, "start")[-1]["params"]))
     for name, size, out_dir, params in targets:
@@ -110,9 +110,14 @@ def ladder_table(path, out, runs=()):
         evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))]
         final, end = evals[-1][1], cfg.max_iters
         law = forecast.Forecaster([learning_rate(it, cfg) for it in range(end)], cfg.warmup_iters)
-        prior = forecast.Prior(result, name, params)
+        try:
+            prior = forecast.Prior(result, name, params)
+        except ladder.FitError as e:
+            raise SystemExit(f"error: {out_dir}: {e}")
         for share in (0.25, 0.5):
-            points = [(it, loss) for it, loss in evals if it <= share * end]
+            points = [(it, loss) for it, loss in evals if 0 < it <= share * end]
+            if not points:  # no evaluation by then: nothing to set beside the final
+                continue
             for method, made in (("law", law.fit(points)), ("ladder prior", prior.forecast(points, end)),
                                  ("val loss now", (points[-1][1], 0.0))):
                 value = None if isinstance(made, str) else made[0]
