@@ -18,9 +18,10 @@ train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read
 metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder reruns where it stopped and a
 larger size added to the config runs alone (a ladder.json whose runs were trained with another base,
 common, steps or schedule is refused).
-Zero-shot scores: once scripts/eval.py has scored runs' checkpoints (ckpt_N.eval.json beside each; on the
-CPU, data/quickstart/next_line.py's task), a rerun trains nothing and fits each task's score against the
-final val loss (Bhagia et al.'s second step) for plan.py.
+Zero-shot scores: with --eval_tasks each run's last checkpoint is scored by scripts/eval.py once it is
+trained (or score them apart and rerun); ckpt_N.eval.json beside each run feeds a fit of each task's score
+against the final val loss (Bhagia et al.'s second step) for plan.py. On the CPU the task is
+data/quickstart/next_line.py's.
 It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the
 held-out check: fitted without the largest size, the prediction for it beside what it measured; each
 recipe's compute multiplier against the first; the data and vocabulary it was measured on) and
@@ -93,8 +94,9 @@ class Stopped(Exception):
 class Ladder:
     """One ladder: its settings, where its runs go, and how each is trained."""
 
-    def __init__(self, settings, out, jobs=1, nproc=1):
+    def __init__(self, settings, out, jobs=1, nproc=1, eval_tasks=(), eval_args=()):
         self.s, self.out, self.jobs, self.nproc = settings, out and Path(out), jobs, nproc  # out None: argv only
+        self.eval_tasks, self.eval_args = list(eval_tasks), list(eval_args)  # scripts/eval.py on each run's end
         self.stopped = threading.Event()  # set: start no new run
 
     def argv(self, recipe, shape, lr, ratio):
@@ -119,22 +121,14 @@ class Ladder:
         return build_meta_model(cfg, "none").get_num_params()
 
     def run(self, name, recipe, size, shape, lr, ratio):
-        """Train one run unless it is done; its record for ladder.json."""
+        """Train one run unless it is done, and score it on eval_tasks unless it was; its record for ladder.json."""
         out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}"
         if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):  # done: nothing to build
-            if self.stopped.is_set():
-                raise Stopped()
-            args = self.argv(recipe, shape, lr, ratio)
             out_dir.mkdir(parents=True, exist_ok=True)
-            launcher = [sys.executable] if self.nproc == 1 else \
-                ["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"]
-            command = [*launcher, "train.py", *args, f"--out_dir={out_dir}", "--init_from=auto"]
-            print("+ " + " ".join(command[1:]), flush=True)
-            env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-            result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    text=True)
-            if result.returncode != 0:
-                raise SystemExit(f"error: {' '.join(command[1:])} failed: {result.stderr.strip().splitlines()[-1:]}")
+            self.launch("train.py", [*self.argv(recipe, shape, lr, ratio), f"--out_dir={out_dir}", "--init_from=auto"])
+        scored = {key.split("/")[0] for key in scores(out_dir)}
+        if self.eval_tasks and not set(self.eval_tasks) <= scored:  # scored once: a rerun scores nothing again
+            self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(self.eval_tasks), *self.eval_args])
         start = metrics.read(out_dir, "start")[-1]
         evals = [r for r in metrics.latest_per_iter(metrics.read(out_dir, "eval")) if r.get("val_loss") is not None]
         return {"recipe": name, "size": size, **shape, "params": start["params"], "lr": float(f"{lr:.3g}"),
@@ -142,6 +136,20 @@ class Ladder:
                 "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
                 "final_val_loss": evals[-1]["val_loss"], "out_dir": str(out_dir), "scores": scores(out_dir),
                 "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals]}  # for forecast.Prior
+
+    def launch(self, script, args):
+        """One of the repository's scripts, under torchrun with nproc; one line when it fails. None starts once
+        another recipe's climb has failed."""
+        if self.stopped.is_set():
+            raise Stopped()
+        command = [*(["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"] if self.nproc > 1 else
+                     [sys.executable]), script, *args]
+        print("+ " + " ".join(command[1:]), flush=True)
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"error: {' '.join(command[1:])} failed: {result.stderr.strip().splitlines()[-1:]}")
 
     def sweep(self, i):
         """(learning rates, the factor between neighbours) of the i-th size's sweep: the settings' last entry
@@ -315,6 +323,10 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="runs trained at once (CPU: one per core): the recipes "
                    "climb side by side, each sweeping JOBS // recipes rates at once (at least one)")
     p.add_argument("--nproc", type=int, default=1, help="GPUs per run: train.py under torchrun")
+    p.add_argument("--eval_tasks", default="", help="score each run's last checkpoint on these tasks with "
+                   "scripts/eval.py once it is trained (comma-separated; a run scored on them is not scored again)")
+    p.add_argument("--eval_args", default="", help="more arguments for scripts/eval.py, e.g. "
+                   "'--include_path data/quickstart/next_line --device cpu --limit 1000'")
     args = p.parse_args(argv)
     settings = load_settings(args.config)
     recipes = dict(parse_recipe(r, VARIED + VARIED_BY_STEPS if settings["steps"] else VARIED) for r in args.recipe)
@@ -341,7 +353,8 @@ def main(argv=None):
                              "would be reused as if trained by these; use another --out")
     # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
     # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy
-    lad = Ladder(settings, out, max(1, args.jobs // len(recipes)), args.nproc)
+    lad = Ladder(settings, out, max(1, args.jobs // len(recipes)), args.nproc,
+                 [t for t in args.eval_tasks.split(",") if t], shlex.split(args.eval_args))
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
               list(settings["tokens_per_param"]), "recipes": {}}

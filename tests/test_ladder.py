@@ -142,6 +142,11 @@ def law(n, d, lr, optimizer):
         + 0.05 * math.log(lr / best) ** 2
 
 
+def task_score(loss):
+    """The synthetic recipe's score on a four-way task: a sigmoid falling from 0.75 to chance as the loss rises."""
+    return 0.5 / (1 + math.exp((loss - 2.7) / 0.1)) + 0.25
+
+
 class Calls(list):
     """The out_dirs trained, in order, and (.commands) the commands that trained them."""
 
@@ -150,8 +155,17 @@ class Calls(list):
 def fake_train(monkeypatch):
     """train.py replaced by the law: each call writes the start, eval and done records a run would."""
     calls, commands = Calls(), []
+    calls.scored = []
 
     def run(command, **kwargs):
+        if "scripts/eval.py" in command:  # scored as the sigmoid task_score of the run's final val loss
+            out_dir = command[command.index("scripts/eval.py") + 1]
+            tasks = command[command.index("--tasks") + 1].split(",")
+            loss = metrics.read(out_dir, "eval")[-1]["val_loss"]
+            Path(out_dir, "ckpt_10.eval.json").write_text(json.dumps(
+                {"results": {t: {"acc_norm": task_score(loss), "n": 1000} for t in tasks}}))
+            calls.scored.append(out_dir)
+            return types.SimpleNamespace(returncode=0, stderr="")
         args = command[command.index("train.py") + 1:]
         cfg = configurator.load_config(args)
         n = plan.build_meta_model(cfg, "none").get_num_params()
@@ -251,6 +265,23 @@ def test_scores_of_the_runs_checkpoints_give_a_task_fit_and_the_held_out_sizes_s
     assert held["measured"] == pytest.approx(score(rec["held_out"]["measured_val_loss"]))
     assert held["predicted"] == pytest.approx(score(rec["held_out"]["predicted_val_loss"]), abs=0.01)
     assert "next_line/acc_norm: predicted " in capsys.readouterr().out
+
+
+def test_eval_tasks_scores_each_run_once_and_the_ladder_fits_them(tmp_path, fake_train):
+    """--eval_tasks: scripts/eval.py on each run once it is trained; a rerun scores nothing again, and asking
+    for another task scores each run on it."""
+    config, out = ladder_config(tmp_path, [16, 32, 48, 64]), tmp_path / "out"
+    argv = [config, "--out", str(out), "--recipe", "adamw: --optimizer=adamw", "--eval_tasks", "next_line",
+            "--eval_args", "--include_path data/quickstart/next_line --device cpu"]
+    ladder_script.main(argv)
+    rec = json.loads((out / "ladder.json").read_text())["recipes"]["adamw"]
+    assert sorted(fake_train.scored) == sorted(fake_train) and len(fake_train.scored) == len(rec["runs"])
+    fit = ladder.Fit.from_json(rec["fits"]["tasks"]["next_line/acc_norm"])
+    assert fit.named()["b"] == pytest.approx(0.25, abs=0.02)
+    ladder_script.main(argv)
+    assert len(fake_train.scored) == len(rec["runs"])  # the rerun scored nothing
+    ladder_script.main(argv[:-4] + ["--eval_tasks", "next_line,other", "--eval_args", ""])
+    assert len(fake_train.scored) == 2 * len(rec["runs"])
 
 
 def test_a_ladder_without_sweeps_climbs_at_one_rate_and_its_lr_fit_is_that_rate(tmp_path, fake_train):
