@@ -44,7 +44,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import RunError, ladder, metrics  # noqa: E402
+from trainer import RunError, bins, checkpoint, ladder, metrics  # noqa: E402
 from plan import build_meta_model  # noqa: E402  (scripts/ is on sys.path: this script's folder)
 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
@@ -126,9 +126,12 @@ class Ladder:
         if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):  # done: nothing to build
             out_dir.mkdir(parents=True, exist_ok=True)
             self.launch("train.py", [*self.argv(recipe, shape, lr, ratio), f"--out_dir={out_dir}", "--init_from=auto"])
-        scored = {key.split("/")[0] for key in scores(out_dir)}
-        if self.eval_tasks and not set(self.eval_tasks) <= scored:  # scored once: a rerun scores nothing again
-            self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(self.eval_tasks), *self.eval_args])
+        before = eval_results(out_dir)
+        if missing := [t for t in self.eval_tasks if t not in before]:  # scored once: a rerun scores nothing again
+            self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(missing), *self.eval_args])
+            path = Path(out_dir) / f"ckpt_{checkpoint.list_checkpoints(out_dir)[0][0]}.eval.json"
+            written = json.loads(path.read_text())  # eval.py wrote these tasks alone: the earlier ones are kept
+            bins.write_json_atomic(path, {**written, "results": {**before, **written["results"]}})
         start = metrics.read(out_dir, "start")[-1]
         evals = [r for r in metrics.latest_per_iter(metrics.read(out_dir, "eval")) if r.get("val_loss") is not None]
         return {"recipe": name, "size": size, **shape, "params": start["params"], "lr": float(f"{lr:.3g}"),
@@ -149,7 +152,8 @@ class Ladder:
         result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True)
         if result.returncode != 0:
-            raise SystemExit(f"error: {' '.join(command[1:])} failed: {result.stderr.strip().splitlines()[-1:]}")
+            self.stopped.set()  # the other climbs start no new run from now on
+            raise SystemExit(f"error: {' '.join(command[1:])} failed: {why_it_failed(result.stderr)}")
 
     def sweep(self, i):
         """(learning rates, the factor between neighbours) of the i-th size's sweep: the settings' last entry
@@ -193,14 +197,28 @@ class Ladder:
         return runs
 
 
+def why_it_failed(stderr):
+    """The line of a failed script's stderr that says why: its own `error: ...`, else the last exception
+    (torchrun's report of a failed child comes after both, and says only that it failed)."""
+    lines = [line.strip() for line in stderr.strip().splitlines()] or ["(nothing on stderr)"]
+    said = [line for line in lines if (line.startswith("error: ") or ": error: " in line
+                                       or line.split(": ", 1)[0].endswith("Error")) and "ChildFailedError" not in line]
+    return (said or lines)[-1]
+
+
 def scores(out_dir):
-    """The newest checkpoint's zero-shot scores (scripts/eval.py's ckpt_N.eval.json): {task/metric: value}."""
-    found = sorted(Path(out_dir).glob("ckpt_*.eval.json"), key=lambda p: int(p.name.split("_")[1].split(".")[0]))
-    if not found:
-        return {}
-    results = json.loads(found[-1].read_text())["results"]
+    """The newest checkpoint's zero-shot scores (scripts/eval.py's ckpt_N.eval.json beside it; an older
+    checkpoint's, scored mid-run, are not the final val loss's): {task/metric: value}."""
+    results = eval_results(out_dir)
     return {f"{task}/{metric}": value for task, figures in results.items() for metric, value in figures.items()
             if metric != "n" and not metric.endswith("_stderr") and isinstance(value, (int, float))}
+
+
+def eval_results(out_dir):
+    """{task: {metric: value}} of the newest checkpoint's ckpt_N.eval.json, {} where it has none."""
+    newest = checkpoint.list_checkpoints(out_dir)[:1]
+    path = Path(out_dir) / f"ckpt_{newest[0][0]}.eval.json" if newest else None
+    return json.loads(path.read_text())["results"] if path and path.is_file() else {}
 
 
 def fits(runs, ratio):
@@ -335,6 +353,7 @@ def main(argv=None):
                          f"{ladder.MIN_SIZES}: add sizes")
     if args.jobs < 1 or args.nproc < 1:
         raise SystemExit(f"error: --jobs {args.jobs} and --nproc {args.nproc}: each must be at least 1")
+    eval_tasks, eval_args = eval_options(args)
     out = Path(args.out)
     head = [*settings["base"], *shlex.split(settings["common"])]
     for name, recipe in {args.config: [], **{f"recipe {k}": v for k, v in recipes.items()}}.items():
@@ -353,15 +372,19 @@ def main(argv=None):
                              "would be reused as if trained by these; use another --out")
     # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
     # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy
-    lad = Ladder(settings, out, max(1, args.jobs // len(recipes)), args.nproc,
-                 [t for t in args.eval_tasks.split(",") if t], shlex.split(args.eval_args))
+    if eval_tasks and configurator.load_config(head).checkpoint_interval <= 0:
+        raise SystemExit(f"error: --eval_tasks: {args.config}'s runs keep no checkpoint to score "
+                         "(checkpoint_interval <= 0): set one in its common")
+    lad = Ladder(settings, out, max(1, args.jobs // len(recipes)), args.nproc, eval_tasks, eval_args)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
               list(settings["tokens_per_param"]), "recipes": {}}
     with concurrent.futures.ThreadPoolExecutor(min(args.jobs, len(recipes))) as pool:
         climbs = {name: pool.submit(lad.climb, name, recipe) for name, recipe in recipes.items()}
-        concurrent.futures.wait(climbs.values(), return_when=concurrent.futures.FIRST_EXCEPTION)
-        lad.stopped.set()  # after a failure the other climbs start no new run (after none, none is left)
+        try:
+            concurrent.futures.wait(climbs.values(), return_when=concurrent.futures.FIRST_EXCEPTION)
+        finally:  # a failure (or Ctrl-C): the other climbs start no new run (after none, none is left)
+            lad.stopped.set()
     for name, climb in climbs.items():  # the failure itself, not the climbs it stopped
         if isinstance(error := climb.exception(), SystemExit):
             raise error
@@ -386,6 +409,21 @@ def main(argv=None):
     plot(result, out / "ladder.png", target)
     print(summary(result))
     print(f"wrote {out / 'ladder.json'} and {out / 'ladder.png'}")
+
+
+def eval_options(args):
+    """(tasks, eval.py's other arguments) of --eval_tasks and --eval_args, or a one-line error."""
+    tasks = [t.strip() for t in args.eval_tasks.split(",") if t.strip()]
+    try:
+        rest = shlex.split(args.eval_args)
+    except ValueError as e:
+        raise SystemExit(f"error: --eval_args {args.eval_args!r}: {e}")
+    if rest and not tasks:
+        raise SystemExit("error: --eval_args without --eval_tasks: name the tasks to score")
+    if clash := [a for a in rest if a.split("=")[0] in ("--tasks", "--watch")]:
+        raise SystemExit(f"error: --eval_args sets {clash[0]}: name the tasks with --eval_tasks (each run is "
+                         "scored once on them)")
+    return tasks, rest
 
 
 def summary(result):

@@ -179,6 +179,7 @@ def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_fin
         configurator.DEFAULTS, max_iters=400, lr_decay_iters=400, warmup_iters=20, learning_rate=1e-3, min_lr=1e-4)))
     record = metrics.Metrics(tmp_path / "run")
     record("start", 0, params=largest["params"])
+    record("done", 400)
     for fraction, loss in largest["curve"]:
         record("eval", round(fraction * 400), val_loss=loss)
     sys.path.insert(0, str(REPO / "scripts" / "bench"))
@@ -195,5 +196,5 @@ def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_fin
     assert [r["size"] for r in rows if r["method"] == "ladder prior"] == ["s4", "s4", "run", "run"]
     with pytest.raises(SystemExit, match="write RECIPE=OUT_DIR, RECIPE one of \\['adamw'\\]"):
         forecast_accuracy.main(["--ladder", path, "--runs", f"muon={tmp_path / 'run'}"])
-    with pytest.raises(SystemExit, match="has no metrics.jsonl of a train.py run"):
+    with pytest.raises(SystemExit, match="is not a finished train.py run"):
         forecast_accuracy.main(["--ladder", path, "--runs", f"adamw={tmp_path / 'missing'}"])

@@ -15,7 +15,7 @@ import pytest
 
 import configurator
 from conftest import REPO, run_here
-from trainer import ladder, metrics
+from trainer import checkpoint, ladder, metrics
 
 sys.path.insert(0, str(REPO / "scripts"))
 import ladder as ladder_script  # noqa: E402
@@ -162,9 +162,10 @@ def fake_train(monkeypatch):
             out_dir = command[command.index("scripts/eval.py") + 1]
             tasks = command[command.index("--tasks") + 1].split(",")
             loss = metrics.read(out_dir, "eval")[-1]["val_loss"]
-            Path(out_dir, "ckpt_10.eval.json").write_text(json.dumps(
-                {"results": {t: {"acc_norm": task_score(loss), "n": 1000} for t in tasks}}))
-            calls.scored.append(out_dir)
+            newest = checkpoint.list_checkpoints(out_dir)[0][0]
+            Path(out_dir, f"ckpt_{newest}.eval.json").write_text(json.dumps(
+                {"iter": newest, "results": {t: {"acc_norm": task_score(loss), "n": 1000} for t in tasks}}))
+            calls.scored.append((out_dir, tasks))
             return types.SimpleNamespace(returncode=0, stderr="")
         args = command[command.index("train.py") + 1:]
         cfg = configurator.load_config(args)
@@ -174,6 +175,7 @@ def fake_train(monkeypatch):
         tokens = cfg.max_iters * cfg.batch_size * cfg.block_size
         record("eval", cfg.max_iters, val_loss=law(n, tokens, cfg.learning_rate, cfg.optimizer))
         record("done", cfg.max_iters, best_val_loss=None)
+        Path(cfg.out_dir, f"ckpt_{cfg.max_iters}.pt").touch()  # the checkpoint at its end, for eval.py
         calls.append(cfg.out_dir)
         commands.append(command)
         return types.SimpleNamespace(returncode=0, stderr="")
@@ -254,7 +256,9 @@ def test_scores_of_the_runs_checkpoints_give_a_task_fit_and_the_held_out_sizes_s
     middle, spread = float(np.median(losses)), float(np.ptp(losses))
     score = lambda loss: 0.5 / (1 + math.exp((loss - middle) / (0.2 * spread))) + 0.25  # chance 0.25
     for r in runs:
-        Path(r["out_dir"], "ckpt_10.eval.json").write_text(json.dumps(
+        newest = checkpoint.list_checkpoints(r["out_dir"])[0][0]
+        Path(r["out_dir"], f"ckpt_{newest - 1}.eval.json").write_text("not the newest checkpoint's: never read")
+        Path(r["out_dir"], f"ckpt_{newest}.eval.json").write_text(json.dumps(
             {"results": {"next_line": {"acc_norm": score(r["final_val_loss"]), "acc_norm_stderr": 0.01, "n": 1000}}}))
     trained = len(fake_train)
     rec = climb(config, out, "adamw: --optimizer=adamw")["recipes"]["adamw"]
@@ -275,13 +279,30 @@ def test_eval_tasks_scores_each_run_once_and_the_ladder_fits_them(tmp_path, fake
             "--eval_args", "--include_path data/quickstart/next_line --device cpu"]
     ladder_script.main(argv)
     rec = json.loads((out / "ladder.json").read_text())["recipes"]["adamw"]
-    assert sorted(fake_train.scored) == sorted(fake_train) and len(fake_train.scored) == len(rec["runs"])
+    assert sorted(d for d, _ in fake_train.scored) == sorted(fake_train) == sorted(r["out_dir"] for r in rec["runs"])
     fit = ladder.Fit.from_json(rec["fits"]["tasks"]["next_line/acc_norm"])
     assert fit.named()["b"] == pytest.approx(0.25, abs=0.02)
     ladder_script.main(argv)
     assert len(fake_train.scored) == len(rec["runs"])  # the rerun scored nothing
-    ladder_script.main(argv[:-4] + ["--eval_tasks", "next_line,other", "--eval_args", ""])
-    assert len(fake_train.scored) == 2 * len(rec["runs"])
+    ladder_script.main(argv[:-4] + ["--eval_tasks", "next_line, other", "--eval_args", ""])
+    assert len(fake_train.scored) == 2 * len(rec["runs"])  # each run once more, on the new task alone
+    assert [tasks for _, tasks in fake_train.scored[len(rec["runs"]):]] == [["other"]] * len(rec["runs"])
+    for run in rec["runs"]:  # eval.py wrote "other" alone: next_line's scores were kept beside it
+        assert set(ladder_script.eval_results(run["out_dir"])) == {"next_line", "other"}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--eval_args", "--device cpu"], "--eval_args without --eval_tasks: name the tasks to score"),
+    (["--eval_tasks", "a", "--eval_args=--tasks=b"], "--eval_args sets --tasks=b: name the tasks with --eval_tasks"),
+    (["--eval_tasks", "a", "--eval_args", "--include_path 'x"], "--eval_args \"--include_path 'x\": No closing"),
+    (["--eval_tasks", "a"], "runs keep no checkpoint to score \\(checkpoint_interval <= 0\\)")])
+def test_eval_options_that_cannot_work_are_one_line_before_anything_trains(tmp_path, fake_train, extra, message):
+    config = ladder_config(tmp_path, [16, 32, 48])
+    Path(config).write_text(Path(config).read_text().replace("--gradient_accumulation_steps=1",
+                                                             "--gradient_accumulation_steps=1 --checkpoint_interval=0"))
+    with pytest.raises(SystemExit, match=message):
+        ladder_script.main([config, "--out", str(tmp_path / "out"), "--recipe", "adamw: --optimizer=adamw", *extra])
+    assert len(fake_train) == 0
 
 
 def test_a_ladder_without_sweeps_climbs_at_one_rate_and_its_lr_fit_is_that_rate(tmp_path, fake_train):
@@ -310,13 +331,15 @@ def test_a_failed_run_stops_the_other_recipes_climb_and_is_the_error_reported(tm
 
     def run(command, **kwargs):
         if "--optimizer=muon" in command:
-            return types.SimpleNamespace(returncode=1, stderr="Traceback ...\nRuntimeError: out of memory")
+            return types.SimpleNamespace(returncode=1, stderr="Traceback ...\nRuntimeError: out of memory\n"
+                                         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+                                         "train.py FAILED\n  error_file: <N/A>")  # as torchrun ends
         time.sleep(0.01)
         return train(command, **kwargs)
     monkeypatch.setattr(ladder_script.subprocess, "run", run)
     argv = [ladder_config(tmp_path, [16, 32, 48, 64, 96]), "--out", str(tmp_path / "out"), "--jobs", "2",
             "--recipe", "adamw: --optimizer=adamw", "--recipe", "muon: --optimizer=muon"]
-    with pytest.raises(SystemExit, match="failed: \\['RuntimeError: out of memory'\\]"):
+    with pytest.raises(SystemExit, match="failed: RuntimeError: out of memory$"):
         ladder_script.main(argv)
     assert 0 < len(fake_train) < 17  # adamw's climb stopped before its 17 runs (5 + 3 a size)
     assert not (tmp_path / "out" / "ladder.json").exists()
