@@ -223,13 +223,15 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
 def test_two_recipes_climb_side_by_side_with_two_jobs_and_end_as_one_at_a_time(tmp_path, fake_train, monkeypatch):
     """--jobs 2 with two recipes: a run of each at once (a recipe's own sizes follow one another), and the
     same ladder.json as one recipe after the other."""
-    train, lock, running, most = ladder_script.subprocess.run, threading.Lock(), [0], [0]
+    train, lock, running, most, met = ladder_script.subprocess.run, threading.Lock(), [0], [0], threading.Event()
 
     def run(command, **kwargs):
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
-        time.sleep(0.02)  # long enough for the other recipe's run to start beside it
+            if running[0] == 2:
+                met.set()
+        met.wait(5)  # each recipe's first run waits here for the other's (climbing one after the other, in vain)
         try:
             return train(command, **kwargs)
         finally:
@@ -327,15 +329,18 @@ def test_a_recipes_bad_key_is_one_line_before_anything_trains(tmp_path, fake_tra
 def test_a_failed_run_stops_the_other_recipes_climb_and_is_the_error_reported(tmp_path, fake_train, monkeypatch):
     """Recipes climb side by side: when one's run fails, the others start no new run (a GPU ladder would
     otherwise go on for hours before saying so), and the failure, not the stop, is what the user reads."""
-    train = ladder_script.subprocess.run
+    train, adamw_trained = ladder_script.subprocess.run, threading.Event()
 
     def run(command, **kwargs):
-        if "--optimizer=muon" in command:
+        if "--optimizer=muon" in command:  # fails once adamw's climb is under way
+            adamw_trained.wait(10)
             return types.SimpleNamespace(returncode=1, stderr="Traceback ...\nRuntimeError: out of memory\n"
                                          "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
                                          "train.py FAILED\n  error_file: <N/A>")  # as torchrun ends
+        result = train(command, **kwargs)
+        adamw_trained.set()
         time.sleep(0.01)
-        return train(command, **kwargs)
+        return result
     monkeypatch.setattr(ladder_script.subprocess, "run", run)
     argv = [ladder_config(tmp_path, [16, 32, 48, 64, 96]), "--out", str(tmp_path / "out"), "--jobs", "2",
             "--recipe", "adamw: --optimizer=adamw", "--recipe", "muon: --optimizer=muon"]
