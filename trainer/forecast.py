@@ -117,12 +117,7 @@ class Forecaster:
         """The law's value at the end of the schedule and its one-sigma spread from the fit's covariance."""
         end = (self.s1[-1:], self.s2[-1:])
         value = float(law(end, *params)[0])
-        grad = np.empty(len(params))  # the prediction's sensitivity to each parameter
-        for i, p in enumerate(params):
-            h = 1e-6 * max(abs(p), 1e-3)
-            bumped = params.copy()
-            bumped[i] = p + h
-            grad[i] = (law(end, *bumped)[0] - value) / h
+        grad = ladder.jacobian(law, end, params)[0]  # the prediction's sensitivity to each parameter
         return value, float(math.sqrt(max(grad @ cov @ grad, 0.0)))
 
 

@@ -93,12 +93,7 @@ class Fit:
     def predict(self, x):
         """(value, low, high) at one point: ±Z sigma of the fit's uncertainty there and one run's scatter."""
         value = float(np.ravel(self.raw(x))[0])
-        grad = np.empty(len(self.params))
-        for i, p in enumerate(self.params):  # the prediction's sensitivity to each parameter
-            h = 1e-6 * max(abs(p), 1e-3)
-            bumped = self.params.copy()
-            bumped[i] = p + h
-            grad[i] = (float(np.ravel(FORMS[self.form][0](x, *bumped))[0]) - value) / h
+        grad = jacobian(FORMS[self.form][0], x, self.params)[0]  # the prediction's sensitivity to each parameter
         sigma = math.sqrt(max(float(grad @ self.cov @ grad), 0.0) + self.scatter ** 2)
         low, high = value - Z * sigma, value + Z * sigma
         return tuple(map(math.exp, (value, low, high))) if FORMS[self.form][2] else (value, low, high)
@@ -148,15 +143,22 @@ def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="po
     return Fit(form, params, cov, math.sqrt((residuals ** 2).sum() / dof), len(y))
 
 
-def determined(fn, x, params):
-    """Whether points at x fix every parameter of fn near params: its Jacobian there has full column rank."""
-    columns = []
+def jacobian(fn, x, params):
+    """d fn(x, *params) / d params by forward differences: a row per point of x, a column per parameter (fn
+    as curve_fit takes it, so forecast.py's law too)."""
+    params = np.asarray(params, float)
+    value, columns = np.ravel(fn(x, *params)), []
     for i, p in enumerate(params):
         h = 1e-6 * max(abs(p), 1e-3)
-        up, down = params.copy(), params.copy()
-        up[i], down[i] = p + h, p - h
-        columns.append((fn(x, *up) - fn(x, *down)) / (2 * h))
-    return np.linalg.matrix_rank(np.column_stack(columns)) == len(params)
+        bumped = params.copy()
+        bumped[i] = p + h
+        columns.append((np.ravel(fn(x, *bumped)) - value) / h)
+    return np.column_stack(columns)
+
+
+def determined(fn, x, params):
+    """Whether points at x fix every parameter of fn near params: its Jacobian there has full column rank."""
+    return np.linalg.matrix_rank(jacobian(fn, x, params)) == len(params)
 
 
 def fit_lr(sizes, lrs):
