@@ -129,7 +129,7 @@ class Ladder:
         before = eval_results(out_dir)
         if missing := [t for t in self.eval_tasks if t not in before]:  # scored once: a rerun scores nothing again
             self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(missing), *self.eval_args])
-            path = Path(out_dir) / f"ckpt_{checkpoint.list_checkpoints(out_dir)[0][0]}.eval.json"
+            path = eval_json(out_dir)
             written = json.loads(path.read_text())  # eval.py wrote these tasks alone: the earlier ones are kept
             bins.write_json_atomic(path, {**written, "results": {**before, **written["results"]}})
         start = metrics.read(out_dir, "start")[-1]
@@ -216,9 +216,14 @@ def scores(out_dir):
 
 def eval_results(out_dir):
     """{task: {metric: value}} of the newest checkpoint's ckpt_N.eval.json, {} where it has none."""
-    newest = checkpoint.list_checkpoints(out_dir)[:1]
-    path = Path(out_dir) / f"ckpt_{newest[0][0]}.eval.json" if newest else None
+    path = eval_json(out_dir)
     return json.loads(path.read_text())["results"] if path and path.is_file() else {}
+
+
+def eval_json(out_dir):
+    """Where scripts/eval.py puts the newest checkpoint's scores (None: no checkpoint)."""
+    newest = checkpoint.list_checkpoints(out_dir)[:1]
+    return Path(out_dir) / f"ckpt_{newest[0][0]}.eval.json" if newest else None
 
 
 def fits(runs, ratio):
@@ -361,7 +366,8 @@ def main(argv=None):
             configurator.load_config(head + recipe)
         except configurator.ConfigError as e:
             raise SystemExit(f"error: {name}: {e}")
-    data = ladder.identity(configurator.load_config(head))
+    base = configurator.load_config(head)
+    data = ladder.identity(base)
     if (out / "ladder.json").is_file():
         try:
             before = ladder.load(out / "ladder.json", expected=data)[0]["settings"]
@@ -370,11 +376,11 @@ def main(argv=None):
         if changed := [k for k in RUN_SETTINGS if json.loads(json.dumps(settings[k])) != before.get(k, SETTINGS[k])]:
             raise SystemExit(f"error: {out / 'ladder.json'} trained its runs with other {', '.join(changed)}: its runs "
                              "would be reused as if trained by these; use another --out")
-    # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
-    # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy
-    if eval_tasks and configurator.load_config(head).checkpoint_interval <= 0:
+    if eval_tasks and base.checkpoint_interval <= 0:
         raise SystemExit(f"error: --eval_tasks: {args.config}'s runs keep no checkpoint to score "
                          "(checkpoint_interval <= 0): set one in its common")
+    # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
+    # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy
     lad = Ladder(settings, out, max(1, args.jobs // len(recipes)), args.nproc, eval_tasks, eval_args)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":

@@ -101,12 +101,14 @@ def ladder_table(path, out, runs=()):
     for spec in runs:
         name, sep, out_dir = spec.partition("=")
         if not sep or name not in result["recipes"]:
-            raise SystemExit(f"error: --runs {spec!r}: write RECIPE=OUT_DIR, RECIPE one of {sorted(result['recipes'])}")
-        if not all((Path(out_dir) / f).is_file() for f in (metrics.FILE, "config.json")) or not all(
-                metrics.read(out_dir, kind) for kind in ("start", "eval", "done")):
+            raise SystemExit(f"error: --runs {spec!r}: write RECIPE=OUT_DIR, RECIPE one of "
+                             f"{sorted(result['recipes'])}")
+        records = metrics.read(out_dir) if (Path(out_dir) / metrics.FILE).is_file() else []
+        finished = {"start", "eval", "done"} <= {r["kind"] for r in records}
+        if not finished or not (Path(out_dir) / "config.json").is_file():
             raise SystemExit(f"error: --runs {spec!r}: {out_dir} is not a finished train.py run (its config.json, "
                              "and start, eval and done records in metrics.jsonl)")
-        targets.append((name, Path(out_dir).name, out_dir, metrics.read(out_dir, "start")[-1]["params"]))
+        targets.append((name, Path(out_dir).name, out_dir, [r for r in records if r["kind"] == "start"][-1]["params"]))
     for name, size, out_dir, params in targets:
         cfg = types.SimpleNamespace(**json.loads((Path(out_dir) / "config.json").read_text()))
         evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))]
