@@ -19,8 +19,8 @@ metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder r
 larger size added to the config runs alone (a ladder.json whose runs were trained with another base,
 common, steps or schedule is refused).
 Zero-shot scores: with --eval_tasks each run's last checkpoint is scored by scripts/eval.py once it is
-trained (or score them apart and rerun); ckpt_N.eval.json beside each run feeds a fit of each task's score
-against the final val loss (Bhagia et al.'s second step) for plan.py. On the CPU the task is
+trained, its tasks looked up before anything trains (or score them apart and rerun); ckpt_N.eval.json beside
+each run feeds a fit of each task's score against the final val loss (Bhagia et al.'s second step) for plan.py. On the CPU the task is
 data/quickstart/next_line.py's.
 It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the
 held-out check: fitted without the largest size, the prediction for it beside what it measured; each
@@ -429,6 +429,13 @@ def eval_options(args):
     if clash := [a for a in rest if a.split("=")[0] in ("--tasks", "--watch")]:
         raise SystemExit(f"error: --eval_args sets {clash[0]}: name the tasks with --eval_tasks (each run is "
                          "scored once on them)")
+    if tasks:  # read as eval.py will read them, its tasks looked up now: not after the first run has trained
+        import eval as eval_script  # scripts/eval.py; here, as it imports lm-eval, seconds a ladder without scores skips
+        options = eval_script.parse_args(["OUT_DIR", "--tasks", ",".join(tasks), *rest])
+        try:
+            eval_script.lm_eval_adapter.check_tasks(tasks, options.data_dir, options.include_path)
+        except eval_script.lm_eval_adapter.HarnessError as e:
+            raise SystemExit(f"error: --eval_tasks: {e}")
     return tasks, rest
 
 

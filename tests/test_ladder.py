@@ -273,7 +273,14 @@ def test_scores_of_the_runs_checkpoints_give_a_task_fit_and_the_held_out_sizes_s
     assert "next_line/acc_norm: predicted " in capsys.readouterr().out
 
 
-def test_eval_tasks_scores_each_run_once_and_the_ladder_fits_them(tmp_path, fake_train):
+@pytest.fixture
+def any_task(monkeypatch):
+    """fake_train stands in for scripts/eval.py too, and knows every task: the up-front lookup passes."""
+    from trainer import lm_eval_adapter
+    monkeypatch.setattr(lm_eval_adapter, "check_tasks", lambda tasks, data_dir, include_path=(): None)
+
+
+def test_eval_tasks_scores_each_run_once_and_the_ladder_fits_them(tmp_path, fake_train, any_task):
     """--eval_tasks: scripts/eval.py on each run once it is trained; a rerun scores nothing again, and asking
     for another task scores each run on it."""
     config, out = ladder_config(tmp_path, [16, 32, 48, 64]), tmp_path / "out"
@@ -298,13 +305,30 @@ def test_eval_tasks_scores_each_run_once_and_the_ladder_fits_them(tmp_path, fake
     (["--eval_tasks", "a", "--eval_args=--tasks=b"], "--eval_args sets --tasks=b: name the tasks with --eval_tasks"),
     (["--eval_tasks", "a", "--eval_args", "--include_path 'x"], "--eval_args \"--include_path 'x\": No closing"),
     (["--eval_tasks", "a"], "runs keep no checkpoint to score \\(checkpoint_interval <= 0\\)")])
-def test_eval_options_that_cannot_work_are_one_line_before_anything_trains(tmp_path, fake_train, extra, message):
+def test_eval_options_that_cannot_work_are_one_line_before_anything_trains(tmp_path, fake_train, any_task, extra,
+                                                                          message):
     config = ladder_config(tmp_path, [16, 32, 48])
     Path(config).write_text(Path(config).read_text().replace("--gradient_accumulation_steps=1",
                                                              "--gradient_accumulation_steps=1 --checkpoint_interval=0"))
     with pytest.raises(SystemExit, match=message):
         ladder_script.main([config, "--out", str(tmp_path / "out"), "--recipe", "adamw: --optimizer=adamw", *extra])
     assert len(fake_train) == 0
+
+
+def test_a_task_eval_py_cannot_find_stops_the_ladder_before_anything_trains(tmp_path, fake_train):
+    """The real lookup (trainer/lm_eval_adapter.check_tasks): a misspelt task, or a paper task without its local
+    file, is one line in the ladder's first seconds; a task whose config is in --include_path passes it."""
+    config, tasks = ladder_config(tmp_path, [16, 32, 48]), tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "mytask.yaml").write_text('{"task": "mytask", "dataset_path": "json"}')
+    argv = [config, "--out", str(tmp_path / "out"), "--recipe", "adamw: --optimizer=adamw", "--eval_args"]
+    for extra, message in ((["--include_path", str(tasks)], "--eval_tasks: unknown task 'mytsk'"),
+                           (["--data_dir", str(tmp_path)], "--eval_tasks: no local file .*piqa.jsonl for piqa")):
+        with pytest.raises(SystemExit, match=message):
+            ladder_script.main(argv + [" ".join(extra), "--eval_tasks", "mytsk" if "mytsk" in message else "piqa"])
+    assert len(fake_train) == 0
+    ladder_script.main(argv + [f"--include_path {tasks}", "--eval_tasks", "mytask"])
+    assert len(fake_train) == len(fake_train.scored) > 0
 
 
 def test_a_ladder_without_sweeps_climbs_at_one_rate_and_its_lr_fit_is_that_rate(tmp_path, fake_train):
