@@ -62,6 +62,26 @@ def test_a_pure_power_law_stays_one_and_a_plateau_before_the_power_law_is_found(
     assert low < truth < high and value == pytest.approx(truth, rel=0.01)
 
 
+def test_beyond_its_sizes_the_interval_widens_by_what_the_backtest_missed_per_step():
+    """The drift: a form can be wrong, and the fit's covariance cannot say so; its backtest missed by m over one
+    step of log N, so k steps beyond the largest size the interval counts k * m more (and nothing inside)."""
+    sizes = np.geomspace(3e4, 6e5, 6)
+    law = lambda n: 2.8 * (1 + n / 2e5) ** -0.3 * (1 + 0.05 * np.tanh(np.log(n / 2e5)))  # no form of the ladder's
+    fit = ladder.fit_loss(sizes, noisy(law(sizes), 0.005))
+    step = math.log(sizes[-1] / sizes[-2])
+    assert fit.drift == pytest.approx(ladder.backtest(fit.form, sizes, noisy(law(sizes), 0.005)) / step)
+    assert fit.drift > 0 and fit.reach == pytest.approx(sizes[-1])
+    blind = ladder.Fit(fit.form, fit.params, fit.cov, fit.scatter, fit.n)  # the same fit without its drift
+    far = sizes[-1] * 8
+    value, low, high = fit.predict(far)
+    assert blind.predict(far)[0] == value and (high - low) > (blind.predict(far)[2] - blind.predict(far)[1])
+    sigma, blind_sigma = (high - value) / ladder.Z, (blind.predict(far)[2] - value) / ladder.Z
+    assert sigma ** 2 - blind_sigma ** 2 == pytest.approx((fit.drift * math.log(8) * value) ** 2, rel=1e-6)
+    assert fit.predict(sizes[2]) == blind.predict(sizes[2])  # inside the ladder: the scatter and the fit alone
+    again = ladder.Fit.from_json(json.loads(json.dumps(fit.to_json())))
+    assert (again.drift, again.reach) == (fit.drift, fit.reach) and again.predict(far) == pytest.approx(fit.predict(far))
+
+
 def test_chinchilla_is_fitted_when_the_ladder_measured_several_ratios():
     n, d = np.meshgrid(SIZES, [10.0, 40.0])
     n, d = n.ravel(), (d * n).ravel()

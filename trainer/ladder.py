@@ -4,7 +4,8 @@ zero-shot scores at a size nobody has trained yet (scripts/ladder.py runs the la
 Every fit is least squares through scipy.optimize.curve_fit, with curve_fit's covariance of the parameters
 (scaled by the residuals, as the scatter of small runs is not known in advance). A prediction carries a
 ±Z sigma interval: the fit's uncertainty at that point (the delta method through the covariance) combined
-with one run's scatter about the law, since a new run scatters as the ladder's did.
+with one run's scatter about the law, since a new run scatters as the ladder's did, and beyond the largest
+size with the loss law's drift (Fit.predict).
 
 The forms, by the ladder's name for them (x: N the parameters, D the training tokens, or a task's loss):
     lr          lr = c * N^b                       the best learning rate by size, fitted in log space
@@ -76,11 +77,13 @@ FORMS = {
 
 
 class Fit:
-    """A fitted form: its parameters, their covariance, and the scatter of the points about it."""
+    """A fitted form: its parameters, their covariance, the scatter of the points about it, and for a loss
+    law along the rule how fast its backtest says it drifts from the truth beyond the sizes it was fitted on."""
 
-    def __init__(self, form, params, cov, scatter, n):
+    def __init__(self, form, params, cov, scatter, n, drift=0.0, reach=math.inf):
         self.form, self.params, self.cov = form, np.asarray(params, float), np.asarray(cov, float)
         self.scatter, self.n = scatter, n  # residual standard deviation (log space for 'lr'; inf: an exact fit)
+        self.drift, self.reach = drift, reach  # relative miss per unit of log N beyond reach, the largest size
 
     def raw(self, x):
         fn, _, _ = FORMS[self.form]
@@ -91,10 +94,14 @@ class Fit:
         return np.exp(value) if FORMS[self.form][2] else value
 
     def predict(self, x):
-        """(value, low, high) at one point: ±Z sigma of the fit's uncertainty there and one run's scatter."""
+        """(value, low, high) at one point: ±Z sigma of the fit's uncertainty there, one run's scatter, and
+        beyond the fitted sizes the drift: the form itself may be wrong, by as much per unit of log N as its
+        backtest missed (the fit's covariance assumes the form is right, and so narrows where it is not)."""
         value = float(np.ravel(self.raw(x))[0])
         grad = jacobian(FORMS[self.form][0], x, self.params)[0]  # the prediction's sensitivity to each parameter
-        sigma = math.sqrt(max(float(grad @ self.cov @ grad), 0.0) + self.scatter ** 2)
+        beyond = max(math.log(float(np.ravel(x)[0]) / self.reach), 0.0) if self.drift else 0.0
+        drift = self.drift * beyond * (1.0 if FORMS[self.form][2] else abs(value))
+        sigma = math.sqrt(max(float(grad @ self.cov @ grad), 0.0) + self.scatter ** 2 + drift ** 2)
         low, high = value - Z * sigma, value + Z * sigma
         return tuple(map(math.exp, (value, low, high))) if FORMS[self.form][2] else (value, low, high)
 
@@ -109,12 +116,14 @@ class Fit:
         return {"form": self.form, "params": dict(zip(FORMS[self.form][1], self.params.tolist())),
                 "named": self.named(), "cov": self.cov.tolist(), "n": self.n,
                 "scatter": self.scatter if math.isfinite(self.scatter) else None,  # None: an exact fit
-                "stderr": dict(zip(FORMS[self.form][1], np.sqrt(np.clip(np.diag(self.cov), 0, None)).tolist()))}
+                "stderr": dict(zip(FORMS[self.form][1], np.sqrt(np.clip(np.diag(self.cov), 0, None)).tolist())),
+                **({"drift": self.drift, "reach": self.reach} if self.drift else {})}
 
     @classmethod
     def from_json(cls, d):
         scatter = math.inf if d["scatter"] is None else d["scatter"]
-        return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], scatter, d["n"])
+        return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], scatter, d["n"],
+                   d.get("drift", 0.0), d.get("reach", math.inf))
 
 
 def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="points"):
@@ -190,9 +199,19 @@ def fit_loss(sizes, losses, tokens=None):
     try:
         # misses within 0.01% are a tie, and a tie goes to the simpler form: a saturating fit whose floor is 0
         # is a power law, and a rounding difference should not name it otherwise
-        return fit_form(min(ALONG_THE_RULE, key=lambda f: round(misses[f], 4)), n, y)
+        chosen = fit_form(min(ALONG_THE_RULE, key=lambda f: round(misses[f], 4)), n, y)
     except FitError:  # the sizes below the largest chose it, all of them do not determine it
-        return fit_form("power", n, y)
+        chosen = fit_form("power", n, y)
+    return with_drift(chosen, misses[chosen.form], n)
+
+
+def with_drift(loss_fit, miss, sizes):
+    """loss_fit, its drift set from its backtest's miss: one step, log(largest / next size), missed by that
+    much (none where the backtest could not be made)."""
+    top = np.sort(np.asarray(sizes, float))[-2:]
+    if math.isfinite(miss):
+        loss_fit.drift, loss_fit.reach = miss / math.log(top[1] / top[0]), float(top[1])
+    return loss_fit
 
 
 def backtest(form, sizes, losses):
