@@ -20,8 +20,8 @@ larger size added to the config runs alone (a ladder.json whose runs were traine
 common, steps or schedule is refused).
 Zero-shot scores: with --eval_tasks each run's last checkpoint is scored by scripts/eval.py once it is
 trained, its tasks looked up before anything trains (or score them apart and rerun); ckpt_N.eval.json beside
-each run feeds a fit of each task's score against the final val loss (Bhagia et al.'s second step) for plan.py. On the CPU the task is
-data/quickstart/next_line.py's.
+each run feeds a fit of each task's score against the final val loss (Bhagia et al.'s second step) for
+plan.py. On the CPU the task is data/quickstart/next_line.py's.
 It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the
 held-out check: fitted without the largest size, the prediction for it beside what it measured; each
 recipe's compute multiplier against the first; the data and vocabulary it was measured on) and

@@ -197,9 +197,9 @@ def check_tasks(tasks, data_dir, include_path=()):
     """HarnessError naming the first task that cannot be scored: one of PAPER_TASKS without its local file in
     data_dir, or another task whose config is in no include_path folder. scripts/ladder.py asks before it
     trains, so that a misspelt task stops the ladder in its first second, not after its first run."""
-    for task in tasks:
+    for task in [t for t in tasks if t in PAPER_TASKS]:
         path = os.path.abspath(task_file(data_dir, task))
-        if task in PAPER_TASKS and not os.path.isfile(path):
+        if not os.path.isfile(path):
             raise HarnessError(f"no local file {path} for {task}: run python data/eval/prepare.py --tasks {task} "
                                f"--out_dir {data_dir} where there is a network, or copy it here")
     others = [t for t in tasks if t not in PAPER_TASKS]

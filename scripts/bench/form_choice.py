@@ -6,9 +6,8 @@ replaced, on synthetic ladders drawn from known laws.
 Each draw is a ladder at the CPU ladder's six sizes (35k to 639k parameters) whose final val losses follow
 one of the three forms along the rule (power, saturating, plateau) times (1 + noise · a normal draw): the
 scatter of one run about its law (the CPU ladder's two seeds differ by 2-7% at a size, docs/scaling_ladder.md;
-longer runs scatter less). Each rule fits the
-five smaller sizes and predicts the largest (one step beyond), then all six and predicts 4x the largest (a
-GPU ladder's 1.3B to 6.7B is 5x). "least" is the ladder's: the form whose backtest misses least. "halve" is
+longer runs scatter less). Each rule fits the five smaller sizes and predicts the largest (one step beyond),
+then all six and predicts 4x the largest (a GPU ladder's 1.3B to 6.7B is 5x). "least" is the ladder's: the form whose backtest misses least. "halve" is
 the rule it replaced: power, unless another form halves power's backtest miss (both with the interval's
 drift term). Prints, per law and noise, each rule's mean and worst error against the law's true value one
 step beyond, the share within 3%, and how often the ±2 sigma interval held the truth; then the mean error
@@ -65,7 +64,8 @@ def main(argv=None):
                 errors, held = np.array(next_size).T
                 far_errors, far_held = np.array(at_far).T
                 print(f"| {law_name} | {noise:.1%} | {rule_name} | {errors.mean():.2%} | {errors.max():.1%} | "
-                      f"{np.mean(errors < 0.03):.0%} | {held.mean():.0%} | {far_errors.mean():.1%} | {far_held.mean():.0%} |")
+                      f"{np.mean(errors < 0.03):.0%} | {held.mean():.0%} | {far_errors.mean():.1%} | "
+                      f"{far_held.mean():.0%} |")
 
 
 if __name__ == "__main__":
