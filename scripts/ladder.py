@@ -55,7 +55,8 @@ RUN_SETTINGS = ("base", "common", "steps", "warmup_fraction", "evaluations", "mi
 # its folder's size, ratio and lr: a ladder.json trained with others cannot lend its runs
 SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), steps=0, sweep_points=(5, 3),
                 sweep_factors=(2.0, 2.0, 1.41), warmup_fraction=0.1, evaluations=20, min_lr_ratio=0.1,
-                target="")  # target: a train.py config whose size ladder.png extrapolates to
+                seeds=1, target="")  # seeds: each size's best swept rate trained at this many seeds, the fits on
+# their mean; target: a train.py config whose size ladder.png extrapolates to
 
 
 def load_settings(path):
@@ -68,6 +69,9 @@ def load_settings(path):
     settings = {**SETTINGS, **scope}
     ratios = settings["tokens_per_param"]
     settings["tokens_per_param"] = tuple(ratios) if isinstance(ratios, (tuple, list)) else (float(ratios),)
+    if not isinstance(settings["seeds"], int) or settings["seeds"] < 1:
+        raise SystemExit(f"error: {path}: seeds = {settings['seeds']!r}: give a whole number of at least 1 "
+                         "(1: each size's best swept run alone)")
     return settings
 
 
@@ -120,12 +124,14 @@ class Ladder:
     def params(cfg):
         return build_meta_model(cfg, "none").get_num_params()
 
-    def run(self, name, recipe, size, shape, lr, ratio):
-        """Train one run unless it is done, and score it on eval_tasks unless it was; its record for ladder.json."""
-        out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}"
+    def run(self, name, recipe, size, shape, lr, ratio, seed=None):
+        """Train one run unless it is done, and score it on eval_tasks unless it was; its record for ladder.json.
+        A seed: the run again at that seed, a replica of the sweep's (None: the recipe's seed, a sweep point)."""
+        out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}{'' if seed is None else f'_s{seed}'}"
+        argv = [*self.argv(recipe, shape, lr, ratio), *([] if seed is None else [f"--seed={seed}"])]
         if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):  # done: nothing to build
             out_dir.mkdir(parents=True, exist_ok=True)
-            self.launch("train.py", [*self.argv(recipe, shape, lr, ratio), f"--out_dir={out_dir}", "--init_from=auto"])
+            self.launch("train.py", [*argv, f"--out_dir={out_dir}", "--init_from=auto"])
         before = eval_results(out_dir)
         if missing := [t for t in self.eval_tasks if t not in before]:  # scored once: a rerun scores nothing again
             self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(missing), *self.eval_args])
@@ -135,7 +141,8 @@ class Ladder:
         start = metrics.read(out_dir, "start")[-1]
         evals = [r for r in metrics.latest_per_iter(metrics.read(out_dir, "eval")) if r.get("val_loss") is not None]
         return {"recipe": name, "size": size, **shape, "params": start["params"], "lr": float(f"{lr:.3g}"),
-                "tokens_per_param": ratio, "tokens": start["max_iters"] * start["tokens_per_iter"],
+                "seed": configurator.load_config(argv).seed, "replica": seed is not None, "tokens_per_param": ratio,
+                "tokens": start["max_iters"] * start["tokens_per_iter"],
                 "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
                 "final_val_loss": evals[-1]["val_loss"], "out_dir": str(out_dir), "scores": scores(out_dir),
                 "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals]}  # for forecast.Prior
@@ -161,23 +168,24 @@ class Ladder:
         return (self.s["sweep_points"][min(i, len(self.s["sweep_points"]) - 1)],
                 self.s["sweep_factors"][min(i, len(self.s["sweep_factors"]) - 1)])
 
-    def run_many(self, name, recipe, size, shape, lrs, ratio):
+    def run_many(self, name, recipe, size, shape, lrs, ratio, seeds=None):
+        jobs = list(zip(lrs, seeds or [None] * len(lrs)))
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
-            return list(pool.map(lambda lr: self.run(name, recipe, size, shape, lr, ratio), lrs))
+            return list(pool.map(lambda job: self.run(name, recipe, size, shape, job[0], ratio, job[1]), jobs))
 
     def climb(self, name, recipe):
         """Every size of one recipe, its sweep centred on what the sizes below predict; all its runs."""
         runs, rungs = [], []  # rungs: (params, best lr) of each size so far
         ratio, extra = self.s["tokens_per_param"][0], self.s["tokens_per_param"][1:]
-        start_lr = configurator.load_config([*self.s["base"], *shlex.split(self.s["common"]), *recipe]).learning_rate
+        start = configurator.load_config([*self.s["base"], *shlex.split(self.s["common"]), *recipe])
         for i, (size, shape) in enumerate(self.s["sizes"].items()):
             points, factor = self.sweep(i)
             # the law once it rests on MIN_SIZES sizes; before, the last size's best: the slope between two
             # noisy optima is too noisy to extrapolate
             if len(rungs) < ladder.MIN_SIZES:
-                centre = rungs[-1][1] if rungs else start_lr
+                centre = rungs[-1][1] if rungs else start.learning_rate
             else:
-                n = self.params(configurator.load_config(self.argv(recipe, shape, start_lr, ratio)))
+                n = self.params(configurator.load_config(self.argv(recipe, shape, start.learning_rate, ratio)))
                 centre = float(ladder.fit_lr(*zip(*rungs))(n))
             lrs = [float(f"{centre * factor ** (j - (points - 1) / 2):.3g}") for j in range(points)]
             sweep = self.run_many(name, recipe, size, shape, lrs, ratio)
@@ -189,6 +197,9 @@ class Ladder:
                 sweep += self.run_many(name, recipe, size, shape, [beyond], ratio)
             best, edge = ladder.best_lr([r["lr"] for r in sweep], [r["final_val_loss"] for r in sweep])
             rungs.append((sweep[0]["params"], best))
+            lowest = ladder.best_runs(sweep, ratio)[0]  # its rate again at the other seeds: ladder.best_runs' mean
+            sweep += self.run_many(name, recipe, size, shape, [lowest["lr"]] * (self.s["seeds"] - 1), ratio,
+                                   [start.seed + k for k in range(1, self.s["seeds"])])
             for r in sweep:
                 r["sweep_best_lr"], r["sweep_edge"] = best, edge
             runs += sweep
@@ -281,7 +292,8 @@ def held_out(runs, ratio):
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
-            "sweep_lrs": sorted(r["lr"] for r in runs if r["size"] == last["size"] and r["tokens_per_param"] == ratio),
+            "sweep_lrs": sorted(r["lr"] for r in runs if r["size"] == last["size"] and r["tokens_per_param"] == ratio
+                                and not r["replica"]),
             "scores": scores}
 
 
@@ -445,8 +457,11 @@ def summary(result):
     for name, rec in result["recipes"].items():
         lines.append(f"{name} ({' '.join(rec['overrides'])}), {ratio:g} tokens per parameter:")
         for r in ladder.best_runs(rec["runs"], ratio):
-            lrs = sorted(x["lr"] for x in rec["runs"] if x["size"] == r["size"] and x["tokens_per_param"] == ratio)
-            lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}  "
+            lrs = sorted(x["lr"] for x in rec["runs"] if x["size"] == r["size"] and x["tokens_per_param"] == ratio
+                         and not x["replica"])
+            seeds = f" (mean of {len(r['seed_losses'])} seeds at lr {r['lr']:.3g}: " + ", ".join(
+                f"{v:.4f}" for v in r["seed_losses"].values()) + ")" if "seed_losses" in r else ""
+            lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}{seeds}  "
                          f"best lr {r['sweep_best_lr']:.3g} (swept {', '.join(f'{x:.3g}' for x in lrs)})")
         f = rec["fits"]
         lr, loss = f["lr"]["named"], f["loss"]["named"]

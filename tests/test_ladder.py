@@ -193,7 +193,8 @@ def fake_train(monkeypatch):
         record = metrics.Metrics(cfg.out_dir)
         record("start", 0, max_iters=cfg.max_iters, tokens_per_iter=cfg.batch_size * cfg.block_size, params=n)
         tokens = cfg.max_iters * cfg.batch_size * cfg.block_size
-        record("eval", cfg.max_iters, val_loss=law(n, tokens, cfg.learning_rate, cfg.optimizer))
+        seed_noise = 1 + 0.01 * (cfg.seed - 1337)  # another seed, another loss: +1% a seed above the default's
+        record("eval", cfg.max_iters, val_loss=law(n, tokens, cfg.learning_rate, cfg.optimizer) * seed_noise)
         record("done", cfg.max_iters, best_val_loss=None)
         Path(cfg.out_dir, f"ckpt_{cfg.max_iters}.pt").touch()  # the checkpoint at its end, for eval.py
         calls.append(cfg.out_dir)
@@ -508,12 +509,44 @@ def test_plan_refuses_a_ladder_of_other_data_in_one_line(tmp_path):
     assert "measured on other data or vocabulary (dataset 'quickstart', here 'pile'" in result.stderr
 
 
-def test_ladder_plan_prices_each_run_the_ladder_config_would_train():
+def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):
     cfg = configurator.load_config([FAST])
     target = plan.make_plan(cfg, "h200", 0.4, 2.0, 1)
     cost = plan.ladder_cost("config/ladder_gpt3.py", target, 0.4, 2.0, 1)
     assert [r["runs"] for r in cost["rows"]] == [5, 1, 3, 1, 3, 1, 1, 1]  # the sweeps, and one run per size at 10
+    config = tmp_path / "ladder_seeds.py"  # and each size's best rate at two more seeds
+    config.write_text(Path("config/ladder_gpt3.py").read_text() + "seeds = 3\n")
+    assert [r["runs"] for r in plan.ladder_cost(str(config), target, 0.4, 2.0, 1)["rows"]][::2] == [7, 5, 5, 3]
     assert cost["share"] == pytest.approx(cost["gpu_hours"] / (target["days"] * 24)) and 0 < cost["share"] < 1
+
+
+def test_seeds_trains_each_sizes_lowest_run_again_and_the_fits_take_the_seeds_mean(tmp_path, fake_train, capsys):
+    out = tmp_path / "out"
+    climb(ladder_config(tmp_path, [16, 32, 48, 64]), out, "adamw: --optimizer=adamw")
+    swept = len(fake_train)
+    result = climb(ladder_config(tmp_path, [16, 32, 48, 64], seeds=3), out, "adamw: --optimizer=adamw")
+    replicas = fake_train[swept:]  # the sweeps were reused: only the other seeds trained
+    assert len(replicas) == 2 * 4 and all(p.endswith(("_s1338", "_s1339")) for p in replicas)
+    runs = result["recipes"]["adamw"]["runs"]
+    for best in ladder.best_runs(runs, 2):
+        lowest = min((r for r in runs if r["size"] == best["size"] and not r["replica"]),
+                     key=lambda r: r["final_val_loss"])
+        assert best["lr"] == lowest["lr"] and set(best["seed_losses"]) == {"1337", "1338", "1339"}
+        assert best["final_val_loss"] == pytest.approx(1.01 * lowest["final_val_loss"])  # the mean of +0, 1, 2%
+        assert best["curve"][-1][1] == pytest.approx(best["final_val_loss"])
+    held = result["recipes"]["adamw"]["held_out"]
+    assert held["measured_val_loss"] == pytest.approx(ladder.best_runs(runs, 2)[-1]["final_val_loss"])
+    assert len(held["sweep_lrs"]) == 3  # the sweep's rates, not the seeds'
+    assert "mean of 3 seeds" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="seeds = 0: give a whole number of at least 1"):
+        climb(ladder_config(tmp_path, [16, 32, 48, 64], seeds=0), out, "adamw: --optimizer=adamw")
+
+
+def test_a_diverged_seed_is_left_out_of_the_mean_and_kept_in_seed_losses():
+    runs = [{"size": "a", "params": 1, "tokens_per_param": 2, "lr": 0.1, "seed": s, "replica": s != 1, "scores": {},
+             "final_val_loss": v, "curve": [[1.0, v]]} for s, v in ((1, 2.0), (2, float("nan")), (3, 2.2))]
+    best = ladder.best_runs(runs, 2)[0]
+    assert best["final_val_loss"] == pytest.approx(2.1) and math.isnan(best["seed_losses"]["2"])
 
 
 def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):

@@ -322,12 +322,31 @@ def loss_for_score(task_fit, score):
     return float(l0 - math.log(a / (score - b) - 1) / k)
 
 def best_runs(runs, ratio):
-    """Per size, the run with the lowest final val loss at the sweep's ratio, by size."""
+    """Per size, by size: the run with the lowest final val loss among its sweep's at the ratio, or, where
+    scripts/ladder.py trained that run's rate again at other seeds (its `replica` runs), their mean."""
     best, loss = {}, lambda r: r["final_val_loss"] if math.isfinite(r["final_val_loss"]) else math.inf
     for r in runs:
-        if r["tokens_per_param"] == ratio and (r["size"] not in best or loss(r) < loss(best[r["size"]])):
+        if r["tokens_per_param"] == ratio and not r.get("replica") and (
+                r["size"] not in best or loss(r) < loss(best[r["size"]])):
             best[r["size"]] = r
-    return sorted(best.values(), key=lambda r: r["params"])
+    return [seed_mean([b] + [r for r in runs if r.get("replica") and r["tokens_per_param"] == ratio
+                             and r["size"] == b["size"] and r["lr"] == b["lr"]])
+            for b in sorted(best.values(), key=lambda r: r["params"])]
+
+
+def seed_mean(same):
+    """One record for runs that differ only in their seed: the mean final val loss, curve and scores over the
+    seeds that did not diverge (`seed_losses` keeps each). Why the mean: one tiny run's seed moves its loss by
+    2-7% (docs/scaling_ladder.md), more than the law's step between neighbouring sizes."""
+    if len(same) == 1:
+        return same[0]
+    kept = [r for r in same if math.isfinite(r["final_val_loss"])] or same[:1]  # all diverged: the first, NaN
+    length = min(len(r["curve"]) for r in kept)  # the same run at another seed: the same evaluations
+    curve = np.mean([np.asarray(r["curve"][:length], dtype=float) for r in kept], axis=0).tolist()
+    tasks = set.intersection(*(set(r["scores"]) for r in kept))
+    return {**same[0], "final_val_loss": float(np.mean([r["final_val_loss"] for r in kept])), "curve": curve,
+            "scores": {t: float(np.mean([r["scores"][t] for r in kept])) for t in sorted(tasks)},
+            "seed_losses": {str(r.get("seed")): r["final_val_loss"] for r in same}}
 
 
 def load(path, recipe=None, expected=None):
