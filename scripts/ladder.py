@@ -13,7 +13,8 @@ lets Chinchilla's L(N, D) be fitted; with `steps`, the batch grows with size so 
 about that many steps) and the sweep: at the first size `sweep_points[0]` learning rates
 `sweep_factors[0]` apart around the recipe's learning_rate, then at each larger size a sweep centred on
 the optimum the sizes below predict (the last size's best, then from 3 sizes on their best learning rates'
-power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it. Every run is
+power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it; with `seeds`, each
+size's lowest swept run is trained again at other seeds and the fits take their mean. Every run is
 train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read back from its
 metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder reruns where it stopped and a
 larger size added to the config runs alone (a ladder.json whose runs were trained with another base,
@@ -289,6 +290,7 @@ def held_out(runs, ratio):
               for task, fit in task_fits([r for r in runs if r["size"] != last["size"]], ratio).items()
               if task in last["scores"]}
     return {"size": last["size"], "params": last["params"], "measured_val_loss": measured, "form": loss_fit.form,
+            "seed_losses": last.get("seed_losses", {}),  # what measured_val_loss is the mean of, with seeds
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
