@@ -294,9 +294,13 @@ def held_out(runs, ratio):
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
-            "sweep_lrs": sorted(r["lr"] for r in runs if r["size"] == last["size"] and r["tokens_per_param"] == ratio
-                                and not r["replica"]),
+            "sweep_lrs": swept_lrs(runs, last["size"], ratio),
             "scores": scores}
+
+
+def swept_lrs(runs, size, ratio):
+    """The learning rates one size's sweep trained at the ratio, sorted (not the replicas' seeds)."""
+    return sorted(r["lr"] for r in runs if r["size"] == size and r["tokens_per_param"] == ratio and not r["replica"])
 
 
 def compute_multipliers(reference, other, ratio):
@@ -459,11 +463,11 @@ def summary(result):
     for name, rec in result["recipes"].items():
         lines.append(f"{name} ({' '.join(rec['overrides'])}), {ratio:g} tokens per parameter:")
         for r in ladder.best_runs(rec["runs"], ratio):
-            lrs = sorted(x["lr"] for x in rec["runs"] if x["size"] == r["size"] and x["tokens_per_param"] == ratio
-                         and not x["replica"])
+            lrs = swept_lrs(rec["runs"], r["size"], ratio)
             seeds = f" (mean of {len(r['seed_losses'])} seeds at lr {r['lr']:.3g}: " + ", ".join(
                 f"{v:.4f}" for v in r["seed_losses"].values()) + ")" if "seed_losses" in r else ""
-            lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}{seeds}  "
+            lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}"
+                         f"{seeds}  "
                          f"best lr {r['sweep_best_lr']:.3g} (swept {', '.join(f'{x:.3g}' for x in lrs)})")
         f = rec["fits"]
         lr, loss = f["lr"]["named"], f["loss"]["named"]
