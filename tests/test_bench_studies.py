@@ -1,11 +1,13 @@
 """Each study in scripts/bench/ runs for a few seconds at a tiny size, so none can rot unnoticed: the
 figures they print are the docs' measurements at full size (docs/performance.md, docs/configuration.md)."""
 import importlib.util
+import json
 import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_here
+from trainer import metrics
 
 STUDIES = REPO / "scripts" / "bench"
 
@@ -81,3 +83,17 @@ def test_forecast_study_fits_its_runs(data_dir, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| cosine | 1337 | 25% of 8 |" in printed and "| cosine | 1337 | 50% of 8 |" in printed
     assert (tmp_path / "r.json").is_file()
+
+
+def test_val_windows_study_measures_the_windows_train_py_measured(data_dir, tmp_path, capsys):
+    """Its fixed-windows loss is the run's own final val loss: the same windows, the same model."""
+    out = tmp_path / "run"
+    tiny = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16", "--vocab_size=64", "--batch_size=2",
+            "--gradient_accumulation_steps=1", "--max_iters=4", "--lr_decay_iters=4", "--warmup_iters=1",
+            "--eval_interval=4", "--eval_iters=3", f"--data_dir={data_dir}", "--device=cpu", "--dtype=float32",
+            "--compile=False", f"--out_dir={out}"]
+    assert run_here(["train.py", "config/train_tiny.py", *tiny]).returncode == 0
+    study("val_windows").main([str(out), "--draws", "3", "--out", str(tmp_path / "w.json")])
+    row = json.loads((tmp_path / "w.json").read_text())[0]
+    assert row["windows"] == 6 and row["fixed"] == pytest.approx(metrics.read(out, "eval")[-1]["val_loss"], rel=1e-5)
+    assert f"| {out} | 6 of " in capsys.readouterr().out

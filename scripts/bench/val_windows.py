@@ -1,0 +1,72 @@
+"""How much a run's val loss depends on which val windows measure it: trains nothing.
+
+    python scripts/bench/val_windows.py out/ladder_tiny/runs/muon/w64_r4_lr0.023 out/ladder_tiny/runs/muon/w64_r4_lr0.023_s1338
+
+For each run folder (one data folder, not a mixture) it loads the newest checkpoint and scores every window of
+block_size tokens of its val.bin once, then prints the val loss on the windows train.py measures (bins.
+VAL_WINDOWS_KEY, as many as the run's eval_iters x batch_size), the spread of that loss over --draws other draws
+of as many windows (what the val loss would have been had the windows depended on the seed, as they did before
+2026-12-03), and the loss on the whole val set. Writes the table as JSON to --out.
+"""
+import argparse
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+import sample  # noqa: E402
+from trainer import bins  # noqa: E402
+
+
+def window_losses(model, val, block_size, batch=64):
+    """Each whole window's mean cross-entropy, in the order of its index."""
+    out = []
+    for start in range(0, val.num_windows(block_size), batch):
+        idx = np.arange(start, min(start + batch, val.num_windows(block_size)))
+        w = torch.from_numpy(val.windows(idx, block_size))
+        with torch.no_grad():
+            logprobs, _ = model(w[:, :-1], w[:, 1:], scores=True)[1]
+        out.append(-logprobs.mean(dim=1))
+    return torch.cat(out).numpy()
+
+
+def measure(run, draws):
+    args = types.SimpleNamespace(out_dir=run, init_from="", encoding="bytes", device="cpu", dtype="float32")
+    model, state = sample.load_model(args)[:2]
+    cfg = types.SimpleNamespace(**state["config"])
+    if cfg.data_mixture:
+        sample.fail(f"{run} trained on a data_mixture: give a run of one data folder")
+    val = bins.open_split(cfg.data_dir, "val", cfg.block_size, model.config.vocab_size)
+    losses = window_losses(model, val, cfg.block_size)
+    count = cfg.eval_iters * cfg.batch_size
+
+    def on(key):
+        return float(losses[bins.WindowSampler(len(losses), key).next_indices(count)].mean())
+    others = np.array([on(key) for key in range(1, draws + 1)])
+    return {"run": str(run), "windows": count, "of": len(losses), "fixed": on(bins.VAL_WINDOWS_KEY),
+            "other_draws_mean": float(others.mean()), "other_draws_sd": float(others.std(ddof=1)),
+            "other_draws_range": [float(others.min()), float(others.max())], "whole": float(losses.mean())}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="run folders (out_dir) with a checkpoint")
+    p.add_argument("--draws", type=int, default=20, help="other draws of as many windows")
+    p.add_argument("--out", default="/tmp/val_windows.json")
+    args = p.parse_args(argv)
+    rows = [measure(run, args.draws) for run in args.runs]
+    print("| run | windows | val loss (fixed windows) | other draws: sd (range) | whole val set |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['run']} | {r['windows']} of {r['of']} | {r['fixed']:.4f} | {r['other_draws_sd']:.4f} "
+              f"({r['other_draws_range'][0]:.4f} … {r['other_draws_range'][1]:.4f}) | {r['whole']:.4f} |")
+    Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
