@@ -5,8 +5,8 @@ replaced, on synthetic ladders drawn from known laws.
 
 Each draw is a ladder at the CPU ladder's six sizes (35k to 639k parameters) whose final val losses follow
 one of the three forms along the rule (power, saturating, plateau) times (1 + noise · a normal draw): the
-scatter of one run about its law (the CPU ladder's two seeds differ by 2-7% at a size, docs/scaling_ladder.md;
-longer runs scatter less). Each rule fits the five smaller sizes and predicts the largest (one step beyond),
+scatter of one run about its law (on the CPU ladder another seed at a size's best rate ends up to 2.5-4.5%
+away, docs/scaling_ladder.md). Each rule fits the five smaller sizes and predicts the largest (one step beyond),
 then all six and predicts 4x the largest (a GPU ladder's 1.3B to 6.7B is 5x). "least" is the ladder's: the form whose backtest misses least. "halve" is
 the rule it replaced: power, unless another form halves power's backtest miss (both with the interval's
 drift term). Prints, per law and noise, each rule's mean and worst error against the law's true value one
