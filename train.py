@@ -156,7 +156,7 @@ if master:
 record("start", iter_num, max_iters=cfg.max_iters, tokens_per_iter=tokens_per_iter, params=n_params, world_size=world_size,
        restarts=elastic.restarts(), batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
        activation_checkpointing=gptconf.activation_checkpointing, recompute_blocks=gptconf.recompute_blocks,
-       load_seconds=load_seconds)
+       load_seconds=load_seconds, eval_batch_size=eval_batch_size)
 for line in sampler.describe(tokens_per_iter, cfg.max_iters, iter_num):  # after the resume: what was drawn counts
     log(line)
 if sampler.changes:  # the val loss is weighted otherwise from here on (its best was reset: checkpointer.py)

@@ -193,18 +193,17 @@ def builtin_configs(tasks):
     return configs
 
 
-def check_tasks(tasks, data_dir, include_path=(), manager=None):
+def check_tasks(tasks, data_dir, include_path=()):
     """HarnessError naming the first task that cannot be scored: one of PAPER_TASKS without its local file in
-    data_dir, or another task whose config is in no include_path folder (manager: a TaskManager already over
-    them, so that evaluate does not index them twice). scripts/ladder.py asks before it trains, so that a
-    misspelt task stops the ladder in its first second, not after its first run."""
+    data_dir, or another task whose config is in no include_path folder. scripts/ladder.py asks before it
+    trains, so that a misspelt task stops the ladder in its first second, not after its first run."""
     for task in [t for t in tasks if t in PAPER_TASKS]:
         path = os.path.abspath(task_file(data_dir, task))
         if not os.path.isfile(path):
             raise HarnessError(f"no local file {path} for {task}: run python data/eval/prepare.py --tasks {task} "
                                f"--out_dir {data_dir} where there is a network, or copy it here")
     others = [t for t in tasks if t not in PAPER_TASKS]
-    known = (manager or task_manager(list(include_path))).all_tasks if others and include_path else []
+    known = task_manager(list(include_path)).all_tasks if others and include_path else []
     if unknown := [t for t in others if t not in known]:
         raise HarnessError(f"unknown task {unknown[0]!r}: use {', '.join(PAPER_TASKS)}, or a task whose config "
                            "is in a folder passed with --include_path")
@@ -226,10 +225,10 @@ def write_local_tasks(folder, tasks, data_dir):
 def evaluate(lm, tasks, data_dir, include_path=(), limit=None):
     """{task: {metric: value, 'n': examples scored}} from lm_eval.simple_evaluate, on rank 0 (None on the
     others). PAPER_TASKS come from data_dir's files; any other task from a config in include_path."""
+    check_tasks(tasks, data_dir, include_path)
     with tempfile.TemporaryDirectory() as folder:
         write_local_tasks(folder, [t for t in tasks if t in PAPER_TASKS], data_dir)
         manager = task_manager([folder, *include_path])
-        check_tasks(tasks, data_dir, include_path, manager)
         # bootstrap_iters: the stderr of a perplexity is bootstrapped; lm-eval's 100,000 take minutes on 2 cores
         out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit, task_manager=manager,
                                       log_samples=False, bootstrap_iters=1000)

@@ -1,10 +1,11 @@
 """How much a run's val loss depends on which val windows measure it: trains nothing.
 
-    python scripts/bench/val_windows.py out/ladder_tiny/runs/muon/w64_r4_lr0.023 out/ladder_tiny/runs/muon/w64_r4_lr0.023_s1338
+    python scripts/bench/val_windows.py out/ladder_tiny/runs/muon/w112_r4_lr0.0242 \
+        out/ladder_tiny/runs/muon/w112_r4_lr0.0242_s1338
 
 For each run folder (one data folder, not a mixture) it loads the newest checkpoint and scores every window of
 block_size tokens of its val.bin once, then prints the val loss on the windows train.py measures (bins.
-VAL_WINDOWS_KEY, as many as the run's eval_iters x batch_size), the spread of that loss over --draws other draws
+VAL_WINDOWS_KEY, as many as the run's eval_iters x its config's batch_size), the spread of that loss over --draws other draws
 of as many windows (what the val loss would have been had the windows depended on the seed, as they did before
 2026-12-03), and the loss on the whole val set. Writes the table as JSON to --out.
 """
@@ -20,7 +21,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 import sample  # noqa: E402
-from trainer import bins  # noqa: E402
+from trainer import bins, metrics  # noqa: E402
 
 
 def window_losses(model, val, block_size, batch=64):
@@ -41,9 +42,13 @@ def measure(run, draws):
     cfg = types.SimpleNamespace(**state["config"])
     if cfg.data_mixture:
         sample.fail(f"{run} trained on a data_mixture: give a run of one data folder")
-    val = bins.open_split(cfg.data_dir, "val", cfg.block_size, model.config.vocab_size)
-    losses = window_losses(model, val, cfg.block_size)
-    count = cfg.eval_iters * cfg.batch_size
+    block_size = model.config.block_size
+    val = bins.open_split(cfg.data_dir, "val", block_size, model.config.vocab_size)
+    losses = window_losses(model, val, block_size)
+    start = metrics.read(run, "start")[-1]
+    # the config's batch, before activation_checkpointing=auto changed it; runs before 2026-12-03 did not record
+    # it, and their batch_size is it unless auto changed it (the ladder's runs set none)
+    count = cfg.eval_iters * start.get("eval_batch_size", start["batch_size"])
 
     def on(key):
         return float(losses[bins.WindowSampler(len(losses), key).next_indices(count)].mean())
