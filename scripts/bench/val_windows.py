@@ -4,9 +4,9 @@
         out/ladder_tiny/runs/muon/w112_r4_lr0.0242_s1338
 
 For each run folder (one data folder, not a mixture) it loads the newest checkpoint and scores every window of
-block_size tokens of its val.bin once, then prints the val loss on the windows train.py measures (bins.
-VAL_WINDOWS_KEY, as many as the run's eval_iters x its config's batch_size), the spread of that loss over --draws other draws
-of as many windows (what the val loss would have been had the windows depended on the seed, as they did before
+block_size tokens of its val.bin once, then prints the val loss on the windows train.py measures (drawn by
+Mixture.val_windows, as train.py draws them), the spread of that loss over --draws other draws of as many
+windows (what the val loss would have been had the windows depended on the seed, as they did before
 2026-12-03), and the loss on the whole val set. Writes the table as JSON to --out.
 """
 import argparse
@@ -26,9 +26,9 @@ from trainer import bins, metrics  # noqa: E402
 
 def window_losses(model, val, block_size, batch=64):
     """Each whole window's mean cross-entropy, in the order of its index."""
-    out = []
-    for start in range(0, val.num_windows(block_size), batch):
-        idx = np.arange(start, min(start + batch, val.num_windows(block_size)))
+    out, count = [], val.num_windows(block_size)
+    for start in range(0, count, batch):
+        idx = np.arange(start, min(start + batch, count))
         w = torch.from_numpy(val.windows(idx, block_size))
         with torch.no_grad():
             logprobs, _ = model(w[:, :-1], w[:, 1:], scores=True)[1]
@@ -43,17 +43,17 @@ def measure(run, draws):
     if cfg.data_mixture:
         sample.fail(f"{run} trained on a data_mixture: give a run of one data folder")
     block_size = model.config.block_size
-    val = bins.open_split(cfg.data_dir, "val", block_size, model.config.vocab_size)
-    losses = window_losses(model, val, block_size)
+    data = bins.open_mixture(bins.folders(cfg), block_size, model.config.vocab_size, cfg.seed)
+    losses = window_losses(model, data.sources[0].val, block_size)
     start = metrics.read(run, "start")[-1]
     # the config's batch, before activation_checkpointing=auto changed it; runs before 2026-12-03 did not record
     # it, and their batch_size is it unless auto changed it (the ladder's runs set none)
-    count = cfg.eval_iters * start.get("eval_batch_size", start["batch_size"])
-
-    def on(key):
-        return float(losses[bins.WindowSampler(len(losses), key).next_indices(count)].mean())
-    others = np.array([on(key) for key in range(1, draws + 1)])
-    return {"run": str(run), "windows": count, "of": len(losses), "fixed": on(bins.VAL_WINDOWS_KEY),
+    eval_batch_size = start.get("eval_batch_size", start["batch_size"])
+    fixed = next(iter(data.val_windows(cfg.eval_iters, eval_batch_size).values()))
+    count = fixed.size  # train.py's own windows (Mixture.val_windows); the other draws as many by other keys
+    others = np.array([losses[bins.WindowSampler(len(losses), key).next_indices(count)].mean()
+                       for key in range(1, draws + 1)])
+    return {"run": str(run), "windows": count, "of": len(losses), "fixed": float(losses[fixed.ravel()].mean()),
             "other_draws_mean": float(others.mean()), "other_draws_sd": float(others.std(ddof=1)),
             "other_draws_range": [float(others.min()), float(others.max())], "whole": float(losses.mean())}
 
