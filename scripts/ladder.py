@@ -274,22 +274,26 @@ def task_fits(runs, ratio):
     return out
 
 
-def held_out(runs, ratio):
-    """Fitted on all sizes but the largest: the prediction for the largest beside what it measured."""
+def held_out(runs, ratio, k=1):
+    """Fitted on all sizes but the k largest: the prediction for the largest beside what it measured, and how
+    far it extrapolated (the largest's parameters over the largest fitted size's). k = 1 is the ladder's check;
+    larger k says how its error grows with the distance, as a target lies further beyond a ladder than one step."""
     best = ladder.best_runs(runs, ratio)
-    if len(best) < ladder.MIN_SIZES + 1:
-        return {"problem": f"{len(best)} sizes: holding one out leaves fewer than {ladder.MIN_SIZES} to fit"}
-    last, rest = best[-1], best[:-1]
+    if len(best) < ladder.MIN_SIZES + k:
+        return {"problem": f"{len(best)} sizes: holding {k} out leaves fewer than {ladder.MIN_SIZES} to fit"}
+    last, rest = best[-1], best[:-k]
     sizes = [r["params"] for r in rest]
     loss_fit = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest])
     loss = loss_fit.predict(last["params"])
     lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
     measured = last["final_val_loss"]
+    fitted = {r["size"] for r in rest}
     scores = {task: {"predicted": float(fit(loss[0])), "measured": last["scores"][task]}  # both of Bhagia's steps
               if isinstance(fit, ladder.Fit) else {"problem": fit}
-              for task, fit in task_fits([r for r in runs if r["size"] != last["size"]], ratio).items()
+              for task, fit in task_fits([r for r in runs if r["size"] in fitted], ratio).items()
               if task in last["scores"]}
-    return {"size": last["size"], "params": last["params"], "measured_val_loss": measured, "form": loss_fit.form,
+    return {"size": last["size"], "params": last["params"], "held_out_sizes": k,
+            "extrapolation": last["params"] / sizes[-1], "measured_val_loss": measured, "form": loss_fit.form,
             "seed_losses": last.get("seed_losses", {}),  # what measured_val_loss is the mean of, with seeds
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
@@ -423,6 +427,8 @@ def main(argv=None):
         except ladder.FitError as e:
             raise SystemExit(f"error: recipe {name}: {e}")
         result["recipes"][name]["held_out"] = held_out(runs, ratio)
+        result["recipes"][name]["held_out_further"] = [  # the same check at 2, 3, ... sizes' distance
+            held_out(runs, ratio, k) for k in range(2, len(ladder.best_runs(runs, ratio)) - ladder.MIN_SIZES + 1)]
     names = list(recipes)
     for other in names[1:]:
         result["recipes"][other]["compute_multiplier_vs_" + names[0]] = compute_multipliers(
@@ -482,7 +488,8 @@ def summary(result):
         if "problem" in h:
             lines.append(f"  held out: none, {h['problem']}")
         else:
-            lines.append(f"  held out {h['size']} ({h['params']:,} params): {h['form']} predicted "
+            lines.append(f"  held out {h['size']} ({h['params']:,} params, {h['extrapolation']:.1f}x beyond the fitted "
+                         f"sizes): {h['form']} predicted "
                          f"{h['predicted_val_loss']:.4f} [{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], "
                          f"measured {h['measured_val_loss']:.4f} "
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval); "
@@ -492,6 +499,11 @@ def summary(result):
                 lines.append(f"    {task}: " + (f"no prediction, {score['problem']}" if "problem" in score else
                                                f"predicted {score['predicted']:.3f} from the predicted loss, "
                                                f"measured {score['measured']:.3f}"))
+        for h in rec.get("held_out_further", []):
+            lines.append(f"  held out the {h['held_out_sizes']} largest sizes ({h['extrapolation']:.1f}x beyond the "
+                         f"fitted ones): {h['form']} predicted {h['predicted_val_loss']:.4f} for {h['size']} "
+                         f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval), "
+                         f"recommended lr {h['lr_ratio']:.2f}x its sweep's best")
         for key, value in rec.items():
             if key.startswith("compute_multiplier_vs_"):
                 lines.append(f"  compute multiplier against {key[22:]} (its compute to reach this loss, "

@@ -232,8 +232,15 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
         assert rec["fits"]["lr"]["named"]["b"] == pytest.approx(-0.3, abs=0.01)
         held = rec["held_out"]
         assert held["inside"] and abs(held["relative_error"]) < 0.01 and held["lr_ratio"] == pytest.approx(1, abs=0.05)
+        by_size = {r["size"]: r["params"] for r in rec["runs"]}
+        assert held["extrapolation"] == pytest.approx(by_size["w96"] / by_size["w64"])
+        further, = rec["held_out_further"]  # five sizes: two held out leave three to fit, three would leave two
+        assert further["held_out_sizes"] == 2 and further["size"] == "w96"
+        assert further["extrapolation"] == pytest.approx(by_size["w96"] / by_size["w48"])
+        assert further["inside"] and abs(further["relative_error"]) < 0.02
     assert all(v["multiplier"] > 1 for v in result["recipes"]["muon"]["compute_multiplier_vs_adamw"].values())
-    assert "held out w96" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "held out w96" in out and "held out the 2 largest sizes (" in out
     trained = len(fake_train)
     climb(config, tmp_path / "out", "adamw: --optimizer=adamw", "muon: --optimizer=muon --learning_rate=8e-3")
     assert len(fake_train) == trained  # the rerun trained nothing
@@ -468,8 +475,11 @@ def synthetic_ladder(path, cfg, loss_scale=1.0):
                 "lr": ladder.fit_lr(n[4:], noisy(0.3 * n[4:] ** -0.25, 0.02)).to_json(),
                 "tasks": {"hellaswag/acc_norm": ladder.fit_task(
                     loss_grid, 0.6 / (1 + np.exp(5 * (loss_grid - 2.6))) + 0.25).to_json()}}
-    path.write_text(json.dumps({"data": ladder.identity(cfg), "tokens_per_param": [20, 10],
-                                "recipes": {"adamw": {"fits": fits(1.0)}, "muon": {"fits": fits(loss_scale)}}}))
+    checks = {"runs": [{"params": float(x)} for x in n[4:]],  # the ladder's own check, held out by 1 and 2 sizes
+              "held_out": {"extrapolation": 1.3e9 / 760e6, "relative_error": -0.012},
+              "held_out_further": [{"extrapolation": 1.3e9 / 350e6, "relative_error": 0.034}]}
+    path.write_text(json.dumps({"data": ladder.identity(cfg), "tokens_per_param": [20, 10], "recipes": {
+        "adamw": {"fits": fits(1.0), **checks}, "muon": {"fits": fits(loss_scale), **checks}}}))
     return str(path)
 
 
@@ -482,6 +492,9 @@ def test_plan_prints_the_ladders_loss_lr_scores_and_days_to_a_target(tmp_path):
     assert "hellaswag/acc_norm" in out and "GPT-3 at this size: 67.4" in out
     assert "target: val loss " in out and "B tokens, " in out and " days at this plan's speed" in out
     assert "compute multiplier against adamw: " in out  # Muon's 3% lower loss, as adamw's extra compute
+    # how far the target lies beyond the ladder, beside how the ladder's fit missed its own sizes at a distance
+    assert "this run's 6,649M parameters are 5.1x the ladder's largest size (1,300.0M)" in out  # less position embeddings
+    assert "its loss fit's miss at each distance: 1.7x -1.2%, 3.7x +3.4%" in out
 
 
 def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them(tmp_path):
