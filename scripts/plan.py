@@ -686,10 +686,12 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
             one = make_plan(configurator.load_config(runner.argv([], shape, 1e-3, ratio)), plan["gpu"], mfu,
                             price_per_hour, gpus)
             rows.append({"size": size, "tokens_per_param": ratio, "runs": count, "params": one["params"],
+                         "n": one["params_without_position_embeddings"],  # N as the ladder's runs count it
                          "gpu_hours": count * one["days"] * 24 * gpus, "cost_usd": count * one["cost_usd"]})
     hours = sum(r["gpu_hours"] for r in rows)
     return {"config": path, "rows": rows, "gpu_hours": hours, "cost_usd": sum(r["cost_usd"] for r in rows),
-            "share": hours / (plan["days"] * 24 * plan["gpus"])}
+            "share": hours / (plan["days"] * 24 * plan["gpus"]),
+            "extrapolation": plan["params_without_position_embeddings"] / max(r["n"] for r in rows)}
 
 
 def ladder_text(plan):
@@ -728,7 +730,8 @@ def ladder_text(plan):
         runs = sum(r["runs"] for r in lp["rows"])
         lines += ["", f"the ladder {lp['config']} per recipe on this GPU, MFU and price: {runs} runs, "
                       f"{lp['gpu_hours']:,.0f} GPU-hours, ${lp['cost_usd']:,.0f}: {lp['share']:.1%} of this run's "
-                      "GPU-hours (Bhagia et al.'s ladder: ~1% of its target's compute)"]
+                      "GPU-hours (Bhagia et al.'s ladder: ~1% of its target's compute); this run's size is "
+                      f"{lp['extrapolation']:.1f}x its largest"]
         lines += [f"  {r['size']:<6} {r['params'] / 1e6:7.0f}M params, {r['tokens_per_param']:g} tokens/param: "
                   f"{r['runs']} run(s), {r['gpu_hours']:,.1f} GPU-hours" for r in lp["rows"]]
     return "\n" + "\n".join(lines) if lines else ""

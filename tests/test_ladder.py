@@ -531,6 +531,7 @@ def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):
     config.write_text(Path("config/ladder_gpt3.py").read_text() + "seeds = 3\n")
     assert [r["runs"] for r in plan.ladder_cost(str(config), target, 0.4, 2.0, 1)["rows"]][::2] == [7, 5, 5, 3]
     assert cost["share"] == pytest.approx(cost["gpu_hours"] / (target["days"] * 24)) and 0 < cost["share"] < 1
+    assert cost["extrapolation"] == pytest.approx(6_648_762_368 / 1_311_082_496)  # 6.7B over 1.3B, less wpe
 
 
 def test_seeds_trains_each_sizes_lowest_run_again_and_the_fits_take_the_seeds_mean(tmp_path, fake_train, capsys):
