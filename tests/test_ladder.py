@@ -96,6 +96,27 @@ def test_chinchilla_is_fitted_when_the_ladder_measured_several_ratios():
     assert ladder.tokens_for_loss(fit, 6.7e9, 1.69).startswith("never, by this fit")
 
 
+def test_chinchillas_interval_beyond_the_ladder_widens_by_its_own_backtests_miss():
+    """The 6.7B prediction of a ladder with two ratios is Chinchilla's fit, read 5x beyond its largest size: its
+    form can be wrong too, so it drifts as the fit along the rule does, by what it missed of the largest size's
+    runs when fitted without them."""
+    n, d = np.meshgrid(SIZES, [10.0, 40.0])
+    n, d = n.ravel(), (d * n).ravel()
+    law = lambda n, d: (1.7 + 400 * n ** -0.34 + 410 * d ** -0.28) * (1 + 0.02 * np.tanh(np.log(n / 3e6)))
+    losses = law(n, d)
+    fit = ladder.fit_loss(n, losses, d)
+    top = n == n.max()
+    below = ladder.fit_loss(n[~top], losses[~top], d[~top])  # the same fit without the largest size
+    miss = np.mean(np.abs(below((n[top], d[top])) / losses[top] - 1))
+    assert fit.form == "chinchilla" and fit.reach == pytest.approx(SIZES[-1]) and miss > 0.001
+    assert fit.drift == pytest.approx(miss / math.log(SIZES[-1] / SIZES[-2]))
+    far = (SIZES[-1] * 8, 20 * SIZES[-1] * 8)
+    blind = ladder.Fit(fit.form, fit.params, fit.cov, fit.scatter, fit.n)  # the same fit without its drift
+    value, low, high = fit.predict(far)
+    assert value == blind.predict(far)[0] and high - low > blind.predict(far)[2] - blind.predict(far)[1]
+    assert low < law(*far) < high and not blind.predict(far)[1] < law(*far) < blind.predict(far)[2]
+
+
 def test_the_task_sigmoid_recovers_bhagias_second_step():
     losses = np.linspace(2.2, 4.0, 8)
     scores = noisy(0.55 / (1 + np.exp(6.0 * (losses - 3.0))) + 0.25, 0.002)

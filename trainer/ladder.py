@@ -78,7 +78,7 @@ FORMS = {
 
 class Fit:
     """A fitted form: its parameters, their covariance, the scatter of the points about it, and for a loss
-    law along the rule how fast its backtest says it drifts from the truth beyond the sizes it was fitted on."""
+    law how fast its backtest says it drifts from the truth beyond the sizes it was fitted on."""
 
     def __init__(self, form, params, cov, scatter, n, drift=0.0, reach=math.inf):
         self.form, self.params, self.cov = form, np.asarray(params, float), np.asarray(cov, float)
@@ -191,10 +191,13 @@ def fit_loss(sizes, losses, tokens=None):
     if len(set(np.round(n))) < MIN_SIZES:
         raise FitError(f"{len(set(np.round(n)))} sizes, a fit needs at least {MIN_SIZES}: add a size to the ladder")
     if tokens is not None and np.ptp(np.log(np.asarray(tokens, float) / n)) > 0.1:
-        slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
-        return fit("chinchilla", (n, np.asarray(tokens, float)), y,
-                   [0.5 * y.min(), intercept, -slope, intercept, -slope],
-                   bounds=([0, -50, 0, -50, 0], [y.min(), 50, 3, 50, 3]), min_points=6, what="runs")
+        d = np.asarray(tokens, float)
+        top, below = n == n.max(), n < n.max()
+        try:  # its backtest, as along the rule: fitted without the largest size, its miss of that size's runs
+            miss = float(np.mean(np.abs(fit_chinchilla(n[below], d[below], y[below])((n[top], d[top])) / y[top] - 1)))
+        except FitError:
+            miss = math.inf
+        return with_drift(fit_chinchilla(n, d, y), miss, n)
     misses = {form: backtest(form, n, y) for form in ALONG_THE_RULE}
     try:
         # misses within 0.01% are a tie, and a tie goes to the simpler form: a saturating fit whose floor is 0
@@ -205,10 +208,17 @@ def fit_loss(sizes, losses, tokens=None):
     return with_drift(chosen, misses[chosen.form], n)
 
 
+def fit_chinchilla(n, d, y):
+    """Chinchilla's L(N, D) fitted to runs of n parameters and d tokens (at least 6: it has 5 parameters)."""
+    slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
+    return fit("chinchilla", (n, d), y, [0.5 * y.min(), intercept, -slope, intercept, -slope],
+               bounds=([0, -50, 0, -50, 0], [y.min(), 50, 3, 50, 3]), min_points=6, what="runs")
+
+
 def with_drift(loss_fit, miss, sizes):
     """loss_fit, its drift set from its backtest's miss: one step, log(largest / next size), missed by that
     much (none where the backtest could not be made)."""
-    top = np.sort(np.asarray(sizes, float))[-2:]
+    top = np.unique(np.asarray(sizes, float))[-2:]  # a size measured at several ratios is one size
     if math.isfinite(miss):
         loss_fit.drift, loss_fit.reach = miss / math.log(top[1] / top[0]), float(top[1])
     return loss_fit
