@@ -184,7 +184,7 @@ ALONG_THE_RULE = ("power", "saturating", "plateau")  # simplest first
 def fit_loss(sizes, losses, tokens=None):
     """The final val loss against size along one tokens-per-parameter rule: the form of ALONG_THE_RULE whose
     backtest misses least (power where none can be judged); 'chinchilla' when tokens are given and their ratio
-    to size varies. Least, not power unless another halves its miss: on ladders drawn from each form with 1%
+    to size varies, its drift from its own backtest on the largest size's runs. Least, not power unless another halves its miss: on ladders drawn from each form with 1%
     noise, demanding half cost more on curved laws than it saved on straight ones
     (scripts/bench/form_choice.py)."""
     n, y = np.asarray(sizes, float), np.asarray(losses, float)
