@@ -3,8 +3,9 @@
 # parameter (Chinchilla's ratio, and about the fast 6.7B recipe's) with a learning-rate sweep (5 points at 52M,
 # 3 at 125M, 350M and 760M; 1.3B runs once, at the rate the sizes below predict), plus one run per size at 10
 # tokens per parameter at its best rate, so that Chinchilla's L(N, D) can be fitted and read at a target's own
-# ratio. The fifth size costs about 2 GPU-hours and is what lets the ladder judge a three-parameter loss form
-# and check itself two steps out (1.3B from 52M-350M, 3.7x), nearer the 6.7B target's 5.1x than one step's 1.7x.
+# ratio. The fifth size costs 1.6 GPU-hours and lets the fit along the ratio be a three-parameter form judged by
+# its backtest, and the ladder check itself two steps out (1.3B from 52M-350M, 3.7x), nearer the 6.7B target's
+# 5.1x than one step's 1.7x.
 # What it costs against the 6.7B run: python scripts/plan.py config/train_gpt3_6b_fast.py --ladder_plan config/ladder_gpt3.py
 # A ladder config is read by scripts/ladder.py, not by train.py: these names are its settings.
 base = ['config/train_gpt3_125m.py']

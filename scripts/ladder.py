@@ -283,7 +283,10 @@ def held_out(runs, ratio, k=1):
         return {"problem": f"{len(best)} sizes: holding {k} out leaves fewer than {ladder.MIN_SIZES} to fit"}
     last, rest = best[-1], best[:-k]
     sizes = [r["params"] for r in rest]
-    loss_fit = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest])
+    try:
+        loss_fit = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest])
+    except ladder.FitError as e:  # the ladder's own fits stand; this check says why it is missing
+        return {"problem": f"holding {k} out: {e}"}
     loss = loss_fit.predict(last["params"])
     lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
     measured = last["final_val_loss"]
@@ -493,13 +496,14 @@ def summary(result):
                          f"{h['predicted_val_loss']:.4f} [{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], "
                          f"measured {h['measured_val_loss']:.4f} "
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval); "
-                         f"recommended lr {h['recommended_lr']:.3g}, its sweep's best {h['sweep_best_lr']:.3g} "
-                         f"({h['lr_ratio']:.2f}x)")
+                         f"recommended lr {h['recommended_lr']:.3g}, " + (
+                             f"its sweep's best {h['sweep_best_lr']:.3g} ({h['lr_ratio']:.2f}x)" if len(h["sweep_lrs"]) > 1
+                             else "its one run's rate, not swept: no check of the rate"))
             for task, score in h["scores"].items():
                 lines.append(f"    {task}: " + (f"no prediction, {score['problem']}" if "problem" in score else
                                                f"predicted {score['predicted']:.3f} from the predicted loss, "
                                                f"measured {score['measured']:.3f}"))
-        for h in rec.get("held_out_further", []):
+        for h in (h for h in rec.get("held_out_further", []) if "problem" not in h):
             lines.append(f"  held out the {h['held_out_sizes']} largest sizes ({h['extrapolation']:.1f}x beyond the "
                          f"fitted ones): {h['form']} predicted {h['predicted_val_loss']:.4f} for {h['size']} "
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval), "

@@ -628,9 +628,9 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
     the first: the first recipe's compute to reach this recipe's loss over this run's."""
     result, _ = ladder_fits.load(path, expected=ladder_fits.identity(cfg))
     n, tokens, ratio = plan["params_without_position_embeddings"], plan["total_tokens"], result["tokens_per_param"][0]
-    largest = max(r["params"] for rec in result["recipes"].values() for r in rec["runs"])
-    out = {"path": path, "ladder_ratio": ratio, "run_ratio": tokens / n, "extrapolation": n / largest,
-           "largest_params": largest, "recipes": {}}
+    largest = max((r["params"] for rec in result["recipes"].values() for r in rec.get("runs", [])), default=None)
+    out = {"path": path, "ladder_ratio": ratio, "run_ratio": tokens / n, "largest_params": largest,
+           "extrapolation": largest and n / largest, "recipes": {}}
     reference = None
     for name, rec in result["recipes"].items():
         fits = rec["fits"]
@@ -638,7 +638,7 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
         loss_fit = ladder_fits.Fit.from_json(fits["loss_nd" if nd else "loss"])
         row = {"form": loss_fit.form, "val_loss": loss_fit.predict((n, tokens) if nd else n),
                "lr": ladder_fits.Fit.from_json(fits["lr"]).predict(n), "scores": {},
-               "checks": [(h["extrapolation"], h["relative_error"]) for h in [rec.get("held_out", {}),
+               "checks": [(h["extrapolation"], h["relative_error"], h["form"]) for h in [rec.get("held_out", {}),
                           *rec.get("held_out_further", [])] if "extrapolation" in h]}  # the ladder's own, by distance
         for key, task_fit in fits.get("tasks", {}).items():
             task, metric = key.split("/")
@@ -705,15 +705,16 @@ def ladder_text(plan):
                 and abs(math.log(lad["run_ratio"] / lad["ladder_ratio"])) > 0.1:
             lines.append(f"  note: the ladder measured {lad['ladder_ratio']:g} tokens per parameter and this run has "
                          f"{lad['run_ratio']:.1f}: its losses are for a run of this size at the ladder's ratio")
-        lines.append(f"  this run's {plan['params_without_position_embeddings'] / 1e6:,.0f}M parameters are "
-                     f"{lad['extrapolation']:.1f}x the ladder's largest size ({lad['largest_params'] / 1e6:,.1f}M)")
+        if lad["largest_params"]:
+            lines.append(f"  this run's {plan['params_without_position_embeddings'] / 1e6:,.1f}M parameters are "
+                         f"{lad['extrapolation']:.1f}x the ladder's largest size ({lad['largest_params'] / 1e6:,.1f}M)")
         for name, r in lad["recipes"].items():
             (loss, low, high), (lr, lr_low, lr_high) = r["val_loss"], r["lr"]
             lines.append(f"  {name}: final val loss {loss:.3f} [{low:.3f}, {high:.3f}] ({r['form']} fit), "
                          f"learning rate {lr:.3g} [{lr_low:.3g}, {lr_high:.3g}]")
             if r["checks"]:
-                lines.append("    the ladder's own sizes held out, its loss fit's miss at each distance: " + ", ".join(
-                    f"{x:.1f}x {e:+.1%}" for x, e in r["checks"]))
+                lines.append("    its largest size predicted from the sizes below by the fit along its ratio, the miss "
+                             "at each distance: " + ", ".join(f"{x:.1f}x {e:+.1%} ({form})" for x, e, form in r["checks"]))
             if "compute_multiplier" in r:
                 m = r["compute_multiplier"]
                 lines.append(f"    compute multiplier against {next(iter(lad['recipes']))}: "

@@ -115,6 +115,10 @@ def test_chinchillas_interval_beyond_the_ladder_widens_by_its_own_backtests_miss
     value, low, high = fit.predict(far)
     assert value == blind.predict(far)[0] and high - low > blind.predict(far)[2] - blind.predict(far)[1]
     assert low < law(*far) < high and not blind.predict(far)[1] < law(*far) < blind.predict(far)[2]
+    # where only the largest size has a second ratio, the sizes below cannot say how tokens matter: no backtest
+    n, d = np.append(SIZES, SIZES[-1]), np.append(10 * SIZES, 40 * SIZES[-1])
+    fit = ladder.fit_loss(n, noisy(law(n, d), 0.002), d)
+    assert fit.form == "chinchilla" and (fit.drift, fit.reach) == (0.0, math.inf)
 
 
 def test_the_task_sigmoid_recovers_bhagias_second_step():
@@ -267,6 +271,16 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
     assert len(fake_train) == trained  # the rerun trained nothing
     climb(ladder_config(tmp_path, [16, 32, 48, 64, 96, 128]), tmp_path / "out", "adamw: --optimizer=adamw")
     assert {p.split("/")[-1].split("_")[0] for p in fake_train[trained:]} == {"w128"}  # only the new size
+
+
+def test_a_largest_size_trained_once_says_its_rate_was_not_checked(tmp_path, fake_train, capsys):
+    """As on the GPU ladder, whose 1.3B runs once at the rate the sizes below predict: its recommended rate
+    over its "sweep's best" is 1 by construction, and the output says there was no check."""
+    result = climb(ladder_config(tmp_path, [16, 32, 48, 64], sweep_points=(5, 3, 3, 1)), tmp_path / "out",
+                   "adamw: --optimizer=adamw")
+    assert result["recipes"]["adamw"]["held_out"]["sweep_lrs"] == [pytest.approx(
+        result["recipes"]["adamw"]["held_out"]["recommended_lr"], rel=0.01)]
+    assert "its one run's rate, not swept: no check of the rate" in capsys.readouterr().out
 
 
 def test_two_recipes_climb_side_by_side_with_two_jobs_and_end_as_one_at_a_time(tmp_path, fake_train, monkeypatch):
@@ -497,8 +511,8 @@ def synthetic_ladder(path, cfg, loss_scale=1.0):
                 "tasks": {"hellaswag/acc_norm": ladder.fit_task(
                     loss_grid, 0.6 / (1 + np.exp(5 * (loss_grid - 2.6))) + 0.25).to_json()}}
     checks = {"runs": [{"params": float(x)} for x in n[4:]],  # the ladder's own check, held out by 1 and 2 sizes
-              "held_out": {"extrapolation": 1.3e9 / 760e6, "relative_error": -0.012},
-              "held_out_further": [{"extrapolation": 1.3e9 / 350e6, "relative_error": 0.034}]}
+              "held_out": {"extrapolation": 1.3e9 / 760e6, "relative_error": -0.012, "form": "power"},
+              "held_out_further": [{"extrapolation": 1.3e9 / 350e6, "relative_error": 0.034, "form": "power"}]}
     path.write_text(json.dumps({"data": ladder.identity(cfg), "tokens_per_param": [20, 10], "recipes": {
         "adamw": {"fits": fits(1.0), **checks}, "muon": {"fits": fits(loss_scale), **checks}}}))
     return str(path)
@@ -514,8 +528,8 @@ def test_plan_prints_the_ladders_loss_lr_scores_and_days_to_a_target(tmp_path):
     assert "target: val loss " in out and "B tokens, " in out and " days at this plan's speed" in out
     assert "compute multiplier against adamw: " in out  # Muon's 3% lower loss, as adamw's extra compute
     # how far the target lies beyond the ladder, beside how the ladder's fit missed its own sizes at a distance
-    assert "this run's 6,649M parameters are 5.1x the ladder's largest size (1,300.0M)" in out  # less position embeddings
-    assert "its loss fit's miss at each distance: 1.7x -1.2%, 3.7x +3.4%" in out
+    assert "this run's 6,648.8M parameters are 5.1x the ladder's largest size (1,300.0M)" in out  # less wpe
+    assert "the miss at each distance: 1.7x -1.2% (power), 3.7x +3.4% (power)" in out
 
 
 def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them(tmp_path):
@@ -530,6 +544,16 @@ def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them
     low, high = adamw["val_loss"][1:]
     assert low < 1.7 + 400 * 6.7e9 ** -0.34 + 410 * 134e9 ** -0.28 < high
     assert muon["compute_multiplier"] > 1
+    assert forecast["extrapolation"] == pytest.approx(6.7e9 / 1.3e9) and len(adamw["checks"]) == 2
+    bare = json.loads(open(path).read())  # a ladder.json from before the distances: the forecast without them
+    for rec in bare["recipes"].values():
+        for key in ("runs", "held_out", "held_out_further"):
+            del rec[key]
+    (tmp_path / "bare.json").write_text(json.dumps(bare))
+    old = plan.ladder_forecast(cfg, plan_, str(tmp_path / "bare.json"), target_loss=2.3)
+    assert old["extrapolation"] is None and old["recipes"]["adamw"]["checks"] == []
+    assert old["recipes"]["adamw"]["val_loss"] == adamw["val_loss"]
+    assert "the ladder's largest size" not in plan.ladder_text({**plan_, "ladder": old})
     never = plan.ladder_forecast(cfg, plan_, path, target_loss=1.6)["recipes"]["adamw"]["target"]
     assert never.startswith("never, by this fit")
     assert plan.ladder_forecast(cfg, plan_, path, target="hellaswag=90")["recipes"]["adamw"]["target"].startswith(

@@ -190,13 +190,16 @@ def fit_loss(sizes, losses, tokens=None):
     n, y = np.asarray(sizes, float), np.asarray(losses, float)
     if len(set(np.round(n))) < MIN_SIZES:
         raise FitError(f"{len(set(np.round(n)))} sizes, a fit needs at least {MIN_SIZES}: add a size to the ladder")
-    if tokens is not None and np.ptp(np.log(np.asarray(tokens, float) / n)) > 0.1:
+    varied = lambda keep: np.ptp(np.log(np.asarray(tokens, float)[keep] / n[keep])) > 0.1
+    if tokens is not None and varied(slice(None)):
         d = np.asarray(tokens, float)
         top, below = n == n.max(), n < n.max()
-        try:  # its backtest, as along the rule: fitted without the largest size, its miss of that size's runs
-            miss = float(np.mean(np.abs(fit_chinchilla(n[below], d[below], y[below])((n[top], d[top])) / y[top] - 1)))
-        except FitError:
-            miss = math.inf
+        miss = math.inf  # no backtest, no drift: where the smaller sizes measured one ratio, or too few runs
+        if varied(below):  # its backtest, as along the rule: fitted without the largest size, its miss of that size's runs
+            try:
+                miss = float(np.mean(np.abs(fit_chinchilla(n[below], d[below], y[below])((n[top], d[top])) / y[top] - 1)))
+            except FitError:
+                pass
         return with_drift(fit_chinchilla(n, d, y), miss, n)
     misses = {form: backtest(form, n, y) for form in ALONG_THE_RULE}
     try:
