@@ -305,6 +305,14 @@ def held_out(runs, ratio, k=1):
             "scores": scores}
 
 
+def rate_check(h):
+    """A held-out check's recommended rate against its size's sweep: the sweep's best, or that a size trained
+    once (the GPU ladder's largest) was not swept, so its rate is the sizes' prediction and checks nothing."""
+    if len(h["sweep_lrs"]) > 1:
+        return f"its sweep's best {h['sweep_best_lr']:.3g} ({h['lr_ratio']:.2f}x)"
+    return "its one run's rate, not swept: no check of the rate"
+
+
 def swept_lrs(runs, size, ratio):
     """The learning rates one size's sweep trained at the ratio, sorted (not the replicas' seeds)."""
     return sorted(r["lr"] for r in runs if r["size"] == size and r["tokens_per_param"] == ratio and not r["replica"])
@@ -496,9 +504,7 @@ def summary(result):
                          f"{h['predicted_val_loss']:.4f} [{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], "
                          f"measured {h['measured_val_loss']:.4f} "
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval); "
-                         f"recommended lr {h['recommended_lr']:.3g}, " + (
-                             f"its sweep's best {h['sweep_best_lr']:.3g} ({h['lr_ratio']:.2f}x)" if len(h["sweep_lrs"]) > 1
-                             else "its one run's rate, not swept: no check of the rate"))
+                         f"recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
             for task, score in h["scores"].items():
                 lines.append(f"    {task}: " + (f"no prediction, {score['problem']}" if "problem" in score else
                                                f"predicted {score['predicted']:.3f} from the predicted loss, "
@@ -507,7 +513,7 @@ def summary(result):
             lines.append(f"  held out the {h['held_out_sizes']} largest sizes ({h['extrapolation']:.1f}x beyond the "
                          f"fitted ones): {h['form']} predicted {h['predicted_val_loss']:.4f} for {h['size']} "
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval), "
-                         f"recommended lr {h['lr_ratio']:.2f}x its sweep's best")
+                         f"recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
         for key, value in rec.items():
             if key.startswith("compute_multiplier_vs_"):
                 lines.append(f"  compute multiplier against {key[22:]} (its compute to reach this loss, "

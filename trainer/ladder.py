@@ -184,23 +184,19 @@ ALONG_THE_RULE = ("power", "saturating", "plateau")  # simplest first
 def fit_loss(sizes, losses, tokens=None):
     """The final val loss against size along one tokens-per-parameter rule: the form of ALONG_THE_RULE whose
     backtest misses least (power where none can be judged); 'chinchilla' when tokens are given and their ratio
-    to size varies, its drift from its own backtest on the largest size's runs. Least, not power unless another halves its miss: on ladders drawn from each form with 1%
-    noise, demanding half cost more on curved laws than it saved on straight ones
-    (scripts/bench/form_choice.py)."""
+    to size varies, drifting by its own backtest on the largest size's runs. Least, not power unless another
+    halves its miss: on ladders drawn from each form with 1% noise, demanding half cost more on curved laws than
+    it saved on straight ones (scripts/bench/form_choice.py)."""
     n, y = np.asarray(sizes, float), np.asarray(losses, float)
     if len(set(np.round(n))) < MIN_SIZES:
         raise FitError(f"{len(set(np.round(n)))} sizes, a fit needs at least {MIN_SIZES}: add a size to the ladder")
-    varied = lambda keep: np.ptp(np.log(np.asarray(tokens, float)[keep] / n[keep])) > 0.1
-    if tokens is not None and varied(slice(None)):
+    if tokens is not None:
         d = np.asarray(tokens, float)
-        top, below = n == n.max(), n < n.max()
-        miss = math.inf  # no backtest, no drift: where the smaller sizes measured one ratio, or too few runs
-        if varied(below):  # its backtest, as along the rule: fitted without the largest size, its miss of that size's runs
-            try:
-                miss = float(np.mean(np.abs(fit_chinchilla(n[below], d[below], y[below])((n[top], d[top])) / y[top] - 1)))
-            except FitError:
-                pass
-        return with_drift(fit_chinchilla(n, d, y), miss, n)
+        several = lambda keep: np.ptp(np.log(d[keep] / n[keep])) > 0.1  # ratios: without them D says nothing
+        if several(slice(None)):
+            # the sizes below the largest at one ratio cannot judge the form: no backtest, and no drift
+            miss = chinchilla_backtest(n, d, y) if several(n < n.max()) else math.inf
+            return with_drift(fit_chinchilla(n, d, y), miss, n)
     misses = {form: backtest(form, n, y) for form in ALONG_THE_RULE}
     try:
         # misses within 0.01% are a tie, and a tie goes to the simpler form: a saturating fit whose floor is 0
@@ -216,6 +212,16 @@ def fit_chinchilla(n, d, y):
     slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
     return fit("chinchilla", (n, d), y, [0.5 * y.min(), intercept, -slope, intercept, -slope],
                bounds=([0, -50, 0, -50, 0], [y.min(), 50, 3, 50, 3]), min_points=6, what="runs")
+
+
+def chinchilla_backtest(n, d, y):
+    """As backtest() along the rule: Chinchilla's fit without the largest size, its mean relative miss of that
+    size's runs; inf where the runs below are too few to fit it."""
+    top, below = n == n.max(), n < n.max()
+    try:
+        return float(np.mean(np.abs(fit_chinchilla(n[below], d[below], y[below])((n[top], d[top])) / y[top] - 1)))
+    except FitError:
+        return math.inf
 
 
 def with_drift(loss_fit, miss, sizes):
