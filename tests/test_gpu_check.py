@@ -97,6 +97,8 @@ def stopped(tmp_path_factory):
         if report["runs"][1]["exit"] is not None:
             break
         time.sleep(0.5)
+    while time.time() < deadline and "--save_resume" not in (calls.read_text() if calls.exists() else ""):
+        time.sleep(0.2)  # until the next line's bench.py has started (a TERM before it would find none)
     proc.send_signal(signal.SIGTERM)  # the slot ending while the next line runs
     proc.communicate(timeout=60)
     return report, json.loads(out.read_text()), proc.returncode, calls.read_text()
