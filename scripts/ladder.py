@@ -289,7 +289,7 @@ def held_out(runs, ratio, k=1):
         return {"problem": f"holding {k} out: {e}"}
     loss = loss_fit.predict(last["params"])
     lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
-    measured = last["final_val_loss"]
+    measured, sweep = last["final_val_loss"], swept(runs, last["size"], ratio)
     fitted = {r["size"] for r in rest}
     scores = {task: {"predicted": float(fit(loss[0])), "measured": last["scores"][task]}  # both of Bhagia's steps
               if isinstance(fit, ladder.Fit) else {"problem": fit}
@@ -301,21 +301,24 @@ def held_out(runs, ratio, k=1):
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
-            "sweep_lrs": swept_lrs(runs, last["size"], ratio),
+            "sweep_lrs": [lr for lr, _ in sweep], "lr_cost": ladder.sweep_cost(*zip(*sweep), lr[0]),
             "scores": scores}
 
 
 def rate_check(h):
-    """A held-out check's recommended rate against its size's sweep: the sweep's best, or that a size trained
-    once (the GPU ladder's largest) was not swept, so its rate is the sizes' prediction and checks nothing."""
-    if len(h["sweep_lrs"]) > 1:
-        return f"its sweep's best {h['sweep_best_lr']:.3g} ({h['lr_ratio']:.2f}x)"
-    return "its one run's rate, not swept: no check of the rate"
+    """A held-out check's recommended rate against its size's sweep: the sweep's best and what the sweep's
+    runs lost at the recommended rate, or that a size trained once (the GPU ladder's largest) was not swept,
+    so its rate is the sizes' prediction and checks nothing."""
+    if len(h["sweep_lrs"]) < 2:
+        return "its one run's rate, not swept: no check of the rate"
+    cost = "outside the sweep" if h["lr_cost"] is None else f"the sweep {100 * h['lr_cost']:.1f}% above its lowest there"
+    return f"its sweep's best {h['sweep_best_lr']:.3g} ({h['lr_ratio']:.2f}x; {cost})"
 
 
-def swept_lrs(runs, size, ratio):
-    """The learning rates one size's sweep trained at the ratio, sorted (not the replicas' seeds)."""
-    return sorted(r["lr"] for r in runs if r["size"] == size and r["tokens_per_param"] == ratio and not r["replica"])
+def swept(runs, size, ratio):
+    """One size's sweep at the ratio as (learning rate, final val loss) pairs, sorted (not the replicas)."""
+    return sorted((r["lr"], r["final_val_loss"]) for r in runs
+                  if r["size"] == size and r["tokens_per_param"] == ratio and not r["replica"])
 
 
 def compute_multipliers(reference, other, ratio):
@@ -480,7 +483,7 @@ def summary(result):
     for name, rec in result["recipes"].items():
         lines.append(f"{name} ({' '.join(rec['overrides'])}), {ratio:g} tokens per parameter:")
         for r in ladder.best_runs(rec["runs"], ratio):
-            lrs = swept_lrs(rec["runs"], r["size"], ratio)
+            lrs = [lr for lr, _ in swept(rec["runs"], r["size"], ratio)]
             seeds = f" (mean of {len(r['seed_losses'])} seeds at lr {r['lr']:.3g}: " + ", ".join(
                 f"{v:.4f}" for v in r["seed_losses"].values()) + ")" if "seed_losses" in r else ""
             lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}"

@@ -138,6 +138,14 @@ def test_best_lr_is_the_parabolas_vertex_and_says_when_it_is_at_an_edge():
     assert ladder.best_lr(lrs, [4, 3, 2, 1]) == (8e-3, "high") and ladder.best_lr(lrs, [1, 2, 3, 4]) == (1e-3, "low")
 
 
+def test_a_rates_cost_is_read_off_the_sweeps_own_runs_and_only_inside_it():
+    lrs, losses = [1e-3, 2e-3, 4e-3, 8e-3], [2.2, 2.0, 2.1, 2.5]
+    assert ladder.sweep_cost(lrs, losses, 2e-3) == pytest.approx(0)  # the lowest run's own rate
+    assert ladder.sweep_cost(lrs, losses, 4e-3) == pytest.approx(0.05)  # a run 5% above the lowest
+    assert ladder.sweep_cost(lrs, losses, math.sqrt(4e-3 * 8e-3)) == pytest.approx(0.15)  # half-way in log lr
+    assert ladder.sweep_cost(lrs, losses, 1.6e-2) is None and ladder.sweep_cost([2e-3], [2.0], 2e-3) is None
+
+
 def test_a_form_is_judged_only_where_the_sizes_below_the_largest_leave_a_point_to_spare():
     sizes = np.geomspace(3e4, 6e5, 5)
     losses = 2.8 * (1 + sizes / 2e5) ** -0.3  # a plateau, exactly: 3 or 4 sizes cannot judge a 3-parameter form
@@ -257,6 +265,7 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
         assert rec["fits"]["lr"]["named"]["b"] == pytest.approx(-0.3, abs=0.01)
         held = rec["held_out"]
         assert held["inside"] and abs(held["relative_error"]) < 0.01 and held["lr_ratio"] == pytest.approx(1, abs=0.05)
+        assert 0 <= held["lr_cost"] < 0.002  # the recommended rate loses next to nothing in its own sweep
         by_size = {r["size"]: r["params"] for r in rec["runs"]}
         assert held["extrapolation"] == pytest.approx(by_size["w96"] / by_size["w64"])
         further, = rec["held_out_further"]  # five sizes: two held out leave three to fit, three would leave two
@@ -265,7 +274,7 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
         assert further["inside"] and abs(further["relative_error"]) < 0.02
     assert all(v["multiplier"] > 1 for v in result["recipes"]["muon"]["compute_multiplier_vs_adamw"].values())
     out = capsys.readouterr().out
-    assert "held out w96" in out and "held out the 2 largest sizes (" in out
+    assert "held out w96" in out and "held out the 2 largest sizes (" in out and "% above its lowest there" in out
     trained = len(fake_train)
     climb(config, tmp_path / "out", "adamw: --optimizer=adamw", "muon: --optimizer=muon --learning_rate=8e-3")
     assert len(fake_train) == trained  # the rerun trained nothing

@@ -297,6 +297,17 @@ def best_lr(lrs, losses):
     return float(math.exp(min(max(vertex, x[0]), x[2]))), None
 
 
+def sweep_cost(lrs, losses, lr):
+    """How much the sweep's own runs lose at lr against its lowest, relative: their final losses joined by
+    straight lines in log lr and read at lr (None outside the sweep). It is what a recommended rate costs,
+    where its ratio to the best says little because the loss is flat in the rate near its minimum."""
+    order = np.argsort(lrs)
+    x, y = np.log(np.asarray(lrs, float)[order]), np.asarray(losses, float)[order]
+    if len(x) < 2 or not x[0] <= math.log(lr) <= x[-1] or not np.isfinite(y).all():
+        return None
+    return float(np.interp(math.log(lr), x, y) / y.min() - 1)
+
+
 def rule_compute_ratio(needed, n):
     """How many times a run of n parameters' compute the run of `needed` parameters takes along a tokens rule
     (compute is 6 ratio N^2), or the reason size_for_loss gave for `needed` never being reached."""
