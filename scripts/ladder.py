@@ -245,17 +245,26 @@ def fits(runs, ratio):
     sizes = [r["params"] for r in best]
     out = {"lr": ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in best]).to_json(),
            "loss": ladder.fit_loss(sizes, [r["final_val_loss"] for r in best]).to_json()}
-    at_best = [r for r in runs if r["tokens_per_param"] != ratio] + best
+    at_best = at_best_rates(runs, ratio)
     if len({r["tokens_per_param"] for r in at_best}) > 1:
         try:
-            out["loss_nd"] = ladder.fit_loss([r["params"] for r in at_best], [r["final_val_loss"] for r in at_best],
-                                             [r["tokens"] for r in at_best]).to_json()
+            out["loss_nd"] = fit_nd(at_best).to_json()
         except ladder.FitError as e:  # the fit along the rule still stands
             out["loss_nd_problem"] = str(e)
     for task, fit in task_fits(runs, ratio).items():
         out.setdefault("tasks" if isinstance(fit, ladder.Fit) else "task_problems", {})[task] = \
             fit.to_json() if isinstance(fit, ladder.Fit) else fit
     return out
+
+
+def at_best_rates(runs, ratio):
+    """Each size's best run at the ratio (ladder.best_runs) and its one run at each other ratio: Chinchilla's points."""
+    return [r for r in runs if r["tokens_per_param"] != ratio] + ladder.best_runs(runs, ratio)
+
+
+def fit_nd(runs):
+    """Chinchilla's L(N, D) through these runs (at_best_rates)."""
+    return ladder.fit_loss([r["params"] for r in runs], [r["final_val_loss"] for r in runs], [r["tokens"] for r in runs])
 
 
 def task_fits(runs, ratio):
@@ -302,7 +311,28 @@ def held_out(runs, ratio, k=1):
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
             "sweep_lrs": [lr for lr, _ in sweep], "lr_cost": ladder.sweep_cost(*zip(*sweep), lr[0]),
-            "scores": scores}
+            "scores": scores, **held_out_nd(runs, ratio, fitted, last["size"])}
+
+
+def held_out_nd(runs, ratio, fitted, size):
+    """Where the ladder measured several ratios: {"chinchilla": Chinchilla's fit on the fitted sizes' runs, its
+    prediction of each of size's runs (one per ratio) beside what it measured}, or its problem; {} otherwise.
+    plan.py reads this fit at the target, so it is the one a target's prediction rests on."""
+    at_best = at_best_rates(runs, ratio)
+    if len({r["tokens_per_param"] for r in at_best}) < 2:
+        return {}
+    try:
+        nd = fit_nd([r for r in at_best if r["size"] in fitted])
+    except ladder.FitError as e:
+        return {"chinchilla": {"problem": str(e)}}
+    checks = []
+    for r in sorted((r for r in at_best if r["size"] == size), key=lambda r: -r["tokens_per_param"]):
+        value, low, high = nd.predict((r["params"], r["tokens"]))
+        measured = r["final_val_loss"]
+        checks.append({"tokens_per_param": r["tokens_per_param"], "predicted_val_loss": value, "interval": [low, high],
+                       "measured_val_loss": measured, "relative_error": (value - measured) / measured,
+                       "inside": low <= measured <= high})
+    return {"chinchilla": checks}
 
 
 def rate_check(h):
@@ -477,6 +507,19 @@ def eval_options(args):
     return tasks, rest
 
 
+def nd_lines(h):
+    """The held-out check of Chinchilla's fit under a held-out line, where the ladder has several ratios."""
+    if "chinchilla" not in h:
+        return []
+    nd = h["chinchilla"]
+    if "problem" in nd:
+        return [f"    chinchilla: no check, {nd['problem']}"]
+    return ["    chinchilla on the same sizes' runs at every ratio: " + ", ".join(
+        f"{c['predicted_val_loss']:.4f} at {c['tokens_per_param']:g} tokens per parameter, measured "
+        f"{c['measured_val_loss']:.4f} ({c['relative_error']:+.1%}, {'inside' if c['inside'] else 'OUTSIDE'})"
+        for c in nd)]
+
+
 def summary(result):
     lines = []
     ratio = result["tokens_per_param"][0]
@@ -508,6 +551,7 @@ def summary(result):
                          f"measured {h['measured_val_loss']:.4f} "
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval); "
                          f"recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
+            lines += nd_lines(h)
             for task, score in h["scores"].items():
                 lines.append(f"    {task}: " + (f"no prediction, {score['problem']}" if "problem" in score else
                                                f"predicted {score['predicted']:.3f} from the predicted loss, "
@@ -517,6 +561,7 @@ def summary(result):
                          f"fitted ones): {h['form']} predicted {h['predicted_val_loss']:.4f} for {h['size']} "
                          f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval), "
                          f"recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
+            lines += nd_lines(h)
         for key, value in rec.items():
             if key.startswith("compute_multiplier_vs_"):
                 lines.append(f"  compute multiplier against {key[22:]} (its compute to reach this loss, "

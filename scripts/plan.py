@@ -639,7 +639,10 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
         row = {"form": loss_fit.form, "val_loss": loss_fit.predict((n, tokens) if nd else n),
                "lr": ladder_fits.Fit.from_json(fits["lr"]).predict(n), "scores": {},
                "checks": [(h["extrapolation"], h["relative_error"], h["form"]) for h in [rec.get("held_out", {}),
-                          *rec.get("held_out_further", [])] if "extrapolation" in h]}  # the ladder's own, by distance
+                          *rec.get("held_out_further", [])] if "extrapolation" in h],  # the ladder's own, by distance
+               "nd_checks": [(h["extrapolation"], [(c["tokens_per_param"], c["relative_error"]) for c in h["chinchilla"]])
+                             for h in [rec.get("held_out", {}), *rec.get("held_out_further", [])]
+                             if isinstance(h.get("chinchilla"), list)] if nd else []}
         for key, task_fit in fits.get("tasks", {}).items():
             task, metric = key.split("/")
             row["scores"][key] = (float(ladder_fits.Fit.from_json(task_fit)(row["val_loss"][0])),
@@ -715,6 +718,10 @@ def ladder_text(plan):
             if r["checks"]:
                 lines.append("    its largest size predicted from the sizes below by the fit along its ratio, the miss "
                              "at each distance: " + ", ".join(f"{x:.1f}x {e:+.1%} ({form})" for x, e, form in r["checks"]))
+            if r["nd_checks"]:
+                lines.append("    the same by Chinchilla's fit, which this prediction is: " + "; ".join(
+                    f"{x:.1f}x " + ", ".join(f"{e:+.1%} at {ratio:g}" for ratio, e in misses) + " tokens per parameter"
+                    for x, misses in r["nd_checks"]))
             if "compute_multiplier" in r:
                 m = r["compute_multiplier"]
                 lines.append(f"    compute multiplier against {next(iter(lad['recipes']))}: "

@@ -446,13 +446,25 @@ def test_a_failed_run_stops_the_other_recipes_climb_and_is_the_error_reported(tm
     assert not (tmp_path / "out" / "ladder.json").exists()
 
 
-def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit(tmp_path, fake_train):
-    result = climb(ladder_config(tmp_path, [16, 32, 48], tokens_per_param=(2, 4)), tmp_path / "out",
+def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit_held_out_as_the_rules(tmp_path, fake_train,
+                                                                                           capsys):
+    result = climb(ladder_config(tmp_path, [16, 32, 48, 64], tokens_per_param=(2, 4)), tmp_path / "out",
                    "adamw: --optimizer=adamw")
-    runs = result["recipes"]["adamw"]["runs"]
-    assert sum(r["tokens_per_param"] == 4 for r in runs) == 3
-    fit = result["recipes"]["adamw"]["fits"]["loss_nd"]
-    assert fit["form"] == "chinchilla" and fit["n"] == 6
+    rec = result["recipes"]["adamw"]
+    assert sum(r["tokens_per_param"] == 4 for r in rec["runs"]) == 4
+    fit = rec["fits"]["loss_nd"]
+    assert fit["form"] == "chinchilla" and fit["n"] == 8
+    # fitted on w16-w48's six runs, it predicts w64's at both ratios (the law is not Chinchilla's form exactly)
+    checks = rec["held_out"]["chinchilla"]
+    assert [c["tokens_per_param"] for c in checks] == [4, 2]
+    top = {r["tokens_per_param"]: r["final_val_loss"] for r in ladder.best_runs(rec["runs"], 2)[-1:] +
+           [r for r in rec["runs"] if r["size"] == "w64" and r["tokens_per_param"] == 4]}
+    for c in checks:
+        assert c["measured_val_loss"] == top[c["tokens_per_param"]] and abs(c["relative_error"]) < 0.02
+        assert c["interval"][0] < c["predicted_val_loss"] < c["interval"][1]
+    assert "chinchilla on the same sizes' runs at every ratio: " in capsys.readouterr().out
+    assert "chinchilla" not in climb(ladder_config(tmp_path, [16, 32, 48, 64]), tmp_path / "one",
+                                     "adamw: --optimizer=adamw")["recipes"]["adamw"]["held_out"]  # one ratio: none
 
 
 def test_steps_grows_the_batch_with_size_so_every_size_takes_about_as_many_steps(tmp_path, fake_train):
@@ -520,7 +532,9 @@ def synthetic_ladder(path, cfg, loss_scale=1.0):
                 "tasks": {"hellaswag/acc_norm": ladder.fit_task(
                     loss_grid, 0.6 / (1 + np.exp(5 * (loss_grid - 2.6))) + 0.25).to_json()}}
     checks = {"runs": [{"params": float(x)} for x in n[4:]],  # the ladder's own check, held out by 1 and 2 sizes
-              "held_out": {"extrapolation": 1.3e9 / 760e6, "relative_error": -0.012, "form": "power"},
+              "held_out": {"extrapolation": 1.3e9 / 760e6, "relative_error": -0.012, "form": "power",
+                           "chinchilla": [{"tokens_per_param": 20, "relative_error": 0.021},
+                                          {"tokens_per_param": 10, "relative_error": -0.004}]},
               "held_out_further": [{"extrapolation": 1.3e9 / 350e6, "relative_error": 0.034, "form": "power"}]}
     path.write_text(json.dumps({"data": ladder.identity(cfg), "tokens_per_param": [20, 10], "recipes": {
         "adamw": {"fits": fits(1.0), **checks}, "muon": {"fits": fits(loss_scale), **checks}}}))
@@ -539,6 +553,9 @@ def test_plan_prints_the_ladders_loss_lr_scores_and_days_to_a_target(tmp_path):
     # how far the target lies beyond the ladder, beside how the ladder's fit missed its own sizes at a distance
     assert "this run's 6,648.8M parameters are 5.1x the ladder's largest size (1,300.0M)" in out  # less wpe
     assert "the miss at each distance: 1.7x -1.2% (power), 3.7x +3.4% (power)" in out
+    # and Chinchilla's own check, where the ladder made it (here one step out only)
+    assert "the same by Chinchilla's fit, which this prediction is: 1.7x +2.1% at 20, -0.4% at 10 tokens per " \
+           "parameter\n" in out
 
 
 def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them(tmp_path):
