@@ -643,6 +643,9 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
                "nd_checks": [(h["extrapolation"], [(c["tokens_per_param"], c["relative_error"]) for c in h["chinchilla"]])
                              for h in [rec.get("held_out", {}), *rec.get("held_out_further", [])]
                              if isinstance(h.get("chinchilla"), list)] if nd else []}
+        if nd and abs(math.log(out["run_ratio"] / ratio)) <= 0.1:  # at the ladder's own ratio its fit along it
+            rule = ladder_fits.Fit.from_json(fits["loss"])  # applies too, without splitting N from D: both, side by side
+            row["along_the_ratio"] = (rule.form, rule.predict(n))
         for key, task_fit in fits.get("tasks", {}).items():
             task, metric = key.split("/")
             row["scores"][key] = (float(ladder_fits.Fit.from_json(task_fit)(row["val_loss"][0])),
@@ -715,11 +718,15 @@ def ladder_text(plan):
             (loss, low, high), (lr, lr_low, lr_high) = r["val_loss"], r["lr"]
             lines.append(f"  {name}: final val loss {loss:.3f} [{low:.3f}, {high:.3f}] ({r['form']} fit), "
                          f"learning rate {lr:.3g} [{lr_low:.3g}, {lr_high:.3g}]")
+            if "along_the_ratio" in r:
+                form, (loss, low, high) = r["along_the_ratio"]
+                lines.append(f"    by the fit along its ratio, which this run keeps: {loss:.3f} [{low:.3f}, {high:.3f}] "
+                             f"({form} fit)")
             if r["checks"]:
                 lines.append("    its largest size predicted from the sizes below by the fit along its ratio, the miss "
                              "at each distance: " + ", ".join(f"{x:.1f}x {e:+.1%} ({form})" for x, e, form in r["checks"]))
             if r["nd_checks"]:
-                lines.append("    the same by Chinchilla's fit, which this prediction is: " + "; ".join(
+                lines.append("    the same by Chinchilla's fit: " + "; ".join(
                     f"{x:.1f}x " + ", ".join(f"{e:+.1%} at {ratio:g}" for ratio, e in misses) + " tokens per parameter"
                     for x, misses in r["nd_checks"]))
             if "compute_multiplier" in r:
