@@ -141,14 +141,14 @@ def step_loss(iteration, loss_sum):
     return parallel.mean(loss_sum / micro_steps)
 
 
-step_loss = faults.active.wrap(step_loss, raw_model.parameters, rank == world_size - 1, guard.replayed)
-
 # -----------------------------------------------------------------------------
 # the checkpointer: what a checkpoint holds, when it is written, and how one goes back in (checkpointer.py)
 run = checkpointer.RunState({k: getattr(gptconf, k) for k in (*ARCHITECTURE_KEYS, "n_tokens")}, encoding,
                             start.cooldown_from)
 checkpoints = checkpointer.Checkpointer(cfg, {"model": raw_model, "optimizer": optimizer, "sampler": sampler,
                                               "spikes": guard, "run": run}, device, fsdp, save_group, log, record)
+step_loss = faults.active.wrap(step_loss, raw_model.parameters, rank == world_size - 1, guard.replayed,
+                               checkpoints.saver.wait)
 iter_num, load_seconds = checkpoints.restore(start)
 
 if master:

@@ -44,7 +44,9 @@ def test_a_rank_killed_with_sigkill_is_named_at_the_restart(tmp_path, data_dir):
             if (out / "train.log").is_file() and "\niter 1: " in (out / "train.log").read_text():
                 break
             time.sleep(0.1)
-        rank_1 = [p for p in psutil.Process(job.pid).children(recursive=True) if p.environ().get("LOCAL_RANK") == "1"]
+        else:
+            pytest.fail("the first attempt did not reach its first step in two minutes")
+        rank_1 = [p for p in psutil.Process(job.pid).children(recursive=True) if environ(p).get("LOCAL_RANK") == "1"]
         assert len(rank_1) == 1, "no single process with LOCAL_RANK=1"
         rank_1[0].send_signal(signal.SIGKILL)
         stdout, _ = job.communicate(timeout=300)
@@ -52,3 +54,12 @@ def test_a_rank_killed_with_sigkill_is_named_at_the_restart(tmp_path, data_dir):
         assert "elastic: restart 1 of 1; the attempt before ended with: rank 1 left no line: killed (kill -9" in stdout
     finally:
         job.kill()
+
+
+def environ(process):
+    """A process's environment, or none where it ended between the listing and the reading."""
+    import psutil
+    try:
+        return process.environ()
+    except psutil.Error:
+        return {}

@@ -28,8 +28,11 @@ def test_step_faults_poison_the_loss_scale_gradients_and_stop_the_last_rank():
     with pytest.raises(RunError, match="injected error on the last rank"):
         faults.Faults("rank_error@3").step(3, loss, [p], True, never)
     assert faults.Faults("rank_error@3").step(3, loss, [p], False, never) is loss  # not the last rank
+    settled = []  # a crash first waits, on every rank, for the background save in flight
     with pytest.raises(RuntimeError, match="injected crash"):
-        faults.Faults("crash@2").step(2, loss, [p], True, never)
+        faults.Faults("crash@2").step(2, loss, [p], True, never, lambda: settled.append("last"))
+    assert faults.Faults("crash@2").step(2, loss, [p], False, never, lambda: settled.append("other")) is loss
+    assert settled == ["last", "other"]
     assert faults.Faults("crash@2", restarted=True).step(2, loss, [p], True, never) is loss
 
 

@@ -225,7 +225,7 @@ def test_launch_reports_a_run_that_dies_at_start(tmp_path, data_dir):
     assert bad.returncode == 2 and "unknown config key 'learning_rat'" in bad.stderr
     dies = subprocess.run(["bash", "scripts/launch.sh", "config/train_tiny.py", f"--out_dir={tmp_path / 'out'}",
                            f"--data_dir={tmp_path / 'no_data'}"], cwd=REPO, capture_output=True, text=True,
-                          env=env, stdin=subprocess.DEVNULL, timeout=60)
+                          env=env, stdin=subprocess.DEVNULL, timeout=120)  # beyond LAUNCH_WAIT: launch.sh's message
     subprocess.run(["tmux", "kill-server"], env=env, capture_output=True)
     assert dies.returncode == 1 and "exited at start-up" in dies.stderr and "no_data" in dies.stderr
 

@@ -46,17 +46,20 @@ class Faults:
         if self.fires(name, at):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def wrap(self, step_loss, parameters, last_rank, replayed):
+    def wrap(self, step_loss, parameters, last_rank, replayed, settle=lambda: None):
         """train.py's step_loss(iteration, ...) -> the step's loss, with the training faults of each step injected
         once its gradients are complete; step_loss itself when none is set, so a run without faults runs none of
-        this. parameters(): the model's; replayed(iteration): the step replays data after an automatic rollback."""
+        this. parameters(): the model's; replayed(iteration): the step replays data after an automatic rollback;
+        settle(): every rank, the background save in flight finished (the checkpointer's wait)."""
         if not self.training:
             return step_loss
         return lambda iteration, *args: self.step(iteration, step_loss(iteration, *args), parameters(), last_rank,
-                                                  replayed)
+                                                  replayed, settle)
 
-    def step(self, step, loss, parameters, last_rank, replayed):
-        """The training faults of step `step`: its loss, poisoned or not; rank_error stops the run (RunError)."""
+    def step(self, step, loss, parameters, last_rank, replayed, settle=lambda: None):
+        """The training faults of step `step`: its loss, poisoned or not; rank_error stops the run (RunError).
+        A crash waits, on every rank, for the save in flight: a real crash may lose it (the previous checkpoint
+        is then the resume point), but a test names the step it resumes from."""
         if self.fires("spike", step) and not replayed(step):  # as if the loss itself had been x1000
             for p in parameters:
                 if p.grad is not None:
@@ -64,8 +67,10 @@ class Faults:
             loss = loss * 1000.0
         if last_rank and self.fires("rank_error", step):
             raise RunError("injected error on the last rank")
-        if last_rank and self.fires("crash", step) and not self.restarted:
-            raise RuntimeError("injected crash on the last rank")
+        if self.fires("crash", step) and not self.restarted:
+            settle()
+            if last_rank:
+                raise RuntimeError("injected crash on the last rank")
         if last_rank and self.fires("hang", step):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a rank stuck in C++ would ignore it: SIGKILL follows
             time.sleep(3600)

@@ -295,9 +295,11 @@ def open_source(specs, text_field, subset=None):
 _worker = {}
 
 
-def _init_worker(encoding_name, text_field, val_fraction):
+def _init_worker(parent, encoding_name, text_field, val_fraction):
+    """parent: the main process's pid, from the main process: a worker first scheduled after its parent was
+    killed would read its own getppid() as the reaper's and never exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     encoding = get_encoding(encoding_name)
     _worker.update(encoding=encoding, eot=np.array([encoding.eot_token], dtype=np.uint32),
                    text_field=text_field, val_fraction=val_fraction)
@@ -480,7 +482,8 @@ def _encode_all(args, source, state, writer, encoding):
     last_commit = time.monotonic()
     # a process pool that raises, rather than hangs, when a worker dies (say, out of memory)
     pool = concurrent.futures.ProcessPoolExecutor(args.num_proc, initializer=_init_worker,
-                                                  initargs=(encoding.name, args.text_field, state["val_fraction"]))
+                                                  initargs=(os.getpid(), encoding.name, args.text_field,
+                                                            state["val_fraction"]))
     try:
         chunks = source.chunks(state["position"])
         for chunk, (position, result) in enumerate(_encode_in_order(pool, chunks, 2 * args.num_proc + 2), 1):
