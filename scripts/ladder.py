@@ -258,8 +258,10 @@ def fits(runs, ratio):
 
 
 def at_best_rates(runs, ratio):
-    """Each size's best run at the ratio (ladder.best_runs) and its one run at each other ratio: Chinchilla's points."""
-    return [r for r in runs if r["tokens_per_param"] != ratio] + ladder.best_runs(runs, ratio)
+    """Each size's best run at the ratio (ladder.best_runs) and its one run at each other ratio: Chinchilla's
+    points (a run that diverged is none: it says nothing of the law)."""
+    return [r for r in runs if r["tokens_per_param"] != ratio and math.isfinite(r["final_val_loss"])] + \
+        ladder.best_runs(runs, ratio)
 
 
 def fit_nd(runs):
@@ -321,8 +323,11 @@ def held_out_nd(runs, ratio, fitted, size):
     at_best = at_best_rates(runs, ratio)
     if len({r["tokens_per_param"] for r in at_best}) < 2:
         return {}
+    below = [r for r in at_best if r["size"] in fitted]
+    if len({r["tokens_per_param"] for r in below}) < 2:
+        return {"chinchilla": {"problem": "the sizes fitted were measured at one ratio"}}
     try:
-        nd = fit_nd([r for r in at_best if r["size"] in fitted])
+        nd = fit_nd(below)
     except ladder.FitError as e:
         return {"chinchilla": {"problem": str(e)}}
     checks = []
@@ -341,7 +346,9 @@ def rate_check(h):
     so its rate is the sizes' prediction and checks nothing."""
     if len(h["sweep_lrs"]) < 2:
         return "its one run's rate, not swept: no check of the rate"
-    cost = "outside the sweep" if h["lr_cost"] is None else f"the sweep {100 * h['lr_cost']:.1f}% above its lowest there"
+    cost = h["lr_cost"]
+    cost = "outside the sweep" if cost is None else "where its sweep diverged" if math.isinf(cost) else \
+        f"its sweep lost {100 * cost:.1f}% there"
     return f"its sweep's best {h['sweep_best_lr']:.3g} ({h['lr_ratio']:.2f}x; {cost})"
 
 
@@ -514,9 +521,9 @@ def nd_lines(h):
     nd = h["chinchilla"]
     if "problem" in nd:
         return [f"    chinchilla: no check, {nd['problem']}"]
-    return ["    chinchilla on the same sizes' runs at every ratio: " + ", ".join(
-        f"{c['predicted_val_loss']:.4f} at {c['tokens_per_param']:g} tokens per parameter, measured "
-        f"{c['measured_val_loss']:.4f} ({c['relative_error']:+.1%}, {'inside' if c['inside'] else 'OUTSIDE'})"
+    return ["    chinchilla, fitted on the same sizes' runs at every ratio, predicted " + ", ".join(
+        f"{c['predicted_val_loss']:.4f} at {c['tokens_per_param']:g} tokens per parameter (measured "
+        f"{c['measured_val_loss']:.4f}, {c['relative_error']:+.1%}, {'inside' if c['inside'] else 'OUTSIDE'})"
         for c in nd)]
 
 

@@ -643,8 +643,8 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
                "nd_checks": [(h["extrapolation"], [(c["tokens_per_param"], c["relative_error"]) for c in h["chinchilla"]])
                              for h in [rec.get("held_out", {}), *rec.get("held_out_further", [])]
                              if isinstance(h.get("chinchilla"), list)] if nd else []}
-        if nd and abs(math.log(out["run_ratio"] / ratio)) <= 0.1:  # at the ladder's own ratio its fit along it
-            rule = ladder_fits.Fit.from_json(fits["loss"])  # applies too, without splitting N from D: both, side by side
+        if nd and keeps_ratio(out):  # the fit along the ladder's ratio applies too, without splitting N from D
+            rule = ladder_fits.Fit.from_json(fits["loss"])
             row["along_the_ratio"] = (rule.form, rule.predict(n))
         for key, task_fit in fits.get("tasks", {}).items():
             task, metric = key.split("/")
@@ -665,6 +665,11 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
                 ladder_fits.size_for_loss(reference, row["val_loss"][0], ratio), n)
         out["recipes"][name] = row
     return out
+
+
+def keeps_ratio(forecast):
+    """Whether the run's tokens per parameter is the ladder's first ratio (within 10%)."""
+    return abs(math.log(forecast["run_ratio"] / forecast["ladder_ratio"])) <= 0.1
 
 
 def target_loss_for(fits, target):
@@ -707,8 +712,7 @@ def ladder_text(plan):
         lad = plan["ladder"]
         lines += ["", f"the scaling ladder's predictions ({lad['path']}; fitted on small runs, extrapolated: "
                       "an estimate, not a measurement):"]
-        if not any(r["form"] == "chinchilla" for r in lad["recipes"].values()) \
-                and abs(math.log(lad["run_ratio"] / lad["ladder_ratio"])) > 0.1:
+        if not any(r["form"] == "chinchilla" for r in lad["recipes"].values()) and not keeps_ratio(lad):
             lines.append(f"  note: the ladder measured {lad['ladder_ratio']:g} tokens per parameter and this run has "
                          f"{lad['run_ratio']:.1f}: its losses are for a run of this size at the ladder's ratio")
         if lad["largest_params"]:
@@ -718,17 +722,17 @@ def ladder_text(plan):
             (loss, low, high), (lr, lr_low, lr_high) = r["val_loss"], r["lr"]
             lines.append(f"  {name}: final val loss {loss:.3f} [{low:.3f}, {high:.3f}] ({r['form']} fit), "
                          f"learning rate {lr:.3g} [{lr_low:.3g}, {lr_high:.3g}]")
+            if r["nd_checks"]:  # each prediction with the ladder's own misses beneath it
+                lines.append("    its largest size predicted from the sizes below by this fit, the miss at each distance "
+                             "(and tokens per parameter): " + "; ".join(f"{x:.1f}x " + ", ".join(
+                                 f"{e:+.1%} at {ratio:g}" for ratio, e in misses) for x, misses in r["nd_checks"]))
             if "along_the_ratio" in r:
                 form, (loss, low, high) = r["along_the_ratio"]
-                lines.append(f"    by the fit along its ratio, which this run keeps: {loss:.3f} [{low:.3f}, {high:.3f}] "
-                             f"({form} fit)")
+                lines.append(f"    final val loss by the fit along the ladder's ratio (this run keeps it): {loss:.3f} "
+                             f"[{low:.3f}, {high:.3f}] ({form} fit)")
             if r["checks"]:
                 lines.append("    its largest size predicted from the sizes below by the fit along its ratio, the miss "
                              "at each distance: " + ", ".join(f"{x:.1f}x {e:+.1%} ({form})" for x, e, form in r["checks"]))
-            if r["nd_checks"]:
-                lines.append("    the same by Chinchilla's fit: " + "; ".join(
-                    f"{x:.1f}x " + ", ".join(f"{e:+.1%} at {ratio:g}" for ratio, e in misses) + " tokens per parameter"
-                    for x, misses in r["nd_checks"]))
             if "compute_multiplier" in r:
                 m = r["compute_multiplier"]
                 lines.append(f"    compute multiplier against {next(iter(lad['recipes']))}: "

@@ -144,6 +144,8 @@ def test_a_rates_cost_is_read_off_the_sweeps_own_runs_and_only_inside_it():
     assert ladder.sweep_cost(lrs, losses, 4e-3) == pytest.approx(0.05)  # a run 5% above the lowest
     assert ladder.sweep_cost(lrs, losses, math.sqrt(4e-3 * 8e-3)) == pytest.approx(0.15)  # half-way in log lr
     assert ladder.sweep_cost(lrs, losses, 1.6e-2) is None and ladder.sweep_cost([2e-3], [2.0], 2e-3) is None
+    diverged = [2.2, 2.0, 2.1, float("nan")]  # a run that diverged: nothing to read beside it, the rest as before
+    assert ladder.sweep_cost(lrs, diverged, 4e-3) == pytest.approx(0.05) and ladder.sweep_cost(lrs, diverged, 6e-3) == math.inf
 
 
 def test_a_form_is_judged_only_where_the_sizes_below_the_largest_leave_a_point_to_spare():
@@ -274,7 +276,7 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
         assert further["inside"] and abs(further["relative_error"]) < 0.02
     assert all(v["multiplier"] > 1 for v in result["recipes"]["muon"]["compute_multiplier_vs_adamw"].values())
     out = capsys.readouterr().out
-    assert "held out w96" in out and "held out the 2 largest sizes (" in out and "% above its lowest there" in out
+    assert "held out w96" in out and "held out the 2 largest sizes (" in out and "; its sweep lost " in out
     trained = len(fake_train)
     climb(config, tmp_path / "out", "adamw: --optimizer=adamw", "muon: --optimizer=muon --learning_rate=8e-3")
     assert len(fake_train) == trained  # the rerun trained nothing
@@ -462,7 +464,9 @@ def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit_held_out_as_t
     for c in checks:
         assert c["measured_val_loss"] == top[c["tokens_per_param"]] and abs(c["relative_error"]) < 0.02
         assert c["interval"][0] < c["predicted_val_loss"] < c["interval"][1]
-    assert "chinchilla on the same sizes' runs at every ratio: " in capsys.readouterr().out
+    assert "chinchilla, fitted on the same sizes' runs at every ratio, predicted " in capsys.readouterr().out
+    only_top = [r for r in rec["runs"] if r["tokens_per_param"] == 2 or r["size"] == "w64"]  # no ratio below to fit
+    assert ladder_script.held_out(only_top, 2)["chinchilla"] == {"problem": "the sizes fitted were measured at one ratio"}
     assert "chinchilla" not in climb(ladder_config(tmp_path, [16, 32, 48, 64]), tmp_path / "one",
                                      "adamw: --optimizer=adamw")["recipes"]["adamw"]["held_out"]  # one ratio: none
 
@@ -554,10 +558,12 @@ def test_plan_prints_the_ladders_loss_lr_scores_and_days_to_a_target(tmp_path):
     assert "this run's 6,648.8M parameters are 5.1x the ladder's largest size (1,300.0M)" in out  # less wpe
     assert "the miss at each distance: 1.7x -1.2% (power), 3.7x +3.4% (power)" in out
     # and Chinchilla's own check, where the ladder made it (here one step out only)
-    assert "the same by Chinchilla's fit: 1.7x +2.1% at 20, -0.4% at 10 tokens per parameter\n" in out
-    # the run keeps the ladder's first ratio (20), so the fit along it is read too, beside Chinchilla's
-    along = [line for line in out.splitlines() if "by the fit along its ratio, which this run keeps: " in line]
-    assert len(along) == 2 and all(line.endswith("(power fit)") for line in along)
+    assert "by this fit, the miss at each distance (and tokens per parameter): 1.7x +2.1% at 20, -0.4% at 10\n" in out
+    # the run keeps the ladder's first ratio (20), so the fit along it is read too, its own misses beneath it
+    lines = out.splitlines()
+    along = [i for i, line in enumerate(lines) if "by the fit along the ladder's ratio (this run keeps it): " in line]
+    assert len(along) == 2 and all(lines[i].endswith("(power fit)") for i in along)
+    assert all("by the fit along its ratio, the miss at each distance" in lines[i + 1] for i in along)
 
 
 def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them(tmp_path):

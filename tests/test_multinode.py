@@ -36,9 +36,13 @@ def two_nodes(out_dir, data_dir, *overrides):
     logs = [Path(f"{out_dir}.node{k}.txt") for k in range(2)]  # files, not pipes: an undrained pipe can block a node
     files = [log.open("w") for log in logs]
     nodes = [subprocess.Popen(command, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=ENV) for f in files]
-    for node, f in zip(nodes, files):
-        node.wait(timeout=300)
-        f.close()
+    try:
+        for node in nodes:
+            node.wait(timeout=300)
+    finally:
+        for node, f in zip(nodes, files):
+            node.kill()  # a node left running (the other timed out) would hold the test's port and files
+            f.close()
     outputs = [log.read_text() for log in logs]
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
 

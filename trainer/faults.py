@@ -59,7 +59,8 @@ class Faults:
     def step(self, step, loss, parameters, last_rank, replayed, settle=lambda: None):
         """The training faults of step `step`: its loss, poisoned or not; rank_error stops the run (RunError).
         A crash waits, on every rank, for the save in flight: a real crash may lose it (the previous checkpoint
-        is then the resume point), but a test names the step it resumes from."""
+        is then the resume point), but a test names the step it resumes from. (A save that failed raises its
+        CheckpointError there instead.)"""
         if self.fires("spike", step) and not replayed(step):  # as if the loss itself had been x1000
             for p in parameters:
                 if p.grad is not None:

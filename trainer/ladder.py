@@ -299,13 +299,16 @@ def best_lr(lrs, losses):
 
 def sweep_cost(lrs, losses, lr):
     """How much the sweep's own runs lose at lr against its lowest, relative: their final losses joined by
-    straight lines in log lr and read at lr (None outside the sweep). It is what a recommended rate costs,
-    where its ratio to the best says little because the loss is flat in the rate near its minimum."""
+    straight lines in log lr and read at lr; None outside the sweep, inf beside a run that diverged. It is what
+    a recommended rate costs, where its ratio to the best says little because the loss is flat near the best."""
     order = np.argsort(lrs)
     x, y = np.log(np.asarray(lrs, float)[order]), np.asarray(losses, float)[order]
-    if len(x) < 2 or not x[0] <= math.log(lr) <= x[-1] or not np.isfinite(y).all():
+    at, finite = math.log(lr), np.isfinite(y)
+    if len(x) < 2 or not x[0] <= at <= x[-1]:
         return None
-    return float(np.interp(math.log(lr), x, y) / y.min() - 1)
+    if not finite.any() or not x[finite][0] <= at <= x[finite][-1]:
+        return math.inf
+    return float(np.interp(at, x[finite], y[finite]) / y[finite].min() - 1)
 
 
 def rule_compute_ratio(needed, n):
