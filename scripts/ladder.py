@@ -246,7 +246,7 @@ def fits(runs, ratio):
     out = {"lr": ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in best]).to_json(),
            "loss": ladder.fit_loss(sizes, [r["final_val_loss"] for r in best]).to_json()}
     at_best = at_best_rates(runs, ratio)
-    if len({r["tokens_per_param"] for r in at_best}) > 1:
+    if several_ratios(at_best):
         try:
             out["loss_nd"] = fit_nd(at_best).to_json()
         except ladder.FitError as e:  # the fit along the rule still stands
@@ -262,6 +262,11 @@ def at_best_rates(runs, ratio):
     points (a run that diverged is none: it says nothing of the law)."""
     return [r for r in runs if r["tokens_per_param"] != ratio and math.isfinite(r["final_val_loss"])] + \
         ladder.best_runs(runs, ratio)
+
+
+def several_ratios(runs):
+    """Whether these runs were trained at more than one tokens-per-parameter ratio (what Chinchilla's fit needs)."""
+    return len({r["tokens_per_param"] for r in runs}) > 1
 
 
 def fit_nd(runs):
@@ -321,10 +326,10 @@ def held_out_nd(runs, ratio, fitted, size):
     prediction of each of size's runs (one per ratio) beside what it measured}, or its problem; {} otherwise.
     plan.py reads this fit at the target, so it is the one a target's prediction rests on."""
     at_best = at_best_rates(runs, ratio)
-    if len({r["tokens_per_param"] for r in at_best}) < 2:
+    if not several_ratios(at_best):
         return {}
     below = [r for r in at_best if r["size"] in fitted]
-    if len({r["tokens_per_param"] for r in below}) < 2:
+    if not several_ratios(below):
         return {"chinchilla": {"problem": "the sizes fitted were measured at one ratio"}}
     try:
         nd = fit_nd(below)

@@ -636,13 +636,12 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
         fits = rec["fits"]
         nd = "loss_nd" in fits
         loss_fit = ladder_fits.Fit.from_json(fits["loss_nd" if nd else "loss"])
+        distances = [rec.get("held_out", {}), *rec.get("held_out_further", [])]  # the ladder's own checks
         row = {"form": loss_fit.form, "val_loss": loss_fit.predict((n, tokens) if nd else n),
                "lr": ladder_fits.Fit.from_json(fits["lr"]).predict(n), "scores": {},
-               "checks": [(h["extrapolation"], h["relative_error"], h["form"]) for h in [rec.get("held_out", {}),
-                          *rec.get("held_out_further", [])] if "extrapolation" in h],  # the ladder's own, by distance
+               "checks": [(h["extrapolation"], h["relative_error"], h["form"]) for h in distances if "extrapolation" in h],
                "nd_checks": [(h["extrapolation"], [(c["tokens_per_param"], c["relative_error"]) for c in h["chinchilla"]])
-                             for h in [rec.get("held_out", {}), *rec.get("held_out_further", [])]
-                             if isinstance(h.get("chinchilla"), list)] if nd else []}
+                             for h in distances if isinstance(h.get("chinchilla"), list)] if nd else []}
         if nd and keeps_ratio(out):  # the fit along the ladder's ratio applies too, without splitting N from D
             rule = ladder_fits.Fit.from_json(fits["loss"])
             row["along_the_ratio"] = (rule.form, rule.predict(n))
