@@ -13,8 +13,9 @@ lets Chinchilla's L(N, D) be fitted; with `steps`, the batch grows with size so 
 about that many steps) and the sweep: at the first size `sweep_points[0]` learning rates
 `sweep_factors[0]` apart around the recipe's learning_rate, then at each larger size a sweep centred on
 the optimum the sizes below predict (the last size's best, then from 3 sizes on their best learning rates'
-power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it; with `seeds`, each
-size's lowest swept run is trained again at other seeds and the fits take their mean. Every run is
+power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it; with `seeds`, the rates of
+each size's `seeded_rates` lowest swept runs are trained again at other seeds and the fits take the rate of
+lowest mean. Every run is
 train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read back from its
 metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder reruns where it stopped and a
 larger size added to the config runs alone (a ladder.json whose runs were trained with another base,
@@ -56,8 +57,8 @@ RUN_SETTINGS = ("base", "common", "steps", "warmup_fraction", "evaluations", "mi
 # its folder's size, ratio and lr: a ladder.json trained with others cannot lend its runs
 SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), steps=0, sweep_points=(5, 3),
                 sweep_factors=(2.0, 2.0, 1.41), warmup_fraction=0.1, evaluations=20, min_lr_ratio=0.1,
-                seeds=1, target="")  # seeds: each size's best swept rate trained at this many seeds, the fits on
-# their mean; target: a train.py config whose size ladder.png extrapolates to
+                seeds=1, seeded_rates=1, target="")  # seeds: each size's seeded_rates lowest swept rates trained at
+# this many seeds, the fits on the rate of lowest mean; target: a train.py config whose size ladder.png extrapolates to
 
 
 def load_settings(path):
@@ -70,9 +71,9 @@ def load_settings(path):
     settings = {**SETTINGS, **scope}
     ratios = settings["tokens_per_param"]
     settings["tokens_per_param"] = tuple(ratios) if isinstance(ratios, (tuple, list)) else (float(ratios),)
-    if not isinstance(settings["seeds"], int) or settings["seeds"] < 1:
-        raise SystemExit(f"error: {path}: seeds = {settings['seeds']!r}: give a whole number of at least 1 "
-                         "(1: each size's best swept run alone)")
+    for key, one in (("seeds", "each size's best swept run alone"), ("seeded_rates", "the lowest swept run's rate")):
+        if not isinstance(settings[key], int) or settings[key] < 1:
+            raise SystemExit(f"error: {path}: {key} = {settings[key]!r}: give a whole number of at least 1 (1: {one})")
     return settings
 
 
@@ -198,9 +199,11 @@ class Ladder:
                 sweep += self.run_many(name, recipe, size, shape, [beyond], ratio)
             best, edge = ladder.best_lr([r["lr"] for r in sweep], [r["final_val_loss"] for r in sweep])
             rungs.append((sweep[0]["params"], best))
-            lowest = ladder.best_runs(sweep, ratio)[0]  # its rate again at the other seeds: ladder.best_runs' mean
-            sweep += self.run_many(name, recipe, size, shape, [lowest["lr"]] * (self.s["seeds"] - 1), ratio,
-                                   [start.seed + k for k in range(1, self.s["seeds"])])
+            # the lowest runs' rates again at the other seeds: ladder.best_runs takes the rate of lowest mean
+            lowest = sorted(sweep, key=ladder.ranked_loss)[:self.s["seeded_rates"]]
+            seeds = [start.seed + k for k in range(1, self.s["seeds"])]
+            sweep += self.run_many(name, recipe, size, shape, [r["lr"] for r in lowest for _ in seeds], ratio,
+                                   seeds * len(lowest))
             for r in sweep:
                 r["sweep_best_lr"], r["sweep_edge"] = best, edge
             runs += sweep

@@ -85,7 +85,7 @@ def test_report_logs_the_line_and_writes_the_record(tmp_path):
 def ladder_json(path, shape=lambda f: 1 + 0.6 * (1 - f) ** 2, sizes=(1e4, 3e4, 1e5, 3e5), data=None):
     """A ladder.json whose best runs' final val loss is 20 N^-0.2 and whose curves are final * shape(fraction)."""
     fractions = np.linspace(0.05, 1.0, 20)
-    runs = [{"size": f"s{i}", "params": n, "tokens_per_param": 2, "final_val_loss": 20 * n ** -0.2,
+    runs = [{"size": f"s{i}", "params": n, "tokens_per_param": 2, "lr": 1e-3, "final_val_loss": 20 * n ** -0.2,
              "curve": [[f, 20 * n ** -0.2 * shape(f)] for f in fractions]} for i, n in enumerate(sizes)]
     path.write_text(json.dumps({"data": data or {"dataset": "quickstart", "vocab_size": 320}, "tokens_per_param": [2],
                                 "recipes": {"adamw": {"runs": runs}}}))

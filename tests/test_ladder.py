@@ -161,7 +161,8 @@ def test_a_form_is_judged_only_where_the_sizes_below_the_largest_leave_a_point_t
 
 def test_a_diverged_run_is_the_worst_of_its_sweep():
     assert ladder.best_lr([1e-3, 2e-3, 4e-3], [2.0, 1.9, float("nan")]) == (pytest.approx(2e-3), None)
-    runs = [{"size": "a", "params": 1, "tokens_per_param": 2, "final_val_loss": v} for v in (float("nan"), 2.0)]
+    runs = [{"size": "a", "params": 1, "tokens_per_param": 2, "lr": lr, "final_val_loss": v}
+            for lr, v in ((1e-3, float("nan")), (2e-3, 2.0))]
     assert ladder.best_runs(runs, 2)[0]["final_val_loss"] == 2.0
 
 
@@ -633,6 +634,28 @@ def test_seeds_trains_each_sizes_lowest_run_again_and_the_fits_take_the_seeds_me
     assert "mean of 3 seeds" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="seeds = 0: give a whole number of at least 1"):
         climb(ladder_config(tmp_path, [16, 32, 48, 64], seeds=0), out, "adamw: --optimizer=adamw")
+
+
+def test_seeded_rates_trains_the_lowest_rates_again_and_the_size_takes_the_rate_of_lowest_mean(tmp_path, fake_train):
+    out = tmp_path / "out"
+    result = climb(ladder_config(tmp_path, [16, 32, 48, 64], seeds=3, seeded_rates=2), out, "adamw: --optimizer=adamw")
+    runs = result["recipes"]["adamw"]["runs"]
+    for best in ladder.best_runs(runs, 2):
+        seeded = [r for r in ladder.rate_means(runs, best["size"], 2) if "seed_losses" in r]
+        assert len(seeded) == 2 and best["final_val_loss"] == min(r["final_val_loss"] for r in seeded)
+    with pytest.raises(SystemExit, match="seeded_rates = 0: give a whole number of at least 1"):
+        climb(ladder_config(tmp_path, [16, 32, 48, 64], seeded_rates=0), out, "adamw: --optimizer=adamw")
+
+
+def test_a_run_lucky_at_one_seed_loses_to_a_rate_whose_seeds_are_lower_on_average():
+    def run(lr, loss, seed):
+        return {"size": "a", "params": 1, "tokens_per_param": 2, "lr": lr, "seed": seed, "replica": seed != 1,
+                "scores": {}, "final_val_loss": loss, "curve": [[1.0, loss]]}
+    runs = [run(0.1, 1.9, 1), run(0.1, 2.3, 2), run(0.1, 2.4, 3),  # the lowest run, its other seeds far above it
+            run(0.05, 2.0, 1), run(0.05, 2.0, 2), run(0.05, 2.1, 3), run(0.2, 1.95, 1)]  # 0.2: one seed, no mean
+    best = ladder.best_runs(runs, 2)[0]
+    assert best["lr"] == 0.05 and best["final_val_loss"] == pytest.approx(2.0333, abs=1e-4)
+    assert [r["lr"] for r in ladder.rate_means(runs, "a", 2)] == [0.05, 0.1, 0.2]
 
 
 def test_a_diverged_seed_is_left_out_of_the_mean_and_kept_in_seed_losses():

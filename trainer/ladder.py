@@ -356,16 +356,30 @@ def loss_for_score(task_fit, score):
 
 
 def best_runs(runs, ratio):
-    """Per size, by size: the run with the lowest final val loss among its sweep's at the ratio, or, where
-    scripts/ladder.py trained that run's rate again at other seeds (its `replica` runs), their mean."""
-    best, loss = {}, lambda r: r["final_val_loss"] if math.isfinite(r["final_val_loss"]) else math.inf
-    for r in runs:
-        if r["tokens_per_param"] == ratio and not r.get("replica") and (
-                r["size"] not in best or loss(r) < loss(best[r["size"]])):
-            best[r["size"]] = r
-    return [seed_mean([b] + [r for r in runs if r.get("replica") and r["tokens_per_param"] == ratio
-                             and r["size"] == b["size"] and r["lr"] == b["lr"]])
-            for b in sorted(best.values(), key=lambda r: r["params"])]
+    """Per size, by size: the rate of its sweep at the ratio with the lowest final val loss, a rate that
+    scripts/ladder.py trained again at other seeds (its `replica` runs) by their mean (seed_mean). Where some
+    rates have replicas only they compete: one run picked for being low beside other rates' means would win
+    by its luck, which the seeds are there to average out."""
+    best = []
+    for size in {r["size"] for r in runs if r["tokens_per_param"] == ratio}:
+        rates = rate_means(runs, size, ratio)
+        best.append(min([r for r in rates if "seed_losses" in r] or rates, key=ranked_loss))
+    return sorted(best, key=lambda r: r["params"])
+
+
+def ranked_loss(run):
+    """A run's final val loss for ranking runs: one that diverged (NaN) ranks last."""
+    return run["final_val_loss"] if math.isfinite(run["final_val_loss"]) else math.inf
+
+
+def rate_means(runs, size, ratio):
+    """One size's sweep at the ratio, by learning rate: each rate's run, or its runs at several seeds as one
+    record (seed_mean)."""
+    rates = {}
+    for r in sorted(runs, key=lambda r: bool(r.get("replica"))):  # the sweep's run first: seed_mean keeps its record
+        if r["size"] == size and r["tokens_per_param"] == ratio:
+            rates.setdefault(r["lr"], []).append(r)
+    return [seed_mean(same) for _, same in sorted(rates.items())]
 
 
 def seed_mean(same):
