@@ -46,7 +46,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import RunError, bins, checkpoint, ladder, metrics  # noqa: E402
+from trainer import RunError, bins, checkpoint, ladder, ladder_analysis, metrics  # noqa: E402
 from plan import build_meta_model  # noqa: E402  (scripts/ is on sys.path: this script's folder)
 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
@@ -241,113 +241,6 @@ def eval_json(out_dir):
     return Path(out_dir) / f"ckpt_{newest[0][0]}.eval.json" if newest else None
 
 
-def fits(runs, ratio):
-    """One recipe's fits (the best learning rate, the final val loss along the rule, and where the ladder
-    measured several ratios or has scores, Chinchilla's form and the task fits) as JSON-ready dicts."""
-    best = ladder.best_runs(runs, ratio)
-    sizes = [r["params"] for r in best]
-    out = {"lr": ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in best]).to_json(),
-           "loss": ladder.fit_loss(sizes, [r["final_val_loss"] for r in best]).to_json()}
-    at_best = at_best_rates(runs, ratio)
-    if several_ratios(at_best):
-        try:
-            out["loss_nd"] = fit_nd(at_best).to_json()
-        except ladder.FitError as e:  # the fit along the rule still stands
-            out["loss_nd_problem"] = str(e)
-    for task, fit in task_fits(runs, ratio).items():
-        out.setdefault("tasks" if isinstance(fit, ladder.Fit) else "task_problems", {})[task] = \
-            fit.to_json() if isinstance(fit, ladder.Fit) else fit
-    return out
-
-
-def at_best_rates(runs, ratio):
-    """Each size's best run at the ratio (ladder.best_runs) and its one run at each other ratio: Chinchilla's
-    points (a run that diverged is none: it says nothing of the law)."""
-    return [r for r in runs if r["tokens_per_param"] != ratio and math.isfinite(r["final_val_loss"])] + \
-        ladder.best_runs(runs, ratio)
-
-
-def several_ratios(runs):
-    """Whether these runs were trained at more than one tokens-per-parameter ratio (what Chinchilla's fit needs)."""
-    return len({r["tokens_per_param"] for r in runs}) > 1
-
-
-def fit_nd(runs):
-    """Chinchilla's L(N, D) through these runs (at_best_rates)."""
-    return ladder.fit_loss([r["params"] for r in runs], [r["final_val_loss"] for r in runs], [r["tokens"] for r in runs])
-
-
-def task_fits(runs, ratio):
-    """{task/metric: its score against the final val loss (Bhagia et al.'s step 2; eval.py gives no task
-    loss), or why it cannot be fitted}, on every run of the sweeps that was scored: how a loss maps to a score
-    does not depend on the learning rate that reached it, and Bhagia et al. fit it on every checkpoint of
-    their ladder, not only each size's best."""
-    scored = [r for r in runs if r["tokens_per_param"] == ratio and r["scores"] and math.isfinite(r["final_val_loss"])]
-    out = {}
-    for task in sorted({k for r in scored for k in r["scores"]}):
-        have = [r for r in scored if task in r["scores"]]
-        try:
-            out[task] = ladder.fit_task([r["final_val_loss"] for r in have], [r["scores"][task] for r in have])
-        except ladder.FitError as e:
-            out[task] = str(e)
-    return out
-
-
-def held_out(runs, ratio, k=1):
-    """Fitted on all sizes but the k largest: the prediction for the largest beside what it measured, and how
-    far it extrapolated (the largest's parameters over the largest fitted size's). k = 1 is the ladder's check;
-    larger k says how its error grows with the distance, as a target lies further beyond a ladder than one step."""
-    best = ladder.best_runs(runs, ratio)
-    if len(best) < ladder.MIN_SIZES + k:
-        return {"problem": f"{len(best)} sizes: holding {k} out leaves fewer than {ladder.MIN_SIZES} to fit"}
-    last, rest = best[-1], best[:-k]
-    sizes = [r["params"] for r in rest]
-    try:
-        loss_fit = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest])
-    except ladder.FitError as e:  # the ladder's own fits stand; this check says why it is missing
-        return {"problem": f"holding {k} out: {e}"}
-    loss = loss_fit.predict(last["params"])
-    lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
-    measured, sweep = last["final_val_loss"], swept(runs, last["size"], ratio)
-    fitted = {r["size"] for r in rest}
-    scores = {task: {"predicted": float(fit(loss[0])), "measured": last["scores"][task]}  # both of Bhagia's steps
-              if isinstance(fit, ladder.Fit) else {"problem": fit}
-              for task, fit in task_fits([r for r in runs if r["size"] in fitted], ratio).items()
-              if task in last["scores"]}
-    return {"size": last["size"], "params": last["params"], "held_out_sizes": k,
-            "extrapolation": last["params"] / sizes[-1], "measured_val_loss": measured, "form": loss_fit.form,
-            "seed_losses": last.get("seed_losses", {}),  # what measured_val_loss is the mean of, with seeds
-            "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
-            "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
-            "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
-            "sweep_lrs": [lr for lr, _ in sweep], "lr_cost": ladder.sweep_cost(*zip(*sweep), lr[0]),
-            "scores": scores, **held_out_nd(runs, ratio, fitted, last["size"])}
-
-
-def held_out_nd(runs, ratio, fitted, size):
-    """Where the ladder measured several ratios: {"chinchilla": Chinchilla's fit on the fitted sizes' runs, its
-    prediction of each of size's runs (one per ratio) beside what it measured}, or its problem; {} otherwise.
-    plan.py reads this fit at the target, so it is the one a target's prediction rests on."""
-    at_best = at_best_rates(runs, ratio)
-    if not several_ratios(at_best):
-        return {}
-    below = [r for r in at_best if r["size"] in fitted]
-    if not several_ratios(below):
-        return {"chinchilla": {"problem": "the sizes fitted were measured at one ratio"}}
-    try:
-        nd = fit_nd(below)
-    except ladder.FitError as e:
-        return {"chinchilla": {"problem": str(e)}}
-    checks = []
-    for r in sorted((r for r in at_best if r["size"] == size), key=lambda r: -r["tokens_per_param"]):
-        value, low, high = nd.predict((r["params"], r["tokens"]))
-        measured = r["final_val_loss"]
-        checks.append({"tokens_per_param": r["tokens_per_param"], "predicted_val_loss": value, "interval": [low, high],
-                       "measured_val_loss": measured, "relative_error": (value - measured) / measured,
-                       "inside": low <= measured <= high})
-    return {"chinchilla": checks}
-
-
 def rate_check(h):
     """A held-out check's recommended rate against its size's sweep: the sweep's best and what the sweep's
     runs lost at the recommended rate, or that a size trained once (the GPU ladder's largest) was not swept,
@@ -358,32 +251,6 @@ def rate_check(h):
     cost = "outside the sweep" if cost is None else "where its sweep diverged" if math.isinf(cost) else \
         f"its sweep lost {100 * cost:.1f}% there"
     return f"its sweep's best {h['sweep_best_lr']:.3g} ({h['lr_ratio']:.2f}x; {cost})"
-
-
-def swept(runs, size, ratio):
-    """One size's sweep at the ratio as (learning rate, final val loss) pairs, sorted (not the replicas)."""
-    return sorted((r["lr"], r["final_val_loss"]) for r in runs
-                  if r["size"] == size and r["tokens_per_param"] == ratio and not r["replica"])
-
-
-def compute_multipliers(reference, other, ratio):
-    """At each of the other recipe's sizes, how many times the reference recipe's training compute reaches
-    its measured loss: (N_ref / N)^2 along the tokens rule, as compute is 6 N D = 6 ratio N^2. N_ref is
-    interpolated in log-log between the reference's measured sizes where they bracket the loss ("measured"),
-    else solved from the reference's loss fit ("fit"). Above 1: the other recipe saves compute."""
-    ref = [(r["params"], r["final_val_loss"]) for r in ladder.best_runs(reference["runs"], ratio)]
-    ref_fit, out = ladder.Fit.from_json(reference["fits"]["loss"]), {}
-    for r in ladder.best_runs(other["runs"], ratio):
-        n, loss = r["params"], r["final_val_loss"]
-        bracket = [(a, b) for a, b in zip(ref, ref[1:]) if b[1] <= loss <= a[1]]
-        if bracket:
-            (n0, l0), (n1, l1) = bracket[0]
-            needed = math.exp(np.interp(math.log(loss), [math.log(l1), math.log(l0)], [math.log(n1), math.log(n0)]))
-        else:
-            needed = ladder.size_for_loss(ref_fit, loss, ratio)
-        out[r["size"]] = {"multiplier": ladder.rule_compute_ratio(needed, n),
-                          "by": "measured" if bracket else "fit"}
-    return out
 
 
 def plot(result, path, target_params=None):
@@ -479,19 +346,13 @@ def main(argv=None):
             raise SystemExit(f"error: recipe {name}: {error}")
         if error is not None and not isinstance(error, Stopped):
             raise error
+    runs = {name: climb.result() for name, climb in climbs.items()}
+    try:
+        analysis = ladder_analysis.analyse(runs, ratio)
+    except ladder.FitError as e:
+        raise SystemExit(f"error: {e}")
     for name, recipe in recipes.items():
-        try:
-            runs = climbs[name].result()
-            result["recipes"][name] = {"overrides": recipe, "runs": runs, "fits": fits(runs, ratio)}
-        except ladder.FitError as e:
-            raise SystemExit(f"error: recipe {name}: {e}")
-        result["recipes"][name]["held_out"] = held_out(runs, ratio)
-        result["recipes"][name]["held_out_further"] = [  # the same check at 2, 3, ... sizes' distance
-            held_out(runs, ratio, k) for k in range(2, len(ladder.best_runs(runs, ratio)) - ladder.MIN_SIZES + 1)]
-    names = list(recipes)
-    for other in names[1:]:
-        result["recipes"][other]["compute_multiplier_vs_" + names[0]] = compute_multipliers(
-            result["recipes"][names[0]], result["recipes"][other], ratio)
+        result["recipes"][name] = {"overrides": recipe, "runs": runs[name], **analysis[name]}
     out.mkdir(parents=True, exist_ok=True)
     (out / "ladder.json").write_text(json.dumps(result, indent=1))
     target = settings["target"] and Ladder.params(configurator.load_config([settings["target"]]))
@@ -535,13 +396,23 @@ def nd_lines(h):
         for c in nd)]
 
 
+def held_out_line(h):
+    """One held-out check: the prediction for the largest size from the sizes below, beside what it measured."""
+    what = f"{h['size']} ({h['params']:,} params, " if h["held_out_sizes"] == 1 else \
+        f"the {h['held_out_sizes']} largest sizes ({h['size']} predicted, "
+    return (f"  held out {what}{h['extrapolation']:.1f}x beyond the fitted sizes): {h['form']} predicted "
+            f"{h['predicted_val_loss']:.4f} [{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], measured "
+            f"{h['measured_val_loss']:.4f} ({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} "
+            f"the interval); recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
+
+
 def summary(result):
     lines = []
     ratio = result["tokens_per_param"][0]
     for name, rec in result["recipes"].items():
         lines.append(f"{name} ({' '.join(rec['overrides'])}), {ratio:g} tokens per parameter:")
         for r in ladder.best_runs(rec["runs"], ratio):
-            lrs = [lr for lr, _ in swept(rec["runs"], r["size"], ratio)]
+            lrs = [lr for lr, _ in ladder_analysis.swept(rec["runs"], r["size"], ratio)]
             seeds = f" (mean of {len(r['seed_losses'])} seeds at lr {r['lr']:.3g}: " + ", ".join(
                 f"{v:.4f}" for v in r["seed_losses"].values()) + ")" if "seed_losses" in r else ""
             lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}"
@@ -559,24 +430,13 @@ def summary(result):
         h = rec["held_out"]
         if "problem" in h:
             lines.append(f"  held out: none, {h['problem']}")
-        else:
-            lines.append(f"  held out {h['size']} ({h['params']:,} params, {h['extrapolation']:.1f}x beyond the fitted "
-                         f"sizes): {h['form']} predicted "
-                         f"{h['predicted_val_loss']:.4f} [{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], "
-                         f"measured {h['measured_val_loss']:.4f} "
-                         f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval); "
-                         f"recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
+        for h in [h for h in [h, *rec.get("held_out_further", [])] if "problem" not in h]:
+            lines.append(held_out_line(h))
             lines += nd_lines(h)
             for task, score in h["scores"].items():
                 lines.append(f"    {task}: " + (f"no prediction, {score['problem']}" if "problem" in score else
                                                f"predicted {score['predicted']:.3f} from the predicted loss, "
                                                f"measured {score['measured']:.3f}"))
-        for h in (h for h in rec.get("held_out_further", []) if "problem" not in h):
-            lines.append(f"  held out the {h['held_out_sizes']} largest sizes ({h['extrapolation']:.1f}x beyond the "
-                         f"fitted ones): {h['form']} predicted {h['predicted_val_loss']:.4f} for {h['size']} "
-                         f"({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} the interval), "
-                         f"recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
-            lines += nd_lines(h)
         for key, value in rec.items():
             if key.startswith("compute_multiplier_vs_"):
                 lines.append(f"  compute multiplier against {key[22:]} (its compute to reach this loss, "

@@ -40,6 +40,6 @@ def test_a_run_without_training_faults_keeps_its_own_step_loss_and_one_with_them
     step_loss = lambda iteration, loss: loss  # noqa: E731
     p = torch.nn.Parameter(torch.ones(2))
     p.grad = torch.ones(2)
-    assert faults.Faults("disk_full").wrap(step_loss, lambda: [p], True, lambda step: False) is step_loss
-    wrapped = faults.Faults("nan@2").wrap(step_loss, lambda: [p], True, lambda step: False)
+    assert faults.Faults("disk_full").wrap(step_loss, lambda: [p], True, lambda step: False, lambda: None) is step_loss
+    wrapped = faults.Faults("nan@2").wrap(step_loss, lambda: [p], True, lambda step: False, lambda: None)
     assert wrapped(1, torch.tensor(2.0)).item() == 2.0 and torch.isnan(wrapped(2, torch.tensor(2.0)))

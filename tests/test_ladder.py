@@ -15,7 +15,7 @@ import pytest
 
 import configurator
 from conftest import REPO, run_here
-from trainer import checkpoint, ladder, metrics
+from trainer import checkpoint, ladder, ladder_analysis, metrics
 
 sys.path.insert(0, str(REPO / "scripts"))
 import ladder as ladder_script  # noqa: E402
@@ -467,7 +467,7 @@ def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit_held_out_as_t
         assert c["interval"][0] < c["predicted_val_loss"] < c["interval"][1]
     assert "chinchilla, fitted on the same sizes' runs at every ratio, predicted " in capsys.readouterr().out
     only_top = [r for r in rec["runs"] if r["tokens_per_param"] == 2 or r["size"] == "w64"]  # no ratio below to fit
-    assert ladder_script.held_out(only_top, 2)["chinchilla"] == {"problem": "the sizes fitted were measured at one ratio"}
+    assert ladder_analysis.held_out(only_top, 2)["chinchilla"] == {"problem": "the sizes fitted were measured at one ratio"}
     assert "chinchilla" not in climb(ladder_config(tmp_path, [16, 32, 48, 64]), tmp_path / "one",
                                      "adamw: --optimizer=adamw")["recipes"]["adamw"]["held_out"]  # one ratio: none
 

@@ -8,8 +8,8 @@ model, training, checkpoints, evaluation.
   2. bins, preparation, checkpoint: bytes on disk: token bins, their sampler and mixtures, the prepare job,
      checkpoints (the .pt and sharded formats, the files on disk, synchronous and background writes)
   3. model.py (top level): the GPT itself, which imports nothing of ours
-  4. precision, offload, optim, cost, schedule, forecast, ladder, parallel: how a model is trained (on one GPU or
-     many), what it costs, and how its loss scales with size
+  4. precision, offload, optim, cost, schedule, forecast, ladder, ladder_analysis, parallel: how a model is trained
+     (on one GPU or many), what it costs, and how its loss scales with size
   5. checkpointer, evaluation, hf, lm_eval_adapter: where a run starts and the Checkpointer (what a checkpoint
      holds, when it is written, how it goes back in), evaluation (val loss, HellaSwag), Hugging Face's layout,
      lm-evaluation-harness over the model

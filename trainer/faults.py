@@ -46,7 +46,7 @@ class Faults:
         if self.fires(name, at):
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def wrap(self, step_loss, parameters, last_rank, replayed, settle=lambda: None):
+    def wrap(self, step_loss, parameters, last_rank, replayed, settle):
         """train.py's step_loss(iteration, ...) -> the step's loss, with the training faults of each step injected
         once its gradients are complete; step_loss itself when none is set, so a run without faults runs none of
         this. parameters(): the model's; replayed(iteration): the step replays data after an automatic rollback;
