@@ -170,6 +170,11 @@ class Ladder:
         return (self.s["sweep_points"][min(i, len(self.s["sweep_points"]) - 1)],
                 self.s["sweep_factors"][min(i, len(self.s["sweep_factors"]) - 1)])
 
+    def planned_runs(self, i):
+        """How many runs the i-th size trains at the first ratio, the points a sweep's edge adds aside: its sweep,
+        and its seeded_rates lowest rates at the other seeds."""
+        return self.sweep(i)[0] + min(self.s["seeded_rates"], self.sweep(i)[0]) * (self.s["seeds"] - 1)
+
     def run_many(self, name, recipe, size, shape, lrs, ratio, seeds=None):
         jobs = list(zip(lrs, seeds or [None] * len(lrs)))
         with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:

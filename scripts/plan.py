@@ -684,7 +684,7 @@ def target_loss_for(fits, target):
 
 def ladder_cost(path, plan, mfu, price_per_hour, gpus):
     """What scripts/ladder.py with this ladder config trains for one recipe, priced by make_plan on this plan's
-    GPU, MFU and price: each size's sweep at the first tokens_per_param, its best rate at the other seeds, and
+    GPU, MFU and price: each size's sweep at the first tokens_per_param, its lowest rates at the other seeds, and
     one run per other ratio (the extra points a sweep's edge adds are not counted), and its share of this
     run's GPU-hours."""
     import ladder as ladder_runs  # scripts/ladder.py, beside this file: the runs it would train
@@ -692,7 +692,7 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
     runner, rows = ladder_runs.Ladder(settings, out=None, nproc=gpus), []
     for i, (size, shape) in enumerate(settings["sizes"].items()):
         for j, ratio in enumerate(settings["tokens_per_param"]):
-            count = runner.sweep(i)[0] + settings["seeds"] - 1 if j == 0 else 1
+            count = runner.planned_runs(i) if j == 0 else 1
             one = make_plan(configurator.load_config(runner.argv([], shape, 1e-3, ratio)), plan["gpu"], mfu,
                             price_per_hour, gpus)
             rows.append({"size": size, "tokens_per_param": ratio, "runs": count, "params": one["params"],

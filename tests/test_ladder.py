@@ -610,6 +610,8 @@ def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):
     config = tmp_path / "ladder_seeds.py"  # and each size's best rate at two more seeds
     config.write_text(Path("config/ladder_gpt3.py").read_text() + "seeds = 3\n")
     assert [r["runs"] for r in plan.ladder_cost(str(config), target, 0.4, 2.0, 1)["rows"]][::2] == [7, 5, 5, 5, 3]
+    config.write_text(config.read_text() + "seeded_rates = 2\n")  # two rates a size at the other seeds, 1.3B's one
+    assert [r["runs"] for r in plan.ladder_cost(str(config), target, 0.4, 2.0, 1)["rows"]][::2] == [9, 7, 7, 7, 3]
     assert cost["share"] == pytest.approx(cost["gpu_hours"] / (target["days"] * 24)) and 0 < cost["share"] < 1
     assert cost["extrapolation"] == pytest.approx(6_648_762_368 / 1_311_082_496)  # 6.7B over 1.3B, less wpe
 
