@@ -97,3 +97,31 @@ def test_val_windows_study_measures_the_windows_train_py_measured(data_dir, tmp_
     row = json.loads((tmp_path / "w.json").read_text())[0]
     assert row["windows"] == 6 and row["fixed"] == pytest.approx(metrics.read(out, "eval")[-1]["val_loss"], rel=1e-5)
     assert f"| {out} | 6 of " in capsys.readouterr().out
+
+
+def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tmp_path, capsys):
+    """Each size: a lucky run at 2e-3 (0.99 of the law) whose other seeds end 5-6% above it, and 1e-3 at the law
+    at every seed. 3x1 keeps the lucky rate's seeds; 3x2 also 1e-3's, and takes it for its lower mean."""
+    rules = study("seed_rules")
+    runs = []
+    for i, n in enumerate((1e4, 2e4, 4e4, 8e4, 1.6e5)):
+        law = 10 * n ** -0.15
+        for lr, seeds in ((1e-3, (1.0, 1.0, 1.0)), (2e-3, (0.99, 1.05, 1.06)), (4e-3, (1.02,))):
+            runs += [{"size": f"s{i}", "params": n, "tokens_per_param": 4, "lr": lr, "seed": 1337 + k,
+                      "replica": k > 0, "final_val_loss": law * f, "curve": [[1.0, law * f]], "scores": {},
+                      "sweep_best_lr": 1.5e-3} for k, f in enumerate(seeds)]
+    assert not any(r["replica"] for r in rules.under_rule(runs, 4, 1, 1))
+    assert {(r["lr"], r["seed"]) for r in rules.under_rule(runs, 4, 3, 1) if r["replica"]} == {(2e-3, 1338), (2e-3, 1339)}
+    assert {(r["lr"], r["seed"]) for r in rules.under_rule(runs, 4, 2, 2) if r["replica"]} == {(2e-3, 1338), (1e-3, 1338)}
+    path = tmp_path / "ladder.json"
+    path.write_text(json.dumps({"tokens_per_param": [4], "settings": {"seeds": 3, "seeded_rates": 2},
+                                "recipes": {"adamw": {"runs": runs}}}))
+    rules.main([str(path), "--rules", "1x1", "3x1", "3x2"])
+    rows = {line.split(" | ")[2]: line for line in capsys.readouterr().out.splitlines() if "| adamw |" in line}
+    law = 10 * 1.6e5 ** -0.15  # the largest size
+    assert f"| {law:.4f} ({law:.4f}, {law:.4f}, {law:.4f}) | " in rows["3x2"]  # 1e-3: the lower mean
+    assert f"| {law * 3.1 / 3:.4f} ({0.99 * law:.4f}, {1.05 * law:.4f}, {1.06 * law:.4f}) | " in rows["3x1"]
+    assert f"| {0.99 * law:.4f} ({0.99 * law:.4f}) | " in rows["1x1"]
+    assert all("0.0%, inside" in row for row in rows.values())  # each rule's sizes on a law of their own
+    with pytest.raises(SystemExit, match="rule 4x1 asks for more"):
+        rules.main([str(path), "--rules", "4x1"])

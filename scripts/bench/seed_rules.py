@@ -1,0 +1,64 @@
+"""How a ladder's rule for measuring a size (`seeds`, `seeded_rates`) holds out its largest size: the runs of a
+ladder trained with more seeds and rates than a rule uses, read as if trained under that rule, and the fits
+and held-out checks made again for each. Trains nothing; seconds.
+
+    python scripts/bench/seed_rules.py out/ladder_tiny_sr2/ladder.json out/ladder_seed2_sr2/ladder.json
+
+A rule K x R: each size's R lowest swept rates at K seeds (the sweep's run and the first K - 1 replicas), the
+size's loss the rate of lowest mean (trainer/ladder.best_runs). 1 x 1 is one seed; 3 x 1 the lowest swept
+run's rate at three seeds. Prints, per ladder, recipe and rule, the largest size's prediction from the sizes
+below, its measurement (the mean of its seeds, at its rate), the error, whether the interval holds it, and the
+recommended rate over the sweep's best; the same one step further out (the two largest held out).
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from trainer import ladder, ladder_analysis  # noqa: E402
+
+
+def under_rule(runs, ratio, seeds, rates):
+    """The runs a ladder trained with `seeds` seeds at each size's `rates` lowest swept rates would hold."""
+    kept = [r for r in runs if not r["replica"]]
+    for size in {r["size"] for r in kept if r["tokens_per_param"] == ratio}:
+        swept = sorted((r for r in kept if r["size"] == size and r["tokens_per_param"] == ratio),
+                       key=ladder.ranked_loss)
+        first = swept[0]["seed"]
+        lowest = {r["lr"] for r in swept[:rates]}
+        kept += [r for r in runs if r["replica"] and r["size"] == size and r["tokens_per_param"] == ratio
+                 and r["lr"] in lowest and 0 < r["seed"] - first < seeds]
+    return kept
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("ladders", nargs="+", help="ladder.json files of ladders trained with seeds and seeded_rates")
+    p.add_argument("--rules", nargs="+", default=["1x1", "3x1", "2x2", "3x2"], help="K x R: seeds x seeded rates")
+    args = p.parse_args(argv)
+    rules = [tuple(int(x) for x in rule.split("x")) for rule in args.rules]
+    print("| ladder | recipe | rule | predicted [±2σ] | measured (seeds) | error | lr / sweep's best | "
+          "two held out: error |")
+    print("|---|---|---|---|---|---|---|---|")
+    for path in args.ladders:
+        result = json.loads(Path(path).read_text())
+        ratio = result["tokens_per_param"][0]
+        for name, rec in result["recipes"].items():
+            trained = result["settings"]
+            for seeds, rates in rules:
+                if seeds > trained["seeds"] or rates > trained.get("seeded_rates", 1):
+                    raise SystemExit(f"error: {path} was trained with seeds = {trained['seeds']}, seeded_rates = "
+                                     f"{trained.get('seeded_rates', 1)}: rule {seeds}x{rates} asks for more")
+                runs = under_rule(rec["runs"], ratio, seeds, rates)
+                h = ladder_analysis.held_out(runs, ratio)
+                two = ladder_analysis.held_out(runs, ratio, 2)
+                measured = ", ".join(f"{v:.4f}" for v in h["seed_losses"].values()) or f"{h['measured_val_loss']:.4f}"
+                print(f"| {Path(path).parent.name} | {name} | {seeds}x{rates} | {h['predicted_val_loss']:.4f} "
+                      f"[{h['interval'][0]:.4f}, {h['interval'][1]:.4f}] | {h['measured_val_loss']:.4f} ({measured}) | "
+                      f"{h['relative_error']:+.1%}, {'inside' if h['inside'] else 'outside'} | "
+                      f"{h['lr_ratio']:.2f}x | {two.get('relative_error', float('nan')):+.1%} |")
+
+
+if __name__ == "__main__":
+    main()
