@@ -671,3 +671,10 @@ def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):
     ladder_script.main([ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "out"), "--nproc", "2",
                         "--recipe", "adamw: --optimizer=adamw"])
     assert {tuple(c[:3]) for c in fake_train.commands} == {("torchrun", "--standalone", "--nproc_per_node=2")}
+
+
+def test_a_fit_that_cannot_be_made_names_its_recipe():
+    runs = [{"size": f"s{i}", "params": n, "tokens_per_param": 2, "lr": 1e-3, "final_val_loss": float("nan"),
+             "sweep_best_lr": 1e-3, "scores": {}, "curve": []} for i, n in enumerate((1e4, 2e4, 4e4))]  # all diverged
+    with pytest.raises(ladder.FitError, match="^recipe muon: the power fit did not converge on these 3 sizes"):
+        ladder_analysis.analyse({"muon": runs}, 2)
