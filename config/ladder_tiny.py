@@ -23,7 +23,8 @@ sweep_points = (5, 3)  # learning rates at the first size, then at each larger o
 sweep_factors = (2.0, 2.0, 1.41)  # between neighbouring rates: at the first size, the second, then onwards
 warmup_fraction = 0.1
 evaluations = 20  # per run: the curve the in-run forecast is measured on
-# each size's lowest swept run trained again at 2 more seeds, the fits on the mean: the lowest run was picked
-# for being low, and another seed at its rate ends up to 2.5-4.5% away, 11-23% at an unstable rate
-# (docs/scaling_ladder.md)
+# each size's two lowest swept runs' rates trained again at 2 more seeds, the fits on the rate of lower mean: the
+# lowest run was picked for being low, and another seed at its rate ends up to 2.5-4.5% away, 11-23% at an
+# unstable rate; a second rate lets the seeds, not one lucky run, choose (docs/scaling_ladder.md)
 seeds = 3
+seeded_rates = 2
