@@ -13,11 +13,10 @@ lets Chinchilla's L(N, D) be fitted; with `steps`, the batch grows with size so 
 about that many steps) and the sweep: at the first size `sweep_points[0]` learning rates
 `sweep_factors[0]` apart around the recipe's learning_rate, then at each larger size a sweep centred on
 the optimum the sizes below predict (the last size's best, then from 3 sizes on their best learning rates'
-power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it; with `seeds`, the rates of
-each size's `seeded_rates` lowest swept runs are trained again at other seeds and the fits take the rate of
-lowest mean. Every run is
-train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read back from its
-metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder reruns where it stopped and a
+power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it; with `seeds`, the
+rates of each size's `seeded_rates` lowest swept runs are trained again at other seeds and the fits take the
+rate of lowest mean. Every run is train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR,
+read back from its metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder reruns where it stopped and a
 larger size added to the config runs alone (a ladder.json whose runs were trained with another base,
 common, steps or schedule is refused).
 Zero-shot scores: with --eval_tasks each run's last checkpoint is scored by scripts/eval.py once it is
@@ -57,8 +56,9 @@ RUN_SETTINGS = ("base", "common", "steps", "warmup_fraction", "evaluations", "mi
 # its folder's size, ratio and lr: a ladder.json trained with others cannot lend its runs
 SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), steps=0, sweep_points=(5, 3),
                 sweep_factors=(2.0, 2.0, 1.41), warmup_fraction=0.1, evaluations=20, min_lr_ratio=0.1,
-                seeds=1, seeded_rates=1, target="")  # seeds: each size's seeded_rates lowest swept rates trained at
-# this many seeds, the fits on the rate of lowest mean; target: a train.py config whose size ladder.png extrapolates to
+                seeds=1, seeded_rates=1, target="")  # seeds: each size's seeded_rates lowest swept rates trained
+# at this many seeds, the fits on the rate of lowest mean; target: a train.py config whose size ladder.png
+# extrapolates to
 
 
 def load_settings(path):
