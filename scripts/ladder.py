@@ -205,9 +205,9 @@ class Ladder:
             best, edge = ladder.best_lr([r["lr"] for r in sweep], [r["final_val_loss"] for r in sweep])
             rungs.append((sweep[0]["params"], best))
             # the lowest runs' rates again at the other seeds: ladder.best_runs takes the rate of lowest mean
-            lowest = sorted(sweep, key=ladder.ranked_loss)[:self.s["seeded_rates"]]
+            lowest = ladder.seeded_rates(sweep, self.s["seeded_rates"])
             seeds = [start.seed + k for k in range(1, self.s["seeds"])]
-            sweep += self.run_many(name, recipe, size, shape, [r["lr"] for r in lowest for _ in seeds], ratio,
+            sweep += self.run_many(name, recipe, size, shape, [lr for lr in lowest for _ in seeds], ratio,
                                    seeds * len(lowest))
             for r in sweep:
                 r["sweep_best_lr"], r["sweep_edge"] = best, edge

@@ -367,6 +367,12 @@ def best_runs(runs, ratio):
     return sorted(best, key=lambda r: r["params"])
 
 
+def seeded_rates(sweep, count):
+    """The rates a ladder trains again at other seeds: those of the sweep's `count` lowest runs (its runs at one
+    seed), a diverged run last."""
+    return [r["lr"] for r in sorted(sweep, key=ranked_loss)[:count]]
+
+
 def ranked_loss(run):
     """A run's final val loss for ranking runs: one that diverged (NaN) ranks last."""
     return run["final_val_loss"] if math.isfinite(run["final_val_loss"]) else math.inf

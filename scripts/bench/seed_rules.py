@@ -23,10 +23,9 @@ def under_rule(runs, ratio, seeds, rates):
     """The runs a ladder trained with `seeds` seeds at each size's `rates` lowest swept rates would hold."""
     kept = [r for r in runs if not r["replica"]]
     for size in {r["size"] for r in kept if r["tokens_per_param"] == ratio}:
-        swept = sorted((r for r in kept if r["size"] == size and r["tokens_per_param"] == ratio),
-                       key=ladder.ranked_loss)
+        swept = [r for r in kept if r["size"] == size and r["tokens_per_param"] == ratio]
         first = swept[0]["seed"]
-        lowest = {r["lr"] for r in swept[:rates]}
+        lowest = set(ladder.seeded_rates(swept, rates))
         kept += [r for r in runs if r["replica"] and r["size"] == size and r["tokens_per_param"] == ratio
                  and r["lr"] in lowest and 0 < r["seed"] - first < seeds]
     return kept
@@ -44,12 +43,13 @@ def main(argv=None):
     for path in args.ladders:
         result = json.loads(Path(path).read_text())
         ratio = result["tokens_per_param"][0]
+        trained = result["settings"]
+        for seeds, rates in rules:
+            if seeds > trained["seeds"] or rates > trained.get("seeded_rates", 1):
+                raise SystemExit(f"error: {path} was trained with seeds = {trained['seeds']}, seeded_rates = "
+                                 f"{trained.get('seeded_rates', 1)}: rule {seeds}x{rates} asks for more")
         for name, rec in result["recipes"].items():
-            trained = result["settings"]
             for seeds, rates in rules:
-                if seeds > trained["seeds"] or rates > trained.get("seeded_rates", 1):
-                    raise SystemExit(f"error: {path} was trained with seeds = {trained['seeds']}, seeded_rates = "
-                                     f"{trained.get('seeded_rates', 1)}: rule {seeds}x{rates} asks for more")
                 runs = under_rule(rec["runs"], ratio, seeds, rates)
                 h = ladder_analysis.held_out(runs, ratio)
                 two = ladder_analysis.held_out(runs, ratio, 2)
