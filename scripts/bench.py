@@ -53,7 +53,6 @@ from trainer import machine  # noqa: E402
 from trainer import cost  # noqa: E402
 from trainer import metrics  # noqa: E402
 from trainer import optim  # noqa: E402
-import plan  # noqa: E402  (scripts/plan.py, beside this file)
 from model import GPT, GPTConfig, model_config  # noqa: E402
 
 TRAIN = os.path.join(REPO, "train.py")
@@ -361,7 +360,7 @@ class Bench:
 def kept_memory(cfg, policy):
     """cost.py's estimate of a policy at micro-batch 1: orders policies by what they keep."""
     setup = cost.Setup.of(cfg)
-    return cost.estimate(plan.build_meta_model(cfg, *policy), 1, setup)["total"]
+    return cost.estimate(cost.meta_model(cfg, *policy), 1, setup)["total"]
 
 
 def sweep(run, batch_sizes, policies, cfg):

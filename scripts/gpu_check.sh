@@ -79,7 +79,6 @@ import tempfile
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "scripts")]
 import bench  # noqa: E402
 import configurator  # noqa: E402
-import plan  # noqa: E402
 from trainer import cost, machine, optim  # noqa: E402
 
 work, n = sys.argv[1], int(sys.argv[2])
@@ -95,7 +94,7 @@ def write(i, kind, text):
 
 def checkpoint_bytes(config_args):
     cfg = configurator.load_config(config_args)
-    return optim.checkpoint_bytes(plan.build_meta_model(cfg).get_num_params(non_embedding=False),
+    return optim.checkpoint_bytes(cost.meta_model(cfg).get_num_params(non_embedding=False),
                                   optim.mode_of(vars(cfg)))
 
 
@@ -122,7 +121,7 @@ for i in range(1, n + 1):
     device = machine.resolve_device(cfg.device)[0]
     budget = cost.stated_budget(machine.memory_capacity(device), "the device's whole memory", cfg.memory_budget_gb)
     try:  # on the whole memory: what this refuses, train.py (which measures what is free) refuses too
-        cost.settle(plan.build_meta_model(cfg, "none"), cfg, budget)
+        cost.settle(cost.meta_model(cfg, "none"), cfg, budget)
     except cost.DoesNotFit as e:
         write(i, "skipped", f"skipped: the estimate refuses it: {e}")
         continue

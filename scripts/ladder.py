@@ -45,8 +45,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import RunError, bins, checkpoint, ladder, ladder_analysis, metrics  # noqa: E402
-from plan import build_meta_model  # noqa: E402  (scripts/ is on sys.path: this script's folder)
+from trainer import RunError, bins, checkpoint, cost, ladder, ladder_analysis, metrics  # noqa: E402
 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
@@ -124,7 +123,7 @@ class Ladder:
 
     @staticmethod
     def params(cfg):
-        return build_meta_model(cfg, "none").get_num_params()
+        return cost.meta_model(cfg, "none").get_num_params()
 
     def run(self, name, recipe, size, shape, lr, ratio, seed=None):
         """Train one run unless it is done, and score it on eval_tasks unless it was; its record for ladder.json.

@@ -29,7 +29,6 @@ import signal
 import sys
 import types
 
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
@@ -41,29 +40,12 @@ from trainer import bins  # noqa: E402
 from trainer import offload  # noqa: E402
 from trainer import optim  # noqa: E402
 from trainer import precision  # noqa: E402
-from model import CHECKPOINTING_POLICIES, GPT, model_config  # noqa: E402
+from model import CHECKPOINTING_POLICIES  # noqa: E402
 
 DEFAULT_GPU = "mi300x"
 MUON_MODE = ("muon", "float32", False)  # shown beside the AdamW modes: what Muon's smaller state buys
 LONG_RUN_DAYS = 365
 GPUS_PER_NODE = 8
-
-
-_META_MODELS = {}  # repr(GPTConfig) -> its meta model
-
-
-def build_meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
-    """The model train.py builds for cfg (model.model_config), on the meta device: every shape, no memory,
-    no init time; a policy and block count given replace cfg's. One per configuration, built once: a plan
-    prices each memory mode on the same shapes, and building 32 blocks takes longer than pricing them.
-    Callers only read it."""
-    config = model_config(cfg, **{k: v for k, v in (("activation_checkpointing", activation_checkpointing),
-                                                    ("recompute_blocks", recompute_blocks)) if v is not None})
-    key = repr(config)
-    if key not in _META_MODELS:
-        with torch.device("meta"):
-            _META_MODELS[key] = GPT(config)
-    return _META_MODELS[key]
 
 
 # fp8 is unmeasured here, so its speed is an assumption, stated wherever plan.py uses it: torchao's
@@ -112,7 +94,7 @@ def choose_setting(cfg, gpu, gpus, mode=None):
     (the least memory) when nothing fits, so the plan can say by how much. mode: another memory mode
     than the config's."""
     cfg = with_mode(cfg, mode) if mode else cfg
-    model, budget = build_meta_model(cfg, "none"), card_budget(cfg, gpu)
+    model, budget = cost.meta_model(cfg, "none"), card_budget(cfg, gpu)
     choice = cost.choose_auto(model, cfg.batch_size, cfg.gradient_accumulation_steps, budget.bytes,
                               cost.Setup.of(cfg, gpus))
     try:
@@ -127,7 +109,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     gpu = machine.GPUS[gpu_key]
     choice, setting, refusal = choose_setting(cfg, gpu, gpus)
     policy, batch_size, accumulation = setting.activation_checkpointing, setting.batch_size, setting.gradient_accumulation_steps
-    model = build_meta_model(cfg, policy, setting.recompute_blocks)
+    model = cost.meta_model(cfg, policy, setting.recompute_blocks)
     budget = card_budget(cfg, gpu)
     config = model.config
     n_recomputed = config.num_recomputed_blocks()
@@ -223,7 +205,7 @@ def mode_table(cfg, gpu, gpus, mfu):
     for mode in recipes:
         choice, setting, _ = choose_setting(cfg, gpu, gpus, mode)
         policy, k, batch_size = setting.activation_checkpointing, setting.recompute_blocks, setting.batch_size
-        model = build_meta_model(cfg, policy, k)
+        model = cost.meta_model(cfg, policy, k)
         flops = cost.flops_per_token(model.get_num_params(), cfg.n_layer, cfg.n_embd, cfg.block_size)
         recompute = cost.recompute_flops_per_token(cost.block_params(model), model.config.num_recomputed_blocks(),
                                                    cfg.n_embd, cfg.block_size, policy)
@@ -467,7 +449,7 @@ def cluster_plan(cfg, plan, nodes, gpus_per_node, interconnect_gbps, intranode_g
     reduce-scatter every micro-batch, as train.py runs them; HSDP all-reduces the shards across nodes, and
     DDP its gradients, once per step."""
     n, g = nodes * gpus_per_node, gpus_per_node
-    model = build_meta_model(cfg, plan["activation_checkpointing"], plan["recomputed_blocks"])
+    model = cost.meta_model(cfg, plan["activation_checkpointing"], plan["recomputed_blocks"])
     params = model.get_num_params(non_embedding=False)
     blocks = model.config.n_layer * cost.block_params(model)
     gathered = (2 if cfg.dtype == "bfloat16" else 4) * blocks + 4 * (params - blocks)  # one all-gather's weights

@@ -24,7 +24,7 @@ AUTO_TEXT = {"none": "no recompute", "selective": "selective", "full": "full"}
 def figures():
     """{name: (value, the plan.py command that prints it)} for GPT-3 6.7B at micro-batch 4, one GPU."""
     cfg = configurator.load_config([SIX_B])
-    model = plan.build_meta_model(cfg, "none")
+    model = cost.meta_model(cfg, "none")
     mode = optim.mode_of(vars(cfg))
 
     def estimate(policy, blocks=-1, fp8="", batch_size=cfg.batch_size):
@@ -65,7 +65,7 @@ def figures():
         found[f"{name} peak"] = choice.peak_gb, f"plan.py {SIX_B} --gpu {key}{' --fp8=' + fp8 if fp8 else ''} ('auto on')"
         found[f"{name} policy"] = AUTO_TEXT[choice.activation_checkpointing], found[f"{name} peak"][1]
     small = configurator.load_config(["config/train_gpt3_1_3b.py"])
-    e = cost.estimate(plan.build_meta_model(small, "none"), small.batch_size,
+    e = cost.estimate(cost.meta_model(small, "none"), small.batch_size,
                       cost.Setup(small.dtype, *optim.mode_of(vars(small)), strategy=small.strategy), ("none", -1))
     found["1.3b none total"] = gb(e["total"]), "plan.py config/train_gpt3_1_3b.py --gpu h200 (by policy: none)"
     fast, six_b = configurator.load_config([FAST]), configurator.load_config([SIX_B])  # cfg's fp8 was changed above

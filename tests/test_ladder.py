@@ -15,7 +15,7 @@ import pytest
 
 import configurator
 from conftest import REPO, run_here
-from trainer import checkpoint, ladder, ladder_analysis, metrics
+from trainer import checkpoint, cost, ladder, ladder_analysis, metrics
 
 sys.path.insert(0, str(REPO / "scripts"))
 import ladder as ladder_script  # noqa: E402
@@ -225,7 +225,7 @@ def fake_train(monkeypatch):
             return types.SimpleNamespace(returncode=0, stderr="")
         args = command[command.index("train.py") + 1:]
         cfg = configurator.load_config(args)
-        n = plan.build_meta_model(cfg, "none").get_num_params()
+        n = cost.meta_model(cfg, "none").get_num_params()
         record = metrics.Metrics(cfg.out_dir)
         record("start", 0, max_iters=cfg.max_iters, tokens_per_iter=cfg.batch_size * cfg.block_size, params=n)
         tokens = cfg.max_iters * cfg.batch_size * cfg.block_size

@@ -53,8 +53,8 @@ def test_every_module_has_a_floor_and_imports_nothing_above_it():
             assert floor[name] <= floor[module], f"{module} imports {name}, on a floor above its own"
 
 
-def test_no_import_cycles():
-    graph, done = import_graph(), set()
+def assert_no_cycle(graph):
+    done = set()
 
     def visit(module, path):
         assert module not in path, f"import cycle: {' -> '.join(path + [module])}"
@@ -64,6 +64,29 @@ def test_no_import_cycles():
             done.add(module)
     for module in graph:
         visit(module, [])
+
+
+def test_no_import_cycles():
+    assert_no_cycle(import_graph())
+
+
+def script_imports(path, scripts):
+    """The other scripts/*.py a script imports, lazily or not (scripts/ is on each script's sys.path)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names & scripts - {path.stem}
+
+
+def test_scripts_import_one_another_one_way():
+    """A tool another tool needs (plan.py's pricing, eval.py's scoring) is imported by it, never back: what both
+    need lives in trainer/ (scripts/ladder.py once took plan.py's meta model while plan.py took ladder.py's runs)."""
+    paths = list((REPO / "scripts").glob("*.py"))
+    scripts = {p.stem for p in paths}
+    assert_no_cycle({p.stem: script_imports(p, scripts) for p in paths})
 
 
 def test_no_module_reaches_into_another_modules_private_names():

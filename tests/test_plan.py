@@ -151,7 +151,7 @@ def test_plan_and_settle_agree(capsys):
     cfg = plan.configurator.load_config([CONFIG_6B, "--activation_checkpointing=none"])
     budget = plan.cost.stated_budget(p["gpu_memory_gb"] * 1e9, "the card's memory, less nothing measured")
     with pytest.raises(plan.cost.DoesNotFit) as e:
-        plan.cost.settle(plan.build_meta_model(cfg, "none"), cfg, budget)
+        plan.cost.settle(plan.cost.meta_model(cfg, "none"), cfg, budget)
     assert not p["fits"] and p["refusal"] == str(e.value) and "the card's memory, less nothing measured" in p["refusal"]
     assert p["needed_gb"] == pytest.approx(p["memory_gb"]["total"] * (1 + plan.cost.FRAGMENTATION_MARGIN))
     auto = run_plan(capsys, "--gpu", "h200")

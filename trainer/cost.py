@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from model import GPT, LOSS_CHUNK_ROWS
+from model import GPT, LOSS_CHUNK_ROWS, model_config
 from trainer import RunError, bins, machine, offload, optim, precision
 
 # The caching allocator rounds every block up (to 512 B, large ones to 2 MB segments) and splits
@@ -185,6 +185,23 @@ def activation_peaks(model, config, B, act_bytes, residual_bytes=4, attention="f
                      "activations": sum(kept[:-1]) + in_backward + (6 + 4 * act_bytes) * B * T * C, "logits": 0,
                      "gradients_in_flight": 8 * C * C + 4 * V * C}
     return at_loss, in_last_block
+
+
+_META_MODELS = {}  # repr(GPTConfig) -> its meta model
+
+
+def meta_model(cfg, activation_checkpointing=None, recompute_blocks=None):
+    """The model train.py builds for cfg (model.model_config), on the meta device: every shape, no memory,
+    no init time; a policy and block count given replace cfg's. One per configuration, built once: a plan
+    prices each memory mode on the same shapes, and building 32 blocks takes longer than pricing them.
+    Callers only read it."""
+    config = model_config(cfg, **{k: v for k, v in (("activation_checkpointing", activation_checkpointing),
+                                                    ("recompute_blocks", recompute_blocks)) if v is not None})
+    key = repr(config)
+    if key not in _META_MODELS:
+        with torch.device("meta"):
+            _META_MODELS[key] = GPT(config)
+    return _META_MODELS[key]
 
 
 def block_params(model):
