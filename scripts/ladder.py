@@ -33,6 +33,7 @@ import concurrent.futures
 import json
 import math
 import os
+import queue
 import runpy
 import shlex
 import subprocess
@@ -41,6 +42,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -96,13 +98,33 @@ class Stopped(Exception):
     """A climb stopped because another recipe's failed: that failure is the one to report."""
 
 
-class Ladder:
-    """One ladder: its settings, where its runs go, and how each is trained."""
+def device_slots(jobs, nproc, environ=os.environ, count=None):
+    """What each of `jobs` runs at once is told of the GPUs: nproc of its own, none shared, through the variable
+    the user narrowed the GPUs with (HIP_VISIBLE_DEVICES on ROCm, else CUDA_VISIBLE_DEVICES, which both honour).
+    A run told nothing takes the first GPU, so two at once would train on one. No GPU: nothing to tell, the runs
+    share the cores. count: the GPUs visible (torch's count)."""
+    count = torch.cuda.device_count() if count is None else count
+    if count == 0:
+        return [{}] * jobs
+    if jobs * nproc > count:
+        raise SystemExit(f"error: --jobs {jobs} x --nproc {nproc} needs {jobs * nproc} GPUs and {count} are "
+                         "visible: lower --jobs or --nproc")
+    name = "HIP_VISIBLE_DEVICES" if environ.get("HIP_VISIBLE_DEVICES") else "CUDA_VISIBLE_DEVICES"
+    visible = environ[name].split(",") if environ.get(name) else [str(i) for i in range(count)]
+    return [{name: ",".join(visible[k * nproc:(k + 1) * nproc])} for k in range(jobs)]
 
-    def __init__(self, settings, out, jobs=1, nproc=1, eval_tasks=(), eval_args=()):
-        self.s, self.out, self.jobs, self.nproc = settings, out and Path(out), jobs, nproc  # out None: argv only
+
+class Ladder:
+    """One ladder: its settings, where its runs go, and how each is trained. slots: one environment per run that
+    may train at once (device_slots), shared by every recipe's climb, so a slot one leaves idle another takes."""
+
+    def __init__(self, settings, out, slots=({},), nproc=1, eval_tasks=(), eval_args=()):
+        self.s, self.out, self.jobs, self.nproc = settings, out and Path(out), len(slots), nproc  # out None: argv only
         self.eval_tasks, self.eval_args = list(eval_tasks), list(eval_args)  # scripts/eval.py on each run's end
-        self.stopped = threading.Event()  # set: start no new run
+        self.stopped, self.lock, self.failure = threading.Event(), threading.Lock(), None  # stopped: start no new run
+        self.slots = queue.Queue()
+        for slot in slots:
+            self.slots.put(slot)
 
     def argv(self, recipe, shape, lr, ratio):
         """The configurator's arguments for one run (and so train.py's)."""
@@ -130,38 +152,52 @@ class Ladder:
         A seed: the run again at that seed, a replica of the sweep's (None: the recipe's seed, a sweep point)."""
         out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}{'' if seed is None else f'_s{seed}'}"
         argv = [*self.argv(recipe, shape, lr, ratio), *([] if seed is None else [f"--seed={seed}"])]
-        if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):  # done: nothing to build
-            out_dir.mkdir(parents=True, exist_ok=True)
-            self.launch("train.py", [*argv, f"--out_dir={out_dir}", "--init_from=auto"])
-        before = eval_results(out_dir)
-        if missing := [t for t in self.eval_tasks if t not in before]:  # scored once: a rerun scores nothing again
+        train = [*argv, f"--out_dir={out_dir}", "--init_from=auto"]
+        limit = configurator.load_config(argv).max_nonfinite_steps
+        if not (out_dir / metrics.FILE).is_file() or not (metrics.read(out_dir, "done") or diverged(out_dir, limit)):
+            out_dir.mkdir(parents=True, exist_ok=True)  # done or diverged: nothing to build
+            self.launch("train.py", train, accept=lambda: diverged(out_dir, limit))
+        elif problem := reuse_problem(out_dir, configurator.load_config(train)):
+            raise SystemExit(f"error: {problem}")
+        before, lost = eval_results(out_dir), diverged(out_dir, limit)
+        if not lost and (missing := [t for t in self.eval_tasks if t not in before]):  # scored once: not again
             self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(missing), *self.eval_args])
             path = eval_json(out_dir)
             written = json.loads(path.read_text())  # eval.py wrote these tasks alone: the earlier ones are kept
             bins.write_json_atomic(path, {**written, "results": {**before, **written["results"]}})
         start = metrics.read(out_dir, "start")[-1]
-        evals = [r for r in metrics.latest_per_iter(metrics.read(out_dir, "eval")) if r.get("val_loss") is not None]
+        evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
+        final = math.nan if lost or evals[-1].get("val_loss") is None else evals[-1]["val_loss"]  # None: not finite
         return {"recipe": name, "size": size, **shape, "params": start["params"], "lr": float(f"{lr:.3g}"),
                 "seed": configurator.load_config(argv).seed, "replica": seed is not None, "tokens_per_param": ratio,
                 "tokens": start["max_iters"] * start["tokens_per_iter"],
                 "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
-                "final_val_loss": evals[-1]["val_loss"], "out_dir": str(out_dir), "scores": scores(out_dir),
-                "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals]}  # for forecast.Prior
+                "final_val_loss": final, "out_dir": str(out_dir), "scores": scores(out_dir),
+                "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals  # for forecast.Prior
+                          if r.get("val_loss") is not None]}
 
-    def launch(self, script, args):
-        """One of the repository's scripts, under torchrun with nproc; one line when it fails. None starts once
-        another recipe's climb has failed."""
-        if self.stopped.is_set():
-            raise Stopped()
-        command = [*(["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"] if self.nproc > 1 else
-                     [sys.executable]), script, *args]
-        print("+ " + " ".join(command[1:]), flush=True)
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-        result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
-        if result.returncode != 0:
+    def launch(self, script, args, accept=lambda: False):
+        """One of the repository's scripts, under torchrun with nproc, in a free slot; one line when it fails,
+        unless accept() says the failure is an outcome (a run that diverged). None starts once another recipe's
+        climb has failed, and the first failure is kept in self.failure: the one to report."""
+        slot = self.slots.get()  # waits for a run to end
+        try:
+            if self.stopped.is_set():
+                raise Stopped()
+            command = [*(["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"] if self.nproc > 1 else
+                         [sys.executable]), script, *args]
+            print("+ " + " ".join(command[1:]), flush=True)
+            env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **slot)
+            result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+        finally:
+            self.slots.put(slot)
+        if result.returncode != 0 and not accept():
+            with self.lock:
+                self.failure = self.failure or SystemExit(
+                    f"error: {' '.join(command[1:])} failed: {why_it_failed(result.stderr)}")
             self.stopped.set()  # the other climbs start no new run from now on
-            raise SystemExit(f"error: {' '.join(command[1:])} failed: {why_it_failed(result.stderr)}")
+            raise self.failure
 
     def sweep(self, i):
         """(learning rates, the factor between neighbours) of the i-th size's sweep: the settings' last entry
@@ -176,7 +212,7 @@ class Ladder:
 
     def run_many(self, name, recipe, size, shape, lrs, ratio, seeds=None):
         jobs = list(zip(lrs, seeds or [None] * len(lrs)))
-        with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(self.jobs, len(jobs)))) as pool:  # the slots bound them all
             return list(pool.map(lambda job: self.run(name, recipe, size, shape, job[0], ratio, job[1]), jobs))
 
     def climb(self, name, recipe):
@@ -214,6 +250,34 @@ class Ladder:
             for other in extra:  # each other ratio: one run at this size's best rate
                 runs += self.run_many(name, recipe, size, shape, [best], other)
         return runs
+
+
+SETTLED_BY_TRAIN = ("out_dir", "init_from", "batch_size", "gradient_accumulation_steps", "activation_checkpointing",
+                    "recompute_blocks", "hsdp_shard_size")  # train.py may settle these itself: not compared
+
+
+def reuse_problem(out_dir, cfg):
+    """Why a finished run cannot stand for the run this ladder would train there (cfg), as one line, or None:
+    a setting its config.json holds otherwise (a recipe's flags, the base or common edited since), which the
+    run's folder name (size, ratio, rate, seed) does not show."""
+    if not (out_dir / "config.json").is_file():  # nothing to compare
+        return None
+    saved = json.loads((out_dir / "config.json").read_text())
+    differs = {k: (saved[k], v) for k, v in vars(cfg).items()
+               if k in saved and k not in SETTLED_BY_TRAIN and saved[k] != json.loads(json.dumps(v))}
+    if differs:
+        return (f"{out_dir} was trained with " + ", ".join(f"{k}={a!r}" for k, (a, _) in differs.items())
+                + " where this ladder sets " + ", ".join(f"{k}={b!r}" for k, (_, b) in differs.items())
+                + ": use another --out, or delete the run to train it again")
+    return None
+
+
+def diverged(out_dir, limit):
+    """Whether train.py stopped this run for `limit` non-finite steps in a row (its `nonfinite` records): an
+    outcome of its learning rate, a NaN final loss that ranks last, not a failure to stop the ladder for, and
+    not one to train again on a rerun."""
+    found = metrics.read(out_dir, "nonfinite") if (out_dir / metrics.FILE).is_file() else []
+    return bool(found) and found[-1]["in_a_row"] >= limit and not metrics.read(out_dir, "done")
 
 
 def why_it_failed(stderr):
@@ -295,8 +359,8 @@ def main(argv=None):
     p.add_argument("config", help="the ladder's config, e.g. config/ladder_tiny.py")
     p.add_argument("--recipe", action="append", required=True, help="'NAME: --key=value ...' (repeatable)")
     p.add_argument("--out", required=True, help="folder for the runs, ladder.json and ladder.png")
-    p.add_argument("--jobs", type=int, default=1, help="runs trained at once (CPU: one per core): the recipes "
-                   "climb side by side, each sweeping JOBS // recipes rates at once (at least one)")
+    p.add_argument("--jobs", type=int, default=1, help="runs trained at once (CPU: one per core; GPUs: each run "
+                   "on its own --nproc of them), shared by the recipes, which climb side by side")
     p.add_argument("--nproc", type=int, default=1, help="GPUs per run: train.py under torchrun")
     p.add_argument("--eval_tasks", default="", help="score each run's last checkpoint on these tasks with "
                    "scripts/eval.py once it is trained (comma-separated; a run scored on them is not scored again)")
@@ -322,7 +386,7 @@ def main(argv=None):
     data = ladder.identity(base)
     if (out / "ladder.json").is_file():
         try:
-            before = ladder.load(out / "ladder.json", expected=data)[0]["settings"]
+            before = ladder.load(out / "ladder.json", expected=data)[0].get("settings", {})
         except ladder.FitError as e:
             raise SystemExit(f"error: {e}; use another --out")
         if changed := [k for k in RUN_SETTINGS if json.loads(json.dumps(settings[k])) != before.get(k, SETTINGS[k])]:
@@ -332,8 +396,9 @@ def main(argv=None):
         raise SystemExit(f"error: --eval_tasks: {args.config}'s runs keep no checkpoint to score "
                          "(checkpoint_interval <= 0): set one in its common")
     # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
-    # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy
-    lad = Ladder(settings, out, max(1, args.jobs // len(recipes)), args.nproc, eval_tasks, eval_args)
+    # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy, and a sweep
+    # takes the slots a finished climb leaves
+    lad = Ladder(settings, out, device_slots(args.jobs, args.nproc), args.nproc, eval_tasks, eval_args)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
               list(settings["tokens_per_param"]), "recipes": {}}
@@ -343,7 +408,9 @@ def main(argv=None):
             concurrent.futures.wait(climbs.values(), return_when=concurrent.futures.FIRST_EXCEPTION)
         finally:  # a failure (or Ctrl-C): the other climbs start no new run (after none, none is left)
             lad.stopped.set()
-    for name, climb in climbs.items():  # the failure itself, not the climbs it stopped
+    if lad.failure:  # the failure itself, not the climbs (or the recipe's own other runs) it stopped
+        raise lad.failure
+    for name, climb in climbs.items():
         if isinstance(error := climb.exception(), SystemExit):
             raise error
         if isinstance(error, RunError):
@@ -358,7 +425,7 @@ def main(argv=None):
     for name, recipe in recipes.items():
         result["recipes"][name] = {"overrides": recipe, "runs": runs[name], **analysis[name]}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "ladder.json").write_text(json.dumps(result, indent=1))
+    bins.write_json_atomic(out / "ladder.json", result)
     target = settings["target"] and Ladder.params(configurator.load_config([settings["target"]]))
     plot(result, out / "ladder.png", target)
     print(summary(result))
@@ -417,7 +484,8 @@ def summary(result):
         lines.append(f"{name} ({' '.join(rec['overrides'])}), {ratio:g} tokens per parameter:")
         for r in ladder.best_runs(rec["runs"], ratio):
             lrs = [lr for lr, _ in ladder_analysis.swept(rec["runs"], r["size"], ratio)]
-            seeds = f" (mean of {len(r['seed_losses'])} seeds at lr {r['lr']:.3g}: " + ", ".join(
+            kept = [v for v in r.get("seed_losses", {}).values() if math.isfinite(v)]  # a diverged seed: not in it
+            seeds = f" (mean of {len(kept)} seeds at lr {r['lr']:.3g}: " + ", ".join(
                 f"{v:.4f}" for v in r["seed_losses"].values()) + ")" if "seed_losses" in r else ""
             lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}"
                          f"{seeds}  "

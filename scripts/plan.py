@@ -608,7 +608,7 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
     its one ratio, noted when this run's differs), the recommended learning rate, the zero-shot scores of its
     task fits beside GPT-3's, the tokens and days to a target; and each recipe's compute multiplier against
     the first: the first recipe's compute to reach this recipe's loss over this run's."""
-    result, _ = ladder_fits.load(path, expected=ladder_fits.identity(cfg))
+    result, _ = ladder_fits.load(path, expected=ladder_fits.identity(cfg), fitted=True)
     n, tokens, ratio = plan["params_without_position_embeddings"], plan["total_tokens"], result["tokens_per_param"][0]
     largest = max((r["params"] for rec in result["recipes"].values() for r in rec.get("runs", [])), default=None)
     out = {"path": path, "ladder_ratio": ratio, "run_ratio": tokens / n, "largest_params": largest,

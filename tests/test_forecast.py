@@ -158,6 +158,12 @@ def test_a_prior_that_cannot_be_read_is_one_line(tmp_path):
     (tmp_path / "empty.json").write_text(json.dumps({"data": {}, "recipes": {}}))
     cfg.forecast_prior = str(tmp_path / "empty.json")
     assert forecast.prior_problem(cfg).endswith("has no recipes: rerun scripts/ladder.py to write it whole")
+    for half in ({"data": None, "recipes": {"adamw": {"runs": []}}}, {"data": {}, "recipes": {"adamw": []}},
+                 {"data": {}, "recipes": {"adamw": {"fits": {}}}}):  # cut short, or hand-edited
+        (tmp_path / "half.json").write_text(json.dumps(half))
+        cfg.forecast_prior = str(tmp_path / "half.json")
+        assert forecast.prior_problem(cfg).endswith("half.json is not a whole ladder.json (its data, or a recipe's "
+                                                    "runs or fits, are missing): rerun scripts/ladder.py to write it")
 
 
 def test_a_prior_path_may_hold_a_colon_and_a_recipe_follows_the_last_one(tmp_path):

@@ -199,9 +199,10 @@ def fit_loss(sizes, losses, tokens=None):
             return with_drift(fit_chinchilla(n, d, y), miss, n)
     misses = {form: backtest(form, n, y) for form in ALONG_THE_RULE}
     try:
-        # misses within 0.01% are a tie, and a tie goes to the simpler form: a saturating fit whose floor is 0
-        # is a power law, and a rounding difference should not name it otherwise
-        chosen = fit_form(min(ALONG_THE_RULE, key=lambda f: round(misses[f], 4)), n, y)
+        # misses within 0.01% of the least are a tie, and a tie goes to the simpler form (ALONG_THE_RULE's order):
+        # a saturating fit whose floor is 0 is a power law, and a rounding difference should not name it otherwise
+        least = min(misses.values())
+        chosen = fit_form(next(f for f in ALONG_THE_RULE if misses[f] <= least + 1e-4), n, y)
     except FitError:  # the sizes below the largest chose it, all of them do not determine it
         chosen = fit_form("power", n, y)
     return with_drift(chosen, misses[chosen.form], n)
@@ -404,10 +405,11 @@ def seed_mean(same):
             "seed_losses": {str(r.get("seed")): r["final_val_loss"] for r in same}}
 
 
-def load(path, recipe=None, expected=None):
+def load(path, recipe=None, expected=None, fitted=False):
     """(ladder.json's contents, the recipe: the first one unless named): the one reader of a ladder, for
-    plan.py, forecast_prior and scripts/ladder.py. FitError when the file is not a ladder.json with recipes,
-    has no such recipe, or was measured on other data than expected (identity(), where given)."""
+    plan.py, forecast_prior and scripts/ladder.py. FitError when the file is not a ladder.json with recipes and
+    their runs (fitted: their loss and lr fits, which plan.py reads), has no such recipe, or was measured on other data than
+    expected (identity(), where given)."""
     try:
         result = json.loads(Path(path).read_text())
         recipes = result["recipes"]
@@ -415,6 +417,11 @@ def load(path, recipe=None, expected=None):
         raise FitError(f"cannot read {path} as scripts/ladder.py's ladder.json ({type(e).__name__}: {e})") from None
     if not isinstance(recipes, dict) or not recipes:
         raise FitError(f"{path} has no recipes: rerun scripts/ladder.py to write it whole")
+    whole = lambda r: isinstance(r, dict) and (isinstance(r.get("fits"), dict) and {"loss", "lr"} <= set(r["fits"])
+                                               if fitted else isinstance(r.get("runs"), list))
+    if not isinstance(result.get("data", {}), dict) or not all(map(whole, recipes.values())):
+        raise FitError(f"{path} is not a whole ladder.json (its data, or a recipe's runs or fits, are missing): "
+                       "rerun scripts/ladder.py to write it")
     if recipe and recipe not in recipes:
         raise FitError(f"{path}: the ladder has no recipe {recipe!r} (it has {sorted(recipes)})")
     if expected and (problem := identity_problem(result.get("data", {}), expected, path)):

@@ -138,7 +138,7 @@ def held_out_nd(runs, ratio, fitted, size):
 def swept(runs, size, ratio):
     """One size's sweep at the ratio as (learning rate, final val loss) pairs, sorted (not the replicas)."""
     return sorted((r["lr"], r["final_val_loss"]) for r in runs
-                  if r["size"] == size and r["tokens_per_param"] == ratio and not r["replica"])
+                  if r["size"] == size and r["tokens_per_param"] == ratio and not r.get("replica"))
 
 
 def compute_multipliers(reference, other, ratio):
