@@ -614,9 +614,13 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
     out = {"path": path, "ladder_ratio": ratio, "run_ratio": tokens / n, "largest_params": largest,
            "extrapolation": largest and n / largest, "recipes": {}}
     reference = None
+    # Chinchilla's form for every recipe or for none: a multiplier compares two fits of one form, and where one
+    # recipe's could not be made (loss_nd_problem) every recipe is read along the ratio
+    nd = all("loss_nd" in rec["fits"] for rec in result["recipes"].values())
+    no_nd = next((f"recipe {k}'s fit in N and D could not be made ({r['fits']['loss_nd_problem']}), so no recipe's "
+                  "is read" for k, r in result["recipes"].items() if "loss_nd_problem" in r["fits"]), None)
     for name, rec in result["recipes"].items():
         fits = rec["fits"]
-        nd = "loss_nd" in fits
         loss_fit = ladder_fits.Fit.from_json(fits["loss_nd" if nd else "loss"])
         distances = [rec.get("held_out", {}), *rec.get("held_out_further", [])]  # the ladder's own checks
         row = {"form": loss_fit.form, "val_loss": loss_fit.predict((n, tokens) if nd else n),
@@ -633,7 +637,7 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
                                   gpt3_reference(n, task, metric)[1])
         goal = target_loss if target is None else target_loss_for(fits, target)
         if goal is not None:
-            needed = goal if isinstance(goal, str) else ladder_fits.tokens_for_loss(loss_fit, n, goal)
+            needed = goal if isinstance(goal, str) else no_nd or ladder_fits.tokens_for_loss(loss_fit, n, goal)
             row["target"] = needed if isinstance(needed, str) else {
                 "val_loss": goal, "tokens": needed, "days": needed / plan["tokens_per_second"] / 86400}
         if reference is None:

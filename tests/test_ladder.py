@@ -715,6 +715,23 @@ def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them
         "never, by this fit")
 
 
+
+def test_where_one_recipes_chinchilla_fit_is_missing_every_recipe_is_read_along_the_ratio(tmp_path):
+    """One form for all, so that the compute multiplier compares like with like, the note on a run's other ratio
+    is printed for all, and a target in tokens says why there is no fit in tokens."""
+    cfg = configurator.load_config([FAST])
+    result = json.loads(open(synthetic_ladder(tmp_path / "ladder.json", cfg, loss_scale=0.97)).read())
+    del result["recipes"]["muon"]["fits"]["loss_nd"]  # its Chinchilla fit could not be made
+    result["recipes"]["muon"]["fits"]["loss_nd_problem"] = "the chinchilla fit did not converge"
+    (tmp_path / "mixed.json").write_text(json.dumps(result))
+    plan_ = {"params_without_position_embeddings": 6.7e9, "total_tokens": 100e9, "tokens_per_second": 1e4}
+    forecast = plan.ladder_forecast(cfg, plan_, str(tmp_path / "mixed.json"), target_loss=2.3)
+    assert {r["form"] for r in forecast["recipes"].values()} == {"power"}
+    assert forecast["recipes"]["muon"]["compute_multiplier"] > 1
+    assert forecast["recipes"]["adamw"]["target"] == ("recipe muon's fit in N and D could not be made (the chinchilla "
+                                                      "fit did not converge), so no recipe's is read")
+    assert "note: the ladder measured 20 tokens per parameter" in plan.ladder_text({**plan_, "ladder": forecast})
+
 def test_plan_refuses_a_ladder_of_other_data_in_one_line(tmp_path):
     path = synthetic_ladder(tmp_path / "ladder.json", configurator.load_config(["config/train_tiny.py"]))
     result = run_here(["scripts/plan.py", FAST, "--gpu", "h200", "--ladder", path])
