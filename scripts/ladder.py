@@ -216,8 +216,26 @@ class Ladder:
             return list(pool.map(lambda job: self.run(name, recipe, size, shape, job[0], ratio, job[1]), jobs))
 
     def climb(self, name, recipe):
-        """Every size of one recipe, its sweep centred on what the sizes below predict; all its runs."""
-        runs, rungs = [], []  # rungs: (params, best lr) of each size so far
+        """Every size of one recipe, its sweep centred on what the sizes below predict; all its runs. A size's
+        replicas and other ratios train beside the next size's sweep, which depends only on the sweeps below:
+        on a GPU box with --jobs they keep slots busy that a three-point sweep would leave idle."""
+        with concurrent.futures.ThreadPoolExecutor(self.jobs) as beside:
+            try:
+                sizes = list(self._climb(name, recipe, beside))
+            except BaseException:
+                self.stopped.set()  # the climb has failed: what waits beside it starts no run
+                raise
+        runs = []
+        for sweep, best, edge, replicas, others in sizes:  # in the order a climb one run at a time lists them
+            sweep += replicas.result()
+            for r in sweep:
+                r["sweep_best_lr"], r["sweep_edge"] = best, edge
+            runs += sweep + [r for other in others for r in other.result()]
+        return runs
+
+    def _climb(self, name, recipe, beside):
+        """Each size in turn: (its sweep, best rate, edge, and the futures of its replicas and other ratios)."""
+        rungs = []  # (params, best lr) of each size so far
         ratio, extra = self.s["tokens_per_param"][0], self.s["tokens_per_param"][1:]
         start = configurator.load_config([*self.s["base"], *shlex.split(self.s["common"]), *recipe])
         for i, (size, shape) in enumerate(self.s["sizes"].items()):
@@ -242,14 +260,11 @@ class Ladder:
             # the lowest runs' rates again at the other seeds: ladder.best_runs takes the rate of lowest mean
             lowest = ladder.seeded_rates(sweep, self.s["seeded_rates"])
             seeds = [start.seed + k for k in range(1, self.s["seeds"])]
-            sweep += self.run_many(name, recipe, size, shape, [lr for lr in lowest for _ in seeds], ratio,
-                                   seeds * len(lowest))
-            for r in sweep:
-                r["sweep_best_lr"], r["sweep_edge"] = best, edge
-            runs += sweep
-            for other in extra:  # each other ratio: one run at this size's best rate
-                runs += self.run_many(name, recipe, size, shape, [best], other)
-        return runs
+            replicas = beside.submit(self.run_many, name, recipe, size, shape, [lr for lr in lowest for _ in seeds],
+                                     ratio, seeds * len(lowest))
+            others = [beside.submit(self.run_many, name, recipe, size, shape, [best], other)  # one run at its best
+                      for other in extra]
+            yield sweep, best, edge, replicas, others
 
 
 SETTLED_BY_TRAIN = ("out_dir", "init_from", "batch_size", "gradient_accumulation_steps", "activation_checkpointing",

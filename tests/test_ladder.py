@@ -391,6 +391,35 @@ def test_the_slots_are_shared_a_finished_climb_leaves_its_slot_to_the_other_and_
     assert most_muon[0] == 2  # JOBS // recipes, the old share, would have kept muon to one run at a time
 
 
+
+def test_a_sizes_replicas_train_beside_the_next_sizes_sweep(tmp_path, fake_train, monkeypatch):
+    """The next sweep is centred on the sweeps below, not on the seeds: with two slots, w16's replicas and w32's
+    sweep train at once, and ladder.json lists the runs as one run at a time would."""
+    train, lock, running, met = ladder_script.subprocess.run, threading.Lock(), [], threading.Event()
+
+    def run(command, **kwargs):
+        if "train.py" not in command:
+            return train(command, **kwargs)
+        me = ("--seed=" in " ".join(command), next(a for a in command if a.startswith("--n_embd=")))
+        with lock:
+            running.append(me)
+            if (True, "--n_embd=16") in running and (False, "--n_embd=32") in running:
+                met.set()
+        try:
+            time.sleep(0.05)
+            return train(command, **kwargs)
+        finally:
+            with lock:
+                running.remove(me)
+    monkeypatch.setattr(ladder_script.subprocess, "run", run)
+    config = ladder_config(tmp_path, [16, 32, 48], seeds=2)
+    ladder_script.main([config, "--out", str(tmp_path / "two"), "--jobs", "2", "--recipe", "adamw: --optimizer=adamw"])
+    assert met.is_set()
+    together = json.loads((tmp_path / "two" / "ladder.json").read_text())["recipes"]["adamw"]
+    apart = climb(config, tmp_path / "one", "adamw: --optimizer=adamw")["recipes"]["adamw"]
+    assert [(r["size"], r["lr"], r["seed"]) for r in together["runs"]] == [
+        (r["size"], r["lr"], r["seed"]) for r in apart["runs"]] and together["fits"] == apart["fits"]
+
 def test_a_run_that_diverges_ranks_last_and_is_not_trained_again(tmp_path, fake_train, monkeypatch):
     """train.py stops a run after max_nonfinite_steps non-finite steps in a row and exits 1, as a sweep's highest
     rate may: the ladder goes on, the run's final val loss is NaN (it ranks last), and a rerun trains nothing."""
