@@ -262,11 +262,11 @@ def test_eval_with_no_checkpoint_advises_a_command_eval_accepts(tmp_path, capsys
         eval_script.parse_args(suggested[1:])  # what it suggests parses (a SystemExit would fail the test)
 
 
-def test_next_line_writes_a_four_way_task_of_the_val_split_that_lm_eval_scores(tmp_path):
+def test_next_line_writes_two_four_way_tasks_of_the_val_split_that_lm_eval_scores(tmp_path):
     """data/quickstart/next_line.py: from a val.bin of byte-level files, examples whose answer is the true next
     line (without its indentation, which ends the context), whose three others are other files' lines, that
-    fit the tiny models' 128 bytes; the same file on a second run; and a task lm-eval scores through the
-    adapter."""
+    fit the tiny models' 128 bytes; the same file on a second run; next_line_swaps, whose others are the answer
+    with two neighbouring characters swapped; and tasks lm-eval scores through the adapter."""
     files = ["\n".join(f"    value_{f}_{i} = compute({i}, {f})" for i in range(30)) for f in range(4)]
     tokens = []
     for text in files:
@@ -284,6 +284,16 @@ def test_next_line_writes_a_four_way_task_of_the_val_split_that_lm_eval_scores(t
         assert len(set(e["choices"])) == 4 and all(c not in source for c in e["choices"] if c != answer)
     next_line.main(["--data_dir", str(tmp_path), "--out_dir", str(tmp_path / "again"), "-n", "40"])
     assert (tmp_path / "again" / "next_line.jsonl").read_text() == written
+    swaps = [json.loads(line) for line in (tmp_path / "task" / "next_line_swaps.jsonl").read_text().splitlines()]
+    assert 0 < len(swaps) <= 40
+    for e in swaps:  # next_line's context and answer; the others the answer with one neighbouring pair swapped
+        answer = e["choices"][e["label"]]
+        assert any(e["context"] + answer in text for text in files) and len(set(e["choices"])) == 4
+        for other in (c for c in e["choices"] if c != answer):
+            i = next(k for k in range(len(answer)) if other[k] != answer[k])
+            assert other == answer[:i] + answer[i + 1] + answer[i] + answer[i + 2:]
     lm = lm_eval_adapter.GPTLM(tiny_model(), BYTES, "cpu", torch.no_grad())
-    scored = lm_eval_adapter.evaluate(lm, ["next_line"], str(tmp_path), [str(tmp_path / "task")])
+    scored = lm_eval_adapter.evaluate(lm, ["next_line", "next_line_swaps"], str(tmp_path), [str(tmp_path / "task")])
     assert scored["next_line"]["n"] == 40 and 0 <= scored["next_line"]["acc_norm"] <= 1
+    assert scored["next_line_swaps"]["n"] == len(swaps) and scored["next_line_swaps"]["acc"] == pytest.approx(
+        scored["next_line_swaps"]["acc_norm"])  # the choices are as long as each other

@@ -1,14 +1,17 @@
 """
-A zero-shot task for models trained on the quick-start corpus, so that the CPU's scaling ladder can fit
-scores as a GPU ladder fits HellaSwag's (Bhagia et al.'s step 2, docs/scaling_ladder.md): given a few lines
-of a val-split Python file, which of four lines comes next? The others are lines of other files, within the
-same length limits. Written from data/quickstart/val.bin (python data/quickstart/prepare.py first) as
-lm-evaluation-harness files, with no download:
+Two zero-shot tasks for models trained on the quick-start corpus, so that the CPU's scaling ladder can fit
+scores as a GPU ladder fits HellaSwag's (Bhagia et al.'s step 2, docs/scaling_ladder.md). Given a few lines
+of a val-split Python file, which of four lines comes next?
+- next_line: the others are lines of other files, within the same length limits (what the line says);
+- next_line_swaps: the others are the true line with two neighbouring characters swapped, one pair each (how
+  Python is spelled): the tiny models the AdamW ladder trains are at chance on next_line and not on this.
+Written from data/quickstart/val.bin (python data/quickstart/prepare.py first) as lm-evaluation-harness
+files, with no download:
 
-    python data/quickstart/next_line.py        # data/quickstart/next_line/{next_line.jsonl,next_line.yaml}
-    python scripts/eval.py out/tiny --tasks next_line --include_path data/quickstart/next_line
+    python data/quickstart/next_line.py        # data/quickstart/next_line/{next_line,next_line_swaps}.{jsonl,yaml}
+    python scripts/eval.py out/tiny --tasks next_line,next_line_swaps --include_path data/quickstart/next_line
 
-Chance is 25%. The examples are drawn with a fixed seed, so the file is the same on every machine that
+Chance is 25%. The examples are drawn with a fixed seed, so the files are the same on every machine that
 prepared the same corpus. Context and line fit in 128 bytes, the tiny models' block_size.
 """
 import argparse
@@ -83,6 +86,36 @@ def examples(docs, n, seed=0):
     return made
 
 
+def swapped(made, seed=0):
+    """next_line's examples with other choices: the answer three times with two neighbouring, different
+    characters swapped, at three places (the choices are as long as the answer, so acc is acc_norm). An
+    answer with fewer than three such places is left out."""
+    rng, out = random.Random(seed), []
+    for e in made:
+        answer = e["choices"][e["label"]]
+        places = [i for i in range(len(answer) - 1) if answer[i] != answer[i + 1]]
+        if len(places) < 3:
+            continue
+        choices = sorted(answer[:i] + answer[i + 1] + answer[i] + answer[i + 2:] for i in rng.sample(places, 3))
+        label = rng.randrange(4)
+        choices.insert(label, answer)
+        out.append({"context": e["context"], "choices": choices, "label": label})
+    return out
+
+
+def write_task(out_dir, name, made):
+    """NAME.jsonl and the lm-eval task NAME.yaml that reads it (JSON is YAML), in out_dir."""
+    data = os.path.abspath(os.path.join(out_dir, f"{name}.jsonl"))
+    bins.write_jsonl_atomic(data, made)
+    task = {"task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": data}},
+            "output_type": "multiple_choice", "validation_split": "validation", "doc_to_text": "context",
+            "doc_to_choice": "choices", "doc_to_target": "label", "target_delimiter": "",
+            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True}
+                            for m in ("acc", "acc_norm")]}
+    bins.write_json_atomic(os.path.join(out_dir, f"{name}.yaml"), task)
+    print(f"wrote {len(made)} examples to {data} and the task {name}.yaml beside it")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data_dir", default=HERE, help="where val.bin is (default: %(default)s)")
@@ -94,15 +127,8 @@ def main(argv=None):
         sys.exit(f"error: {val_bin} not found: run python data/quickstart/prepare.py first")
     made = examples(documents(val_bin), args.n)
     os.makedirs(args.out_dir, exist_ok=True)
-    data = os.path.abspath(os.path.join(args.out_dir, "next_line.jsonl"))
-    bins.write_jsonl_atomic(data, made)
-    task = {"task": "next_line", "dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": data}},
-            "output_type": "multiple_choice", "validation_split": "validation", "doc_to_text": "context",
-            "doc_to_choice": "choices", "doc_to_target": "label", "target_delimiter": "",
-            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True}
-                            for m in ("acc", "acc_norm")]}
-    bins.write_json_atomic(os.path.join(args.out_dir, "next_line.yaml"), task)  # JSON is YAML
-    print(f"wrote {len(made)} examples to {data} and the task next_line.yaml beside it")
+    write_task(args.out_dir, "next_line", made)
+    write_task(args.out_dir, "next_line_swaps", swapped(made))
 
 
 if __name__ == "__main__":
