@@ -16,13 +16,14 @@ the optimum the sizes below predict (the last size's best, then from 3 sizes on 
 power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it; with `seeds`, the
 rates of each size's `seeded_rates` lowest swept runs are trained again at other seeds and the fits take the
 rate of lowest mean. Every run is train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR,
-read back from its metrics.jsonl; a run with a `done` record is not repeated, so a stopped ladder reruns where it stopped and a
-larger size added to the config runs alone (a ladder.json whose runs were trained with another base,
-common, steps or schedule is refused).
+read back from its metrics.jsonl; a run with a `done` (or `diverged`: a NaN that ranks last) record is not
+repeated, so a stopped ladder reruns where it stopped and a larger size added to the config runs alone (a run
+whose config.json holds other settings than the ladder would give it, a recipe's flags or an edited base or
+common, is refused). --jobs runs share the slots, each with its own --nproc GPUs on a GPU box.
 Zero-shot scores: with --eval_tasks each run's last checkpoint is scored by scripts/eval.py once it is
 trained, its tasks looked up before anything trains (or score them apart and rerun); ckpt_N.eval.json beside
 each run feeds a fit of each task's score against the final val loss (Bhagia et al.'s second step) for
-plan.py. On the CPU the task is data/quickstart/next_line.py's.
+plan.py. On the CPU the tasks are data/quickstart/next_line.py's.
 It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the
 held-out check: fitted without the largest size, the prediction for it beside what it measured; each
 recipe's compute multiplier against the first; the data and vocabulary it was measured on) and
@@ -153,13 +154,12 @@ class Ladder:
         out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}{'' if seed is None else f'_s{seed}'}"
         argv = [*self.argv(recipe, shape, lr, ratio), *([] if seed is None else [f"--seed={seed}"])]
         train = [*argv, f"--out_dir={out_dir}", "--init_from=auto"]
-        limit = configurator.load_config(argv).max_nonfinite_steps
-        if not (out_dir / metrics.FILE).is_file() or not (metrics.read(out_dir, "done") or diverged(out_dir, limit)):
+        if problem := reuse_problem(out_dir, configurator.load_config(train)):  # begun or done with other settings
+            raise self.fail(SystemExit(f"error: {problem}"))
+        if not (out_dir / metrics.FILE).is_file() or not (metrics.read(out_dir, "done") or diverged(out_dir)):
             out_dir.mkdir(parents=True, exist_ok=True)  # done or diverged: nothing to build
-            self.launch("train.py", train, accept=lambda: diverged(out_dir, limit))
-        elif problem := reuse_problem(out_dir, configurator.load_config(train)):
-            raise SystemExit(f"error: {problem}")
-        before, lost = eval_results(out_dir), diverged(out_dir, limit)
+            self.launch("train.py", train, accept=lambda: diverged(out_dir))
+        before, lost = eval_results(out_dir), diverged(out_dir)
         if not lost and (missing := [t for t in self.eval_tasks if t not in before]):  # scored once: not again
             self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(missing), *self.eval_args])
             path = eval_json(out_dir)
@@ -193,11 +193,18 @@ class Ladder:
         finally:
             self.slots.put(slot)
         if result.returncode != 0 and not accept():
-            with self.lock:
-                self.failure = self.failure or SystemExit(
-                    f"error: {' '.join(command[1:])} failed: {why_it_failed(result.stderr)}")
-            self.stopped.set()  # the other climbs start no new run from now on
-            raise self.failure
+            raise self.fail(SystemExit(f"error: {' '.join(command[1:])} failed: {why_it_failed(result.stderr)}"))
+
+    def fail(self, error):
+        """The ladder's first failure (the one main reports), from now on every climb's: no new run starts, and
+        the runs in flight finish first (on a GPU, hours: Ctrl-C stops them, a rerun resumes them)."""
+        with self.lock:
+            if self.failure is None:
+                self.failure = error
+                print(f"stopping: {error}; waiting for the runs in flight (Ctrl-C stops them; a rerun resumes "
+                      "them)", flush=True)
+        self.stopped.set()
+        return self.failure
 
     def sweep(self, i):
         """(learning rates, the factor between neighbours) of the i-th size's sweep: the settings' last entry
@@ -267,19 +274,22 @@ class Ladder:
             yield sweep, best, edge, replicas, others
 
 
-SETTLED_BY_TRAIN = ("out_dir", "init_from", "batch_size", "gradient_accumulation_steps", "activation_checkpointing",
-                    "recompute_blocks", "hsdp_shard_size")  # train.py may settle these itself: not compared
+NOT_COMPARED = ("out_dir", "init_from", "batch_size", "gradient_accumulation_steps", "activation_checkpointing",
+                "recompute_blocks", "hsdp_shard_size",  # train.py may settle these itself
+                "log_interval", "checkpoint_interval", "checkpoint_minutes", "checkpoint_async", "keep_last_n",
+                "wandb_log", "wandb_project", "wandb_run_name", "memory_budget_gb", "ignore_memory_estimate",
+                "collective_timeout_minutes", "compile", "peak_tflops")  # and these change no loss
 
 
 def reuse_problem(out_dir, cfg):
-    """Why a finished run cannot stand for the run this ladder would train there (cfg), as one line, or None:
-    a setting its config.json holds otherwise (a recipe's flags, the base or common edited since), which the
-    run's folder name (size, ratio, rate, seed) does not show."""
+    """Why a run begun or finished there cannot stand for the run this ladder would train (cfg), as one line, or
+    None: a setting its config.json holds otherwise (a recipe's flags, the base or common edited since), which
+    the run's folder name (size, ratio, rate, seed) does not show."""
     if not (out_dir / "config.json").is_file():  # nothing to compare
         return None
     saved = json.loads((out_dir / "config.json").read_text())
     differs = {k: (saved[k], v) for k, v in vars(cfg).items()
-               if k in saved and k not in SETTLED_BY_TRAIN and saved[k] != json.loads(json.dumps(v))}
+               if k in saved and k not in NOT_COMPARED and saved[k] != json.loads(json.dumps(v))}
     if differs:
         return (f"{out_dir} was trained with " + ", ".join(f"{k}={a!r}" for k, (a, _) in differs.items())
                 + " where this ladder sets " + ", ".join(f"{k}={b!r}" for k, (_, b) in differs.items())
@@ -287,12 +297,12 @@ def reuse_problem(out_dir, cfg):
     return None
 
 
-def diverged(out_dir, limit):
-    """Whether train.py stopped this run for `limit` non-finite steps in a row (its `nonfinite` records): an
-    outcome of its learning rate, a NaN final loss that ranks last, not a failure to stop the ladder for, and
+def diverged(out_dir):
+    """Whether train.py stopped this run because its loss would not stay finite or down (its `diverged` record):
+    an outcome of its learning rate, a NaN final loss that ranks last, not a failure to stop the ladder for, and
     not one to train again on a rerun."""
-    found = metrics.read(out_dir, "nonfinite") if (out_dir / metrics.FILE).is_file() else []
-    return bool(found) and found[-1]["in_a_row"] >= limit and not metrics.read(out_dir, "done")
+    return (out_dir / metrics.FILE).is_file() and bool(metrics.read(out_dir, "diverged")) \
+        and not metrics.read(out_dir, "done")
 
 
 def why_it_failed(stderr):
@@ -413,7 +423,8 @@ def main(argv=None):
     # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
     # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy, and a sweep
     # takes the slots a finished climb leaves
-    lad = Ladder(settings, out, device_slots(args.jobs, args.nproc), args.nproc, eval_tasks, eval_args)
+    slots = device_slots(args.jobs, args.nproc, count=0 if base.device == "cpu" else None)  # the CPU: no GPU to share
+    lad = Ladder(settings, out, slots, args.nproc, eval_tasks, eval_args)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
               list(settings["tokens_per_param"]), "recipes": {}}

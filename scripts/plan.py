@@ -29,7 +29,6 @@ import signal
 import sys
 import types
 
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
 from trainer import RunError, machine  # noqa: E402

@@ -4,6 +4,7 @@ the metrics.jsonl a run would, from a known law), finds its optimum, holds out t
 on a rerun and only the new size when one is added; bad input is one line."""
 import json
 import math
+import shutil
 import subprocess
 import sys
 import threading
@@ -310,6 +311,16 @@ def test_a_rerun_with_other_recipe_flags_does_not_take_the_runs_trained_without_
                                          r"weight_decay=0.2: use another --out, or delete the run to train it again$"):
         climb(config, tmp_path / "out", "adamw: --optimizer=adamw --weight_decay=0.2")
     assert len(fake_train) == trained
+    begun = Path(fake_train[-1])  # a run stopped part-way (no done record) would resume under the new flags
+    (begun / metrics.FILE).write_text("".join(line + "\n" for line in (begun / metrics.FILE).read_text().splitlines()
+                                              if '"done"' not in line))
+    for run in (tmp_path / "out" / "runs" / "adamw").iterdir():  # the others gone: trained anew, with the flag
+        if run != begun:
+            shutil.rmtree(run)
+    with pytest.raises(SystemExit, match=f"{begun.name} was trained with weight_decay=0.1 where this ladder sets "
+                                         "weight_decay=0.2"):
+        climb(config, tmp_path / "out", "adamw: --optimizer=adamw --weight_decay=0.2")
+    assert fake_train[:trained].count(str(begun)) == fake_train.count(str(begun)) == 1  # not resumed
 
 def test_a_largest_size_trained_once_says_its_rate_was_not_checked(tmp_path, fake_train, capsys):
     """As on the GPU ladder, whose 1.3B runs once at the rate the sizes below predict: its recommended rate
@@ -386,9 +397,18 @@ def test_the_slots_are_shared_a_finished_climb_leaves_its_slot_to_the_other_and_
                 muon_running[0] -= muon
     monkeypatch.setattr(ladder_script.subprocess, "run", run)
     monkeypatch.setattr(ladder_script.torch.cuda, "device_count", lambda: 2)
-    ladder_script.main([ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "out"), "--jobs", "2",
+    on_gpus = ladder_config(tmp_path, [16, 32, 48], common="--batch_size=4 --gradient_accumulation_steps=1 --device=cuda")
+    ladder_script.main([on_gpus, "--out", str(tmp_path / "out"), "--jobs", "2",
                         "--recipe", "adamw: --optimizer=adamw", "--recipe", "muon: --optimizer=muon"])
     assert most_muon[0] == 2  # JOBS // recipes, the old share, would have kept muon to one run at a time
+
+
+def test_runs_on_the_cpu_of_a_gpu_box_take_as_many_slots_as_jobs_and_no_gpu(tmp_path, fake_train, monkeypatch):
+    monkeypatch.setattr(ladder_script.torch.cuda, "device_count", lambda: 1)
+    climb(ladder_config(tmp_path, [16, 32, 48]), tmp_path / "out", "adamw: --optimizer=adamw")  # device='cpu'
+    ladder_script.main([ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "two"), "--jobs", "2",
+                        "--recipe", "adamw: --optimizer=adamw"])  # not "needs 2 GPUs and 1 are visible"
+    assert all("CUDA_VISIBLE_DEVICES=" not in " ".join(c) for c in fake_train.commands)
 
 
 
@@ -421,8 +441,8 @@ def test_a_sizes_replicas_train_beside_the_next_sizes_sweep(tmp_path, fake_train
         (r["size"], r["lr"], r["seed"]) for r in apart["runs"]] and together["fits"] == apart["fits"]
 
 def test_a_run_that_diverges_ranks_last_and_is_not_trained_again(tmp_path, fake_train, monkeypatch):
-    """train.py stops a run after max_nonfinite_steps non-finite steps in a row and exits 1, as a sweep's highest
-    rate may: the ladder goes on, the run's final val loss is NaN (it ranks last), and a rerun trains nothing."""
+    """train.py stops a run whose loss will not stay finite, writes a `diverged` record and exits 1, as a sweep's
+    highest rate may: the ladder goes on, the run's final val loss is NaN (it ranks last), a rerun trains nothing."""
     train = ladder_script.subprocess.run
 
     def run(command, **kwargs):
@@ -437,6 +457,7 @@ def test_a_run_that_diverges_ranks_last_and_is_not_trained_again(tmp_path, fake_
         record("eval", 0, val_loss=5.0)
         for k in range(1, cfg.max_nonfinite_steps + 1):
             record("nonfinite", k, loss=None, grad_norm=None, in_a_row=k)
+        record("diverged", cfg.max_nonfinite_steps, reason="10 non-finite steps in a row")
         fake_train.append(cfg.out_dir)
         return types.SimpleNamespace(returncode=1, stderr="error: 10 non-finite steps in a row; stopping without saving")
     monkeypatch.setattr(ladder_script.subprocess, "run", run)

@@ -3,7 +3,7 @@ number of rollbacks is bounded, and a stop and resume through all of it stays bi
 import pytest
 import torch
 
-from trainer import RunError, faults
+from trainer import RunError, faults, metrics
 from test_train import TINY, assert_same_weights, train
 
 SPIKY = ["--max_iters=16", "--warmup_iters=2", "--eval_interval=0", "--checkpoint_interval=2",
@@ -82,6 +82,8 @@ def test_rollbacks_are_limited(tmp_path, data_dir):
     last = result.stdout.strip().splitlines()[-1]
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert last.startswith("error: loss spikes again at iter 13 after 1 automatic rollback(s) (max_rollbacks=1)")
+    [diverged] = metrics.read(tmp_path / "run", "diverged")  # the ladder's sweeps read it as the rate's outcome
+    assert diverged["reason"].startswith("loss spikes again at iter 13")
 
 
 def test_the_step_verdict_counts_non_finite_steps_and_judges_spikes():
@@ -112,3 +114,4 @@ def test_after_step_answers_apply_skip_or_roll_back_and_says_why():
     assert guard.after_step(7, float("nan"), 1.0, {}) == faults.SKIP
     with pytest.raises(RunError, match="3 non-finite steps in a row; stopping without saving"):
         guard.after_step(8, 1.0, float("inf"), {})
+    assert records[-2:] == [("nonfinite", 8), ("diverged", 8)]

@@ -204,15 +204,15 @@ class Checkpointer:
         first_spike, spike_data = guard.burst(iteration)
         self.saver.wait()  # a save still in flight would publish a checkpoint newer than the one rolled back to
         if len(guard.rollbacks) >= cfg.max_rollbacks:
-            raise RunError(f"loss spikes again at iter {first_spike} after {len(guard.rollbacks)} automatic rollback(s) "
-                           f"(max_rollbacks={cfg.max_rollbacks}); lower learning_rate or raise max_rollbacks and rerun "
-                           f"the same command to resume from the newest checkpoint")
+            raise guard.diverged(iteration, f"loss spikes again at iter {first_spike} after {len(guard.rollbacks)} "
+                                 f"automatic rollback(s) (max_rollbacks={cfg.max_rollbacks}); lower learning_rate or "
+                                 "raise max_rollbacks and rerun the same command to resume from the newest checkpoint")
         found = faults.rollback_target(checkpoint.list_checkpoints(cfg.out_dir), first_spike, cfg.spike_rollback_margin)
         if found is None:
             self.log(f"warning: loss spike burst from iter {first_spike}, but no checkpoint {cfg.spike_rollback_margin} "
                      f"steps before it to roll back to; going on")
             guard.skipped_at.clear()
-            guard.stop_if_diverged()  # the burst was non-finite steps: their limit holds as with no rollback
+            guard.stop_if_diverged(iteration)  # the burst was non-finite steps: their limit holds as with no rollback
             return None
         try:  # load first: a target that cannot be read must not leave the newer checkpoints set aside
             state = checkpoint.load_checkpoint(found[1], log=self.log)

@@ -130,14 +130,21 @@ class SpikeGuard:
             self.record("spike", iteration, loss=loss, grad_norm=grad_norm, reason=reason, skipped=self.skipped)
         if self.burst(iteration):
             return ROLL_BACK  # and where no checkpoint is old enough, the rollback asks stop_if_diverged()
-        self.stop_if_diverged()
+        self.stop_if_diverged(iteration)
         return SKIP if reason else APPLY
 
-    def stop_if_diverged(self):
+    def stop_if_diverged(self, iteration):
         """Too many non-finite steps in a row stop the run: a RunError (the count is 0 after a finite step)."""
         if self.nonfinite_in_a_row >= self.max_nonfinite:
-            raise RunError(f"{self.nonfinite_in_a_row} non-finite steps in a row; stopping without saving. Roll back "
-                           f"with --init_from=<an earlier ckpt_N.pt> and a lower learning_rate")
+            raise self.diverged(iteration, f"{self.nonfinite_in_a_row} non-finite steps in a row; stopping without "
+                                           "saving. Roll back with --init_from=<an earlier ckpt_N.pt> and a lower "
+                                           "learning_rate")
+
+    def diverged(self, iteration, why):
+        """The RunError that stops a run whose loss will not stay finite, or down after rollbacks, its `diverged`
+        record written first: an outcome of the learning rate, which scripts/ladder.py's sweeps rank last."""
+        self.record("diverged", iteration, reason=why)
+        return RunError(why)
 
     def verdict(self, iteration, loss, grad_norm, data_position, judged=True):
         """Why this step's update is skipped (NONFINITE, or judge()'s spike reason), or None: apply it. A non-finite

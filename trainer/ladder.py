@@ -241,9 +241,10 @@ def backtest(form, sizes, losses):
     order = np.argsort(sizes)
     n, y = np.asarray(sizes, float)[order], np.asarray(losses, float)[order]
     try:
-        return abs(float(fit_form(form, n[:-1], y[:-1], min_points=len(FORMS[form][1]) + 1)(n[-1])) / y[-1] - 1)
+        miss = abs(float(fit_form(form, n[:-1], y[:-1], min_points=len(FORMS[form][1]) + 1)(n[-1])) / y[-1] - 1)
     except FitError:
         return math.inf
+    return miss if math.isfinite(miss) else math.inf  # a largest size whose every run diverged judges nothing
 
 
 def fit_form(form, n, y, min_points=MIN_SIZES):
