@@ -159,6 +159,9 @@ class Ladder:
         if not (out_dir / metrics.FILE).is_file() or not (metrics.read(out_dir, "done") or diverged(out_dir)):
             out_dir.mkdir(parents=True, exist_ok=True)  # done or diverged: nothing to build
             self.launch("train.py", train, accept=lambda: diverged(out_dir))
+            if not metrics.read(out_dir, "done") and not diverged(out_dir):  # a signal saved it and it exited 0
+                raise Stopped() if self.stopped.is_set() else self.fail(SystemExit(
+                    f"error: {out_dir} stopped before its end (its train.py was signalled): rerun to resume it"))
         before, lost = eval_results(out_dir), diverged(out_dir)
         if not lost and (missing := [t for t in self.eval_tasks if t not in before]):  # scored once: not again
             self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(missing), *self.eval_args])

@@ -412,6 +412,24 @@ def test_runs_on_the_cpu_of_a_gpu_box_take_as_many_slots_as_jobs_and_no_gpu(tmp_
 
 
 
+
+def test_a_run_a_signal_stopped_part_way_is_not_taken_for_finished(tmp_path, fake_train, monkeypatch):
+    """train.py saves and exits 0 on SIGTERM (someone's kill, a preemption): its last val loss is not the run's
+    final one, so the ladder stops in one line and a rerun resumes the run, not a climb on a partial loss."""
+    train = ladder_script.subprocess.run
+
+    def run(command, **kwargs):
+        result = train(command, **kwargs)
+        if "train.py" in command and "--learning_rate=0.001" in command:  # stopped at half-way: no done record
+            out_dir = Path(command[command.index("train.py") + 1:][-2].removeprefix("--out_dir="))
+            lines = (out_dir / metrics.FILE).read_text().splitlines()
+            (out_dir / metrics.FILE).write_text("".join(line + "\n" for line in lines if '"done"' not in line))
+        return result
+    monkeypatch.setattr(ladder_script.subprocess, "run", run)
+    with pytest.raises(SystemExit, match=r"w16_r2_lr0.001 stopped before its end \(its train.py was signalled\): "
+                                         "rerun to resume it$"):
+        climb(ladder_config(tmp_path, [16, 32, 48]), tmp_path / "out", "adamw: --optimizer=adamw")
+
 def test_a_sizes_replicas_train_beside_the_next_sizes_sweep(tmp_path, fake_train, monkeypatch):
     """The next sweep is centred on the sweeps below, not on the seeds: with two slots, w16's replicas and w32's
     sweep train at once, and ladder.json lists the runs as one run at a time would."""
