@@ -154,15 +154,16 @@ class Ladder:
         out_dir = self.out / "runs" / name / f"{size}_r{ratio:g}_lr{lr:.3g}{'' if seed is None else f'_s{seed}'}"
         argv = [*self.argv(recipe, shape, lr, ratio), *([] if seed is None else [f"--seed={seed}"])]
         train = [*argv, f"--out_dir={out_dir}", "--init_from=auto"]
-        if problem := reuse_problem(out_dir, configurator.load_config(train)):  # begun or done with other settings
+        cfg = configurator.load_config(train)
+        if problem := reuse_problem(out_dir, cfg):  # begun or done with other settings
             raise self.fail(SystemExit(f"error: {problem}"))
-        if not (out_dir / metrics.FILE).is_file() or not (metrics.read(out_dir, "done") or diverged(out_dir)):
-            out_dir.mkdir(parents=True, exist_ok=True)  # done or diverged: nothing to build
-            self.launch("train.py", train, accept=lambda: diverged(out_dir))
-            if not metrics.read(out_dir, "done") and not diverged(out_dir):  # a signal saved it and it exited 0
-                raise Stopped() if self.stopped.is_set() else self.fail(SystemExit(
-                    f"error: {out_dir} stopped before its end (its train.py was signalled): rerun to resume it"))
-        before, lost = eval_results(out_dir), diverged(out_dir)
+        if ending(out_dir) is None:  # not trained, or stopped part-way: train it (init_from=auto resumes)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            self.launch("train.py", train, accept=lambda: ending(out_dir) == "diverged")
+        if (ended := ending(out_dir)) is None:  # a signal saved it and it exited 0
+            raise Stopped() if self.stopped.is_set() else self.fail(SystemExit(
+                f"error: {out_dir} stopped before its end (its train.py was signalled): rerun to resume it"))
+        before, lost = eval_results(out_dir), ended == "diverged"
         if not lost and (missing := [t for t in self.eval_tasks if t not in before]):  # scored once: not again
             self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(missing), *self.eval_args])
             path = eval_json(out_dir)
@@ -172,7 +173,7 @@ class Ladder:
         evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
         final = math.nan if lost or evals[-1].get("val_loss") is None else evals[-1]["val_loss"]  # None: not finite
         return {"recipe": name, "size": size, **shape, "params": start["params"], "lr": float(f"{lr:.3g}"),
-                "seed": configurator.load_config(argv).seed, "replica": seed is not None, "tokens_per_param": ratio,
+                "seed": cfg.seed, "replica": seed is not None, "tokens_per_param": ratio,
                 "tokens": start["max_iters"] * start["tokens_per_iter"],
                 "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
                 "final_val_loss": final, "out_dir": str(out_dir), "scores": scores(out_dir),
@@ -300,12 +301,15 @@ def reuse_problem(out_dir, cfg):
     return None
 
 
-def diverged(out_dir):
-    """Whether train.py stopped this run because its loss would not stay finite or down (its `diverged` record):
-    an outcome of its learning rate, a NaN final loss that ranks last, not a failure to stop the ladder for, and
-    not one to train again on a rerun."""
-    return (out_dir / metrics.FILE).is_file() and bool(metrics.read(out_dir, "diverged")) \
-        and not metrics.read(out_dir, "done")
+def ending(out_dir):
+    """How train.py ended this run, by its records: "done"; "diverged", its loss would not stay finite or down
+    (an outcome of its learning rate, a NaN final loss that ranks last, not a failure to stop the ladder for, and
+    not one to train again on a rerun); or None: not trained, or stopped part-way."""
+    if not (out_dir / metrics.FILE).is_file():
+        return None
+    if metrics.read(out_dir, "done"):
+        return "done"
+    return "diverged" if metrics.read(out_dir, "diverged") else None
 
 
 def why_it_failed(stderr):

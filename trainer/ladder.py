@@ -409,8 +409,8 @@ def seed_mean(same):
 def load(path, recipe=None, expected=None, fitted=False):
     """(ladder.json's contents, the recipe: the first one unless named): the one reader of a ladder, for
     plan.py, forecast_prior and scripts/ladder.py. FitError when the file is not a ladder.json with recipes and
-    their runs (fitted: their loss and lr fits, which plan.py reads), has no such recipe, or was measured on other data than
-    expected (identity(), where given)."""
+    their runs (fitted: their loss and lr fits, which plan.py reads), has no such recipe, or was measured on
+    other data than expected (identity(), where given)."""
     try:
         result = json.loads(Path(path).read_text())
         recipes = result["recipes"]
