@@ -99,12 +99,12 @@ class Stopped(Exception):
     """A climb stopped because another recipe's failed: that failure is the one to report."""
 
 
-def device_slots(jobs, nproc, environ=os.environ, count=None):
+def device_slots(jobs, nproc, device, environ=os.environ, count=None):
     """What each of `jobs` runs at once is told of the GPUs: nproc of its own, none shared, through the variable
     the user narrowed the GPUs with (HIP_VISIBLE_DEVICES on ROCm, else CUDA_VISIBLE_DEVICES, which both honour).
-    A run told nothing takes the first GPU, so two at once would train on one. No GPU: nothing to tell, the runs
-    share the cores. count: the GPUs visible (torch's count)."""
-    count = torch.cuda.device_count() if count is None else count
+    A run told nothing takes the first GPU, so two at once would train on one. Runs on the CPU (device, the
+    runs' config's) or no GPU: nothing to tell, the runs share the cores. count: the GPUs visible (torch's)."""
+    count = 0 if device == "cpu" else torch.cuda.device_count() if count is None else count
     if count == 0:
         return [{}] * jobs
     if jobs * nproc > count:
@@ -430,7 +430,7 @@ def main(argv=None):
     # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
     # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy, and a sweep
     # takes the slots a finished climb leaves
-    slots = device_slots(args.jobs, args.nproc, count=0 if base.device == "cpu" else None)  # the CPU: no GPU to share
+    slots = device_slots(args.jobs, args.nproc, base.device)
     lad = Ladder(settings, out, slots, args.nproc, eval_tasks, eval_args)
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
@@ -517,8 +517,7 @@ def summary(result):
         lines.append(f"{name} ({' '.join(rec['overrides'])}), {ratio:g} tokens per parameter:")
         for r in ladder.best_runs(rec["runs"], ratio):
             lrs = [lr for lr, _ in ladder_analysis.swept(rec["runs"], r["size"], ratio)]
-            kept = [v for v in r.get("seed_losses", {}).values() if math.isfinite(v)]  # a diverged seed: not in it
-            seeds = f" (mean of {len(kept)} seeds at lr {r['lr']:.3g}: " + ", ".join(
+            seeds = f" (mean of {r['seeds_in_mean']} seeds at lr {r['lr']:.3g}: " + ", ".join(
                 f"{v:.4f}" for v in r["seed_losses"].values()) + ")" if "seed_losses" in r else ""
             lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}"
                          f"{seeds}  "

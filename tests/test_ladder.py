@@ -362,15 +362,16 @@ def test_two_recipes_climb_side_by_side_with_two_jobs_and_end_as_one_at_a_time(t
 
 def test_each_run_at_once_gets_gpus_of_its_own_through_the_variable_the_user_narrowed_them_with():
     """A run told nothing takes GPU 0, so --jobs 2 on a GPU box would train both runs on one card."""
-    assert ladder_script.device_slots(3, 1, {}, count=0) == [{}, {}, {}]  # the CPU: the runs share the cores
-    assert ladder_script.device_slots(2, 4, {}, count=8) == [{"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
-                                                             {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}]
-    assert ladder_script.device_slots(2, 1, {"CUDA_VISIBLE_DEVICES": "6,7"}, count=2) == [
+    assert ladder_script.device_slots(3, 1, "cuda", {}, count=0) == [{}, {}, {}]  # no GPU: the runs share the cores
+    assert ladder_script.device_slots(3, 1, "cpu", {}, count=8) == [{}, {}, {}]  # the CPU's runs take no GPU
+    assert ladder_script.device_slots(2, 4, "cuda", {}, count=8) == [{"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+                                                                     {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}]
+    assert ladder_script.device_slots(2, 1, "cuda", {"CUDA_VISIBLE_DEVICES": "6,7"}, count=2) == [
         {"CUDA_VISIBLE_DEVICES": "6"}, {"CUDA_VISIBLE_DEVICES": "7"}]  # the user's own GPUs, not 0 and 1
-    assert ladder_script.device_slots(2, 1, {"HIP_VISIBLE_DEVICES": "2,3"}, count=2) == [
+    assert ladder_script.device_slots(2, 1, "cuda", {"HIP_VISIBLE_DEVICES": "2,3"}, count=2) == [
         {"HIP_VISIBLE_DEVICES": "2"}, {"HIP_VISIBLE_DEVICES": "3"}]  # ROCm's own variable, where the user set it
     with pytest.raises(SystemExit, match=r"^error: --jobs 3 x --nproc 4 needs 12 GPUs and 8 are visible: lower"):
-        ladder_script.device_slots(3, 4, {}, count=8)
+        ladder_script.device_slots(3, 4, "cuda", {}, count=8)
 
 
 def test_the_slots_are_shared_a_finished_climb_leaves_its_slot_to_the_other_and_no_two_runs_share_a_gpu(
@@ -879,6 +880,7 @@ def test_a_diverged_seed_is_left_out_of_the_mean_and_kept_in_seed_losses():
              "final_val_loss": v, "curve": [[1.0, v]]} for s, v in ((1, 2.0), (2, float("nan")), (3, 2.2))]
     best = ladder.best_runs(runs, 2)[0]
     assert best["final_val_loss"] == pytest.approx(2.1) and math.isnan(best["seed_losses"]["2"])
+    assert best["seeds_in_mean"] == 2
 
 
 def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):

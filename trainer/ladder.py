@@ -392,18 +392,19 @@ def rate_means(runs, size, ratio):
 
 def seed_mean(same):
     """One record for runs that differ only in their seed: the mean final val loss, curve and scores over the
-    seeds that did not diverge (`seed_losses` keeps each). Why the mean: the sweep's lowest run was picked for
-    being low, and another seed at its rate ends up to 2.5-4.5% away on the CPU family, 11-23% at a rate on the
-    edge of stability (docs/scaling_ladder.md), where the held-out size is judged to 3%."""
+    seeds that did not diverge (`seeds_in_mean` of them; `seed_losses` keeps each). Why the mean: the sweep's
+    lowest run was picked for being low, and another seed at its rate ends up to 2.5-4.5% away on the CPU family,
+    11-23% at a rate on the edge of stability (docs/scaling_ladder.md), where the held-out size is judged to 3%."""
     if len(same) == 1:
         return same[0]
-    kept = [r for r in same if math.isfinite(r["final_val_loss"])] or same[:1]  # all diverged: the first, NaN
+    finite = [r for r in same if math.isfinite(r["final_val_loss"])]
+    kept = finite or same[:1]  # all diverged: the first, NaN
     length = min(len(r["curve"]) for r in kept)  # the same run at another seed: the same evaluations
     curve = np.mean([np.asarray(r["curve"][:length], dtype=float) for r in kept], axis=0).tolist()
     tasks = set.intersection(*(set(r["scores"]) for r in kept))
     return {**same[0], "final_val_loss": float(np.mean([r["final_val_loss"] for r in kept])), "curve": curve,
             "scores": {t: float(np.mean([r["scores"][t] for r in kept])) for t in sorted(tasks)},
-            "seed_losses": {str(r.get("seed")): r["final_val_loss"] for r in same}}
+            "seed_losses": {str(r.get("seed")): r["final_val_loss"] for r in same}, "seeds_in_mean": len(finite)}
 
 
 def load(path, recipe=None, expected=None, fitted=False):
