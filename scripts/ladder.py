@@ -190,14 +190,15 @@ class Ladder:
                 raise Stopped()
             command = [*(["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"] if self.nproc > 1 else
                          [sys.executable]), script, *args]
-            print("+ " + " ".join(command[1:]), flush=True)
+            shown = " ".join(command if self.nproc > 1 else command[1:])  # the script, or torchrun and its flags
+            print(f"+ {shown}", flush=True)
             env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **slot)
             result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                     text=True)
         finally:
             self.slots.put(slot)
         if result.returncode != 0 and not accept():
-            raise self.fail(SystemExit(f"error: {' '.join(command[1:])} failed: {why_it_failed(result.stderr)}"))
+            raise self.fail(SystemExit(f"error: {shown} failed: {why_it_failed(result.stderr)}"))
 
     def fail(self, error):
         """The ladder's first failure (the one main reports), from now on every climb's: no new run starts, and

@@ -4,6 +4,7 @@ the metrics.jsonl a run would, from a known law), finds its optimum, holds out t
 on a rerun and only the new size when one is added; bad input is one line."""
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 import configurator
-from conftest import REPO, run_here
+from conftest import REPO, python, run_here
 from trainer import checkpoint, cost, ladder, ladder_analysis, metrics
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -894,3 +895,35 @@ def test_a_fit_that_cannot_be_made_names_its_recipe():
              "sweep_best_lr": 1e-3, "scores": {}, "curve": []} for i, n in enumerate((1e4, 2e4, 4e4))]  # all diverged
     with pytest.raises(ladder.FitError, match="^recipe muon: the power fit did not converge on these 3 sizes"):
         ladder_analysis.analyse({"muon": runs}, 2)
+
+
+@pytest.mark.e2e
+def test_a_real_ladder_under_torchrun_trains_through_train_py_and_its_rerun_trains_nothing(tmp_path, data_dir):
+    """The ladder driving the real train.py, two processes a run: what it reads back (the start, eval and done
+    records, config.json) is what train.py writes, so the rerun finds every run finished with the settings it
+    would give it (reuse_problem against a real config.json, not the stand-in's) and trains nothing."""
+    common = (f"--vocab_size=64 --block_size=16 --batch_size=4 --gradient_accumulation_steps=2 --eval_iters=2 "
+              f"--data_dir={data_dir} --checkpoint_interval=1000000 --checkpoint_minutes=0 --keep_last_n=1")
+    sizes = {"w16": dict(n_layer=1, n_head=1, n_embd=16), "w24": dict(n_layer=1, n_head=1, n_embd=24),
+             "w32": dict(n_layer=2, n_head=2, n_embd=32)}
+    config = tmp_path / "ladder_e2e.py"
+    config.write_text(f"base = ['config/train_tiny.py']\ncommon = {common!r}\nsizes = {sizes!r}\n"
+                      "tokens_per_param = 0.05\nsweep_points = (1,)\nevaluations = 4\n")
+    command = ["scripts/ladder.py", config, "--out", tmp_path / "out", "--nproc", "2",
+               "--recipe", "adamw: --optimizer=adamw --learning_rate=3e-3"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    first = python(command, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.count("+ torchrun --standalone --nproc_per_node=2 train.py ") == 3
+    result = json.loads((tmp_path / "out" / "ladder.json").read_text())
+    runs = result["recipes"]["adamw"]["runs"]
+    for r in runs:  # the ladder's record of each run is what its train.py measured
+        start, = metrics.read(r["out_dir"], "start")
+        assert start["world_size"] == 2 and r["params"] == start["params"]
+        assert r["final_val_loss"] == pytest.approx(metrics.read(r["out_dir"], "eval")[-1]["val_loss"])
+        assert metrics.read(r["out_dir"], "done") and len(r["curve"]) >= 4
+    assert [r["size"] for r in runs] == ["w16", "w24", "w32"] and (tmp_path / "out" / "ladder.png").is_file()
+    again = python(command, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "train.py" not in again.stdout  # every run reused: the real config.json holds what the ladder sets
+    assert json.loads((tmp_path / "out" / "ladder.json").read_text()) == result
