@@ -671,7 +671,8 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
     """What scripts/ladder.py with this ladder config trains for one recipe, priced by make_plan on this plan's
     GPU, MFU and price: each size's sweep at the first tokens_per_param, its lowest rates at the other seeds, and
     one run per other ratio (the extra points a sweep's edge adds are not counted), and its share of this
-    run's GPU-hours."""
+    run's GPU-hours; and its days on this plan's GPUs, the runs one after another on all of them (--jobs, runs on
+    fewer GPUs each at once, spends the same GPU-hours)."""
     import ladder as ladder_runs  # scripts/ladder.py, beside this file: the runs it would train
     settings = ladder_runs.load_settings(path)
     runner, rows = ladder_runs.Ladder(settings, out=None, nproc=gpus), []
@@ -684,7 +685,8 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
                          "n": one["params_without_position_embeddings"],  # N as the ladder's runs count it
                          "gpu_hours": count * one["days"] * 24 * gpus, "cost_usd": count * one["cost_usd"]})
     hours = sum(r["gpu_hours"] for r in rows)
-    return {"config": path, "rows": rows, "gpu_hours": hours, "cost_usd": sum(r["cost_usd"] for r in rows),
+    return {"config": path, "rows": rows, "gpu_hours": hours, "days": hours / gpus / 24, "gpus": gpus,
+            "cost_usd": sum(r["cost_usd"] for r in rows),
             "share": hours / (plan["days"] * 24 * plan["gpus"]),
             "extrapolation": plan["params_without_position_embeddings"] / max(r["n"] for r in rows)}
 
@@ -732,7 +734,8 @@ def ladder_text(plan):
         lp = plan["ladder_plan"]
         runs = sum(r["runs"] for r in lp["rows"])
         lines += ["", f"the ladder {lp['config']} per recipe on this GPU, MFU and price: {runs} runs, "
-                      f"{lp['gpu_hours']:,.0f} GPU-hours, ${lp['cost_usd']:,.0f}: {lp['share']:.1%} of this run's "
+                      f"{lp['gpu_hours']:,.0f} GPU-hours, {lp['days']:,.1f} days on {lp['gpus']} GPU(s), "
+                      f"${lp['cost_usd']:,.0f}: {lp['share']:.1%} of this run's "
                       "GPU-hours (Bhagia et al.'s ladder: ~1% of its target's compute); this run's size is "
                       f"{lp['extrapolation']:.1f}x its largest"]
         lines += [f"  {r['size']:<6} {r['params'] / 1e6:7.0f}M params, {r['tokens_per_param']:g} tokens/param: "

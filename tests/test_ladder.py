@@ -829,6 +829,10 @@ def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):
     config.write_text(config.read_text() + "seeded_rates = 2\n")  # two rates a size at the other seeds, 1.3B's one
     assert [r["runs"] for r in plan.ladder_cost(str(config), target, 0.4, 2.0, 1)["rows"]][::2] == [9, 7, 7, 7, 3]
     assert cost["share"] == pytest.approx(cost["gpu_hours"] / (target["days"] * 24)) and 0 < cost["share"] < 1
+    assert cost["days"] == pytest.approx(cost["gpu_hours"] / 24)  # one GPU: its days are its GPU-hours' days
+    on_eight = plan.ladder_cost("config/ladder_gpt3.py", plan.make_plan(cfg, "h200", 0.4, 2.0, 8), 0.4, 2.0, 8)
+    assert on_eight["days"] == pytest.approx(on_eight["gpu_hours"] / 8 / 24)
+    assert f"{cost['days']:,.1f} days on 1 GPU(s)" in plan.ladder_text({"ladder_plan": cost})
     assert cost["extrapolation"] == pytest.approx(6_648_762_368 / 1_311_082_496)  # 6.7B over 1.3B, less wpe
 
 
