@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
 from trainer import RunError, machine  # noqa: E402
 from trainer import ladder as ladder_fits  # noqa: E402
-from trainer.evaluation import gpt3_reference  # noqa: E402
+from trainer.evaluation import GPT3_ZERO_SHOT, gpt3_reference  # noqa: E402
 from trainer import cost  # noqa: E402
 from trainer import bins  # noqa: E402
 from trainer import offload  # noqa: E402
@@ -531,7 +531,8 @@ def parse_args(argv):
                         "for this run (final val loss, learning rate, zero-shot scores, each recipe's compute multiplier)")
     parser.add_argument("--target_val_loss", type=float, help="with --ladder: the tokens and days to reach this val loss")
     parser.add_argument("--target", metavar="TASK=SCORE", help="with --ladder: the tokens and days to reach a zero-shot "
-                                                              "score, e.g. hellaswag=67.4 (needs the ladder's task fits)")
+                                                              "score, e.g. hellaswag=67.4 (GPT-3's metric for the task; "
+                                                              "or name it: hellaswag/acc=...; needs the ladder's task fits)")
     parser.add_argument("--ladder_plan", metavar="LADDER_CONFIG", help="what scripts/ladder.py with this config costs on "
                                                                        "the same GPU, MFU and price, as a share of this run")
     args, config_args = parser.parse_known_args(argv)
@@ -657,12 +658,23 @@ def keeps_ratio(forecast):
 
 
 def target_loss_for(fits, target):
-    """The val loss at which a TASK=SCORE target is reached by the ladder's task fit, or why it is not."""
+    """The val loss at which a TASK=SCORE (or TASK/METRIC=SCORE) target is reached by the ladder's task fit, or
+    why it is not. A bare task means the metric GPT-3's table gives for it (hellaswag: acc_norm), else the
+    task's one fitted metric: ladder.json fits every metric eval.py reports, acc before acc_norm."""
     task, sep, score = target.partition("=")
-    keys = [k for k in fits.get("tasks", {}) if k.split("/")[0] == task]
+    fitted = sorted(fits.get("tasks", {}))
+    if "/" in task:
+        keys = [task] if task in fitted else []
+    else:
+        keys = [k for k in fitted if k.split("/")[0] == task]
+        paper = [f"{task}/{metric}" for t, metric in GPT3_ZERO_SHOT if t == task]
+        keys = [k for k in keys if k in paper] or keys
     if not sep or not keys:
         raise ValueError(f"--target {target}: the ladder has no task fit for {task!r} (it has "
-                         f"{sorted(fits.get('tasks', {})) or 'none: run scripts/eval.py on its checkpoints'})")
+                         f"{fitted or 'none: run scripts/eval.py on its checkpoints'})")
+    if len(keys) > 1:
+        raise ValueError(f"--target {target}: {task} has fits of {', '.join(keys)}: name one, e.g. "
+                         f"--target {keys[0]}={score}")
     value = float(score)
     return ladder_fits.loss_for_score(ladder_fits.Fit.from_json(fits["tasks"][keys[0]]), value / 100 if value > 1 else value)
 

@@ -785,6 +785,24 @@ def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them
         "never, by this fit")
 
 
+def test_a_score_target_reads_the_metric_gpt3_reports_or_the_one_named():
+    """ladder.json fits every metric eval.py reports, acc sorted before acc_norm: hellaswag=67.4 is GPT-3's
+    acc_norm, and a task of two fits outside GPT-3's table needs its metric named."""
+    grid = np.linspace(2.0, 4.0, 8)
+    sigmoid = {name: ladder.fit_task(grid, 0.6 / (1 + np.exp(5 * (grid - centre))) + 0.25).to_json()
+               for name, centre in (("acc", 2.2), ("acc_norm", 2.6))}
+    fits = {"tasks": {f"{task}/{m}": fit for task in ("hellaswag", "next_line") for m, fit in sigmoid.items()}}
+    at = {m: ladder.loss_for_score(ladder.Fit.from_json(fit), 0.55) for m, fit in sigmoid.items()}
+    assert at["acc"] < at["acc_norm"] - 0.2
+    assert plan.target_loss_for(fits, "hellaswag=55") == pytest.approx(at["acc_norm"])
+    assert plan.target_loss_for(fits, "hellaswag/acc=55") == pytest.approx(at["acc"])
+    with pytest.raises(ValueError, match=r"next_line has fits of next_line/acc, next_line/acc_norm: name one"):
+        plan.target_loss_for(fits, "next_line=55")
+    assert plan.target_loss_for(fits, "next_line/acc_norm=0.55") == pytest.approx(at["acc_norm"])
+    with pytest.raises(ValueError, match=r"no task fit for 'hellaswag/f1'"):
+        plan.target_loss_for(fits, "hellaswag/f1=55")
+
+
 
 def test_where_one_recipes_chinchilla_fit_is_missing_every_recipe_is_read_along_the_ratio(tmp_path):
     """One form for all, so that the compute multiplier compares like with like, the note on a run's other ratio
