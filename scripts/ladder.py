@@ -523,6 +523,8 @@ def summary(result):
             lines.append(f"  {r['size']:<8} {r['params']:>12,} params  final val loss {r['final_val_loss']:.4f}"
                          f"{seeds}  "
                          f"best lr {r['sweep_best_lr']:.3g} (swept {', '.join(f'{x:.3g}' for x in lrs)})")
+        for size in ladder.no_best_run(rec["runs"], ratio):
+            lines.append(f"  {size:<8} every run diverged: left out of the fits (a lower rate, at another --out)")
         f = rec["fits"]
         lr, loss = f["lr"]["named"], f["loss"]["named"]
         lines.append(f"  best lr = {lr['c']:.3g} * N^{lr['b']:.3f} (±{f['lr']['stderr']['b']:.3f} on the exponent)")

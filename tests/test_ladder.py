@@ -906,6 +906,33 @@ def test_a_diverged_seed_is_left_out_of_the_mean_and_kept_in_seed_losses():
     assert best["seeds_in_mean"] == 2
 
 
+def test_a_rate_that_diverged_at_more_seeds_loses_whatever_its_survivors_mean():
+    runs = [{"size": "a", "params": 1, "tokens_per_param": 2, "lr": lr, "seed": s, "replica": s != 1, "scores": {},
+             "final_val_loss": v, "curve": [[1.0, v]]}
+            for lr, losses in ((0.1, (1.20, math.nan, math.nan)), (0.05, (1.22, 1.23, 1.22)))
+            for s, v in zip((1, 2, 3), losses)]
+    best = ladder.best_runs(runs, 2)[0]
+    assert best["lr"] == 0.05 and best["final_val_loss"] == pytest.approx(1.2233, abs=1e-4)
+
+
+def test_a_size_whose_every_run_diverged_is_left_out_of_the_fits_not_the_ladder(tmp_path):
+    """config/ladder_gpt3.py's 1.3B runs once: if that run diverges the other sizes' fits still stand, and
+    the summary says why the size is missing."""
+    def run(size, n, lr, loss, replica=False, seed=1):
+        return {"size": size, "params": n, "tokens_per_param": 2, "lr": lr, "seed": seed, "replica": replica,
+                "scores": {}, "final_val_loss": loss, "curve": [[1.0, loss]], "sweep_best_lr": lr, "sweep_edge": None,
+                "tokens": 2 * n, "flops": 12 * n * n, "out_dir": str(tmp_path)}
+    sizes = dict(zip("abcde", SIZES[:5]))
+    runs = [run(s, n, 0.01, 3 * n ** -0.1) for s, n in list(sizes.items())[:4]]
+    runs += [run("e", sizes["e"], 0.01, math.nan)]
+    assert [r["size"] for r in ladder.best_runs(runs, 2)] == list("abcd") and ladder.no_best_run(runs, 2) == ["e"]
+    analysis = ladder_analysis.analyse({"adamw": runs}, 2)["adamw"]
+    assert analysis["fits"]["loss"]["n"] == 4 and analysis["held_out"]["size"] == "d"
+    assert analysis["fits"]["lr"]["n"] == 4 and analysis["fits"]["lr"]["named"]["b"] == pytest.approx(0, abs=1e-9)
+    result = {"tokens_per_param": [2], "recipes": {"adamw": {"overrides": [], "runs": runs, **analysis}}}
+    assert "  e        every run diverged: left out of the fits" in ladder_script.summary(result)
+
+
 def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):
     ladder_script.main([ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "out"), "--nproc", "2",
                         "--recipe", "adamw: --optimizer=adamw"])
@@ -915,7 +942,7 @@ def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):
 def test_a_fit_that_cannot_be_made_names_its_recipe():
     runs = [{"size": f"s{i}", "params": n, "tokens_per_param": 2, "lr": 1e-3, "final_val_loss": float("nan"),
              "sweep_best_lr": 1e-3, "scores": {}, "curve": []} for i, n in enumerate((1e4, 2e4, 4e4))]  # all diverged
-    with pytest.raises(ladder.FitError, match="^recipe muon: the power fit did not converge on these 3 sizes"):
+    with pytest.raises(ladder.FitError, match="^recipe muon: every run diverged at s0, s1, s2, which leaves 0 sizes"):
         ladder_analysis.analyse({"muon": runs}, 2)
 
 

@@ -361,12 +361,29 @@ def best_runs(runs, ratio):
     """Per size, by size: the rate of its sweep at the ratio with the lowest final val loss, a rate that
     scripts/ladder.py trained again at other seeds (its `replica` runs) by their mean (seed_mean). Where some
     rates have replicas only they compete: one run picked for being low beside other rates' means would win
-    by its luck, which the seeds are there to average out."""
+    by its luck, which the seeds are there to average out; and a rate that diverged at fewer seeds beats one
+    that diverged at more, whatever its survivors' mean (what the seeds are there to show is such a rate). A
+    size whose every run diverged has no best run, says nothing of the law, and is left out (no_best_run)."""
     best = []
     for size in {r["size"] for r in runs if r["tokens_per_param"] == ratio}:
         rates = rate_means(runs, size, ratio)
-        best.append(min([r for r in rates if "seed_losses" in r] or rates, key=ranked_loss))
+        pick = min([r for r in rates if "seed_losses" in r] or rates, key=lambda r: (diverged_seeds(r), ranked_loss(r)))
+        if math.isfinite(pick["final_val_loss"]):
+            best.append(pick)
     return sorted(best, key=lambda r: r["params"])
+
+
+def no_best_run(runs, ratio):
+    """The sizes at the ratio whose every run diverged, which best_runs leaves out."""
+    kept = {r["size"] for r in best_runs(runs, ratio)}
+    return sorted({r["size"] for r in runs if r["tokens_per_param"] == ratio} - kept)
+
+
+def diverged_seeds(rate):
+    """How many of a rate's seeds diverged (rate: one run, or seed_mean's record of several)."""
+    if "seed_losses" in rate:
+        return len(rate["seed_losses"]) - rate["seeds_in_mean"]
+    return 0 if math.isfinite(rate["final_val_loss"]) else 1
 
 
 def seeded_rates(sweep, count):

@@ -32,6 +32,9 @@ def fits(runs, ratio):
     """One recipe's fits (the best learning rate, the final val loss along the rule, and where the ladder
     measured several ratios or has scores, Chinchilla's form and the task fits) as JSON-ready dicts."""
     best = ladder.best_runs(runs, ratio)
+    if len(best) < ladder.MIN_SIZES and (lost := ladder.no_best_run(runs, ratio)):
+        raise ladder.FitError(f"every run diverged at {', '.join(lost)}, which leaves {len(best)} sizes and a fit "
+                              f"needs {ladder.MIN_SIZES}: sweep lower learning rates (the recipe's learning_rate)")
     sizes = [r["params"] for r in best]
     out = {"lr": ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in best]).to_json(),
            "loss": ladder.fit_loss(sizes, [r["final_val_loss"] for r in best]).to_json()}
