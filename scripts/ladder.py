@@ -76,6 +76,16 @@ def load_settings(path):
     for key, one in (("seeds", "each size's best swept run alone"), ("seeded_rates", "the lowest swept run's rate")):
         if not isinstance(settings[key], int) or settings[key] < 1:
             raise SystemExit(f"error: {path}: {key} = {settings[key]!r}: give a whole number of at least 1 (1: {one})")
+    for key, valid, what in (("sweep_points", lambda v: isinstance(v, int) and v >= 1, "whole numbers of at least 1"),
+                             ("sweep_factors", lambda v: isinstance(v, (int, float)) and v > 1, "numbers above 1")):
+        value = settings[key] if isinstance(settings[key], (tuple, list)) else (settings[key],)  # one for every size
+        if not value or not all(map(valid, value)):
+            raise SystemExit(f"error: {path}: {key} = {settings[key]!r}: give {what}, one per size (the last holds "
+                             "for the sizes after it)")
+        settings[key] = tuple(value)
+    if not isinstance(settings["sizes"], dict) or not all(isinstance(v, dict) for v in settings["sizes"].values()):
+        raise SystemExit(f"error: {path}: sizes = {settings['sizes']!r}: give {{name: dict(n_layer=..., n_head=..., "
+                         "n_embd=...)}")
     return settings
 
 
@@ -188,13 +198,13 @@ class Ladder:
         try:
             if self.stopped.is_set():
                 raise Stopped()
+            # from the user's folder, as they would type it: its paths (--out, the configs) read as the ladder read them
             command = [*(["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"] if self.nproc > 1 else
-                         [sys.executable]), script, *args]
+                         [sys.executable]), os.path.relpath(REPO / script), *args]
             shown = " ".join(command if self.nproc > 1 else command[1:])  # the script, or torchrun and its flags
             print(f"+ {shown}", flush=True)
             env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **slot)
-            result = subprocess.run(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    text=True)
+            result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         finally:
             self.slots.put(slot)
         if result.returncode != 0 and not accept():
@@ -402,6 +412,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     settings = load_settings(args.config)
     recipes = dict(parse_recipe(r, VARIED + VARIED_BY_STEPS if settings["steps"] else VARIED) for r in args.recipe)
+    if len(recipes) < len(args.recipe):
+        names = [parse_recipe(r)[0] for r in args.recipe]
+        twice = next(n for n in names if names.count(n) > 1)
+        raise SystemExit(f"error: --recipe {twice!r} is given twice: name each recipe once")
     if len(settings["sizes"]) < ladder.MIN_SIZES:
         raise SystemExit(f"error: {args.config} has {len(settings['sizes'])} sizes, a fit needs at least "
                          f"{ladder.MIN_SIZES}: add sizes")
@@ -433,6 +447,11 @@ def main(argv=None):
     # takes the slots a finished climb leaves
     slots = device_slots(args.jobs, args.nproc, base.device)
     lad = Ladder(settings, out, slots, args.nproc, eval_tasks, eval_args)
+    check_sizes(lad, recipes, args.config)
+    try:  # the size ladder.png extrapolates to: read now, not after the runs
+        target = settings["target"] and Ladder.params(configurator.load_config([settings["target"]]))
+    except (configurator.ConfigError, ValueError) as e:
+        raise SystemExit(f"error: {args.config}: target {settings['target']!r}: {e}")
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
               list(settings["tokens_per_param"]), "recipes": {}}
@@ -460,10 +479,25 @@ def main(argv=None):
         result["recipes"][name] = {"overrides": recipe, "runs": runs[name], **analysis[name]}
     out.mkdir(parents=True, exist_ok=True)
     bins.write_json_atomic(out / "ladder.json", result)
-    target = settings["target"] and Ladder.params(configurator.load_config([settings["target"]]))
     plot(result, out / "ladder.png", target)
     print(summary(result))
     print(f"wrote {out / 'ladder.json'} and {out / 'ladder.png'}")
+
+
+def check_sizes(lad, recipes, path):
+    """Every size's runs as train.py would check them (configurator.check), for every recipe and ratio, before
+    anything trains: a size that cannot be built is one line now, not a traceback when the climb reaches it."""
+    head = [*lad.s["base"], *shlex.split(lad.s["common"])]
+    for name, recipe in recipes.items():
+        lr = configurator.load_config(head + recipe).learning_rate
+        for size, shape in lad.s["sizes"].items():
+            for ratio in lad.s["tokens_per_param"]:
+                try:
+                    problem = configurator.check(configurator.load_config(lad.argv(recipe, shape, lr, ratio)), lad.nproc)
+                except (configurator.ConfigError, ValueError) as e:
+                    problem = str(e)
+                if problem:
+                    raise SystemExit(f"error: {path}: size {size!r} (recipe {name}): {problem}")
 
 
 def eval_options(args):

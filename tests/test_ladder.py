@@ -687,6 +687,36 @@ def test_a_recipe_that_changes_what_the_ladder_varies_is_refused_in_one_line(tmp
     assert result.returncode != 0 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("extra, recipes, message", [
+    ({"sweep_points": 0}, ["a: --optimizer=adamw"], "sweep_points = 0: give whole numbers of at least 1, one per size"),
+    ({"sweep_factors": (2.0, 1.0)}, ["a: --optimizer=adamw"], "sweep_factors = (2.0, 1.0): give numbers above 1"),
+    ({"target": "config/no_such_run.py"}, ["a: --optimizer=adamw"], "target 'config/no_such_run.py': "),
+    ({}, ["a: --optimizer=adamw", "a: --optimizer=muon"], "--recipe 'a' is given twice: name each recipe once"),
+    ({"extra_size": dict(n_layer=2, n_head=2, n_embd=33)}, ["a: --optimizer=adamw"],
+     "size 'w33' (recipe a): n_embd=33 must be a multiple of n_head=2"),
+    ({"extra_size": dict(n_layer=2, n_heads=2, n_embd=64)}, ["a: --optimizer=adamw"], "size 'w33' (recipe a): "),
+])
+def test_a_ladder_config_that_cannot_run_is_one_line_before_anything_trains(tmp_path, fake_train, extra, recipes,
+                                                                             message):
+    """Each size is checked as train.py checks a run, and the target and sweep read, before the first run: not
+    when the climb reaches them, hours in on a GPU, or after the runs, as a traceback."""
+    shape = extra.pop("extra_size", None)
+    config = ladder_config(tmp_path, [16, 32, 48], **extra)
+    if shape:  # the largest size, the last the climb would reach
+        Path(config).write_text(Path(config).read_text() + f"sizes['w33'] = {shape!r}\n")
+    result = run_here(["scripts/ladder.py", config, "--out", str(tmp_path / "o"),
+                       *[a for r in recipes for a in ("--recipe", r)]])
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not fake_train and not (tmp_path / "o" / "runs").exists()
+
+
+def test_one_sweep_setting_holds_for_every_size(tmp_path, fake_train):
+    config = ladder_config(tmp_path, [16, 32, 48], sweep_points=1, sweep_factors=2.0)
+    assert ladder_script.load_settings(config)["sweep_points"] == (1,)
+    result = climb(config, tmp_path / "out", "a: --optimizer=adamw")
+    assert len(result["recipes"]["a"]["runs"]) == 3  # one run a size
+
+
 def test_too_few_sizes_and_a_ladder_of_other_data_are_refused_in_one_line(tmp_path):
     result = run_here(["scripts/ladder.py", ladder_config(tmp_path, [16, 32]), "--out", str(tmp_path / "o"),
                        "--recipe", "a: --optimizer=adamw"])
@@ -934,8 +964,12 @@ def test_a_size_whose_every_run_diverged_is_left_out_of_the_fits_not_the_ladder(
 
 
 def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):
-    ladder_script.main([ladder_config(tmp_path, [16, 32, 48]), "--out", str(tmp_path / "out"), "--nproc", "2",
-                        "--recipe", "adamw: --optimizer=adamw"])
+    config = Path(ladder_config(tmp_path, [16, 32, 48]))
+    with pytest.raises(SystemExit, match="size 'w16' .*gradient_accumulation_steps=1 must divide among 2 processes"):
+        ladder_script.main([str(config), "--out", str(tmp_path / "out"), "--nproc", "2", "--recipe", "a: --optimizer=adamw"])
+    assert not fake_train  # train.py would refuse each run: the ladder did, before the first
+    config.write_text(config.read_text().replace("--gradient_accumulation_steps=1", "--gradient_accumulation_steps=2"))
+    ladder_script.main([str(config), "--out", str(tmp_path / "out"), "--nproc", "2", "--recipe", "a: --optimizer=adamw"])
     assert {tuple(c[:3]) for c in fake_train.commands} == {("torchrun", "--standalone", "--nproc_per_node=2")}
 
 
@@ -948,31 +982,33 @@ def test_a_fit_that_cannot_be_made_names_its_recipe():
 
 @pytest.mark.e2e
 def test_a_real_ladder_under_torchrun_trains_through_train_py_and_its_rerun_trains_nothing(tmp_path, data_dir):
-    """The ladder driving the real train.py, two processes a run: what it reads back (the start, eval and done
-    records, config.json) is what train.py writes, so the rerun finds every run finished with the settings it
+    """The ladder driving the real train.py, two processes a run, from a folder of the user's (not the
+    repository's, --out relative to it): what it reads back (the start, eval and done records, config.json) is
+    what train.py writes where the ladder looks, so the rerun finds every run finished with the settings it
     would give it (reuse_problem against a real config.json, not the stand-in's) and trains nothing."""
     common = (f"--vocab_size=64 --block_size=16 --batch_size=4 --gradient_accumulation_steps=2 --eval_iters=2 "
               f"--data_dir={data_dir} --checkpoint_interval=1000000 --checkpoint_minutes=0 --keep_last_n=1")
     sizes = {"w16": dict(n_layer=1, n_head=1, n_embd=16), "w24": dict(n_layer=1, n_head=1, n_embd=24),
              "w32": dict(n_layer=2, n_head=2, n_embd=32)}
     config = tmp_path / "ladder_e2e.py"
-    config.write_text(f"base = ['config/train_tiny.py']\ncommon = {common!r}\nsizes = {sizes!r}\n"
-                      "tokens_per_param = 0.05\nsweep_points = (1,)\nevaluations = 4\n")
-    command = ["scripts/ladder.py", config, "--out", tmp_path / "out", "--nproc", "2",
+    config.write_text(f"base = [{str(REPO / 'config/train_tiny.py')!r}]\ncommon = {common!r}\nsizes = {sizes!r}\n"
+                      "tokens_per_param = 0.05\nsweep_points = 1\nevaluations = 4\n")
+    command = [REPO / "scripts/ladder.py", config.name, "--out", "out", "--nproc", "2",
                "--recipe", "adamw: --optimizer=adamw --learning_rate=3e-3"]
     env = dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled")
-    first = python(command, env=env)
+    first = python(command, cwd=tmp_path, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert first.stdout.count("+ torchrun --standalone --nproc_per_node=2 train.py ") == 3
+    assert first.stdout.count("+ torchrun --standalone --nproc_per_node=2 ") == 3
     result = json.loads((tmp_path / "out" / "ladder.json").read_text())
     runs = result["recipes"]["adamw"]["runs"]
     for r in runs:  # the ladder's record of each run is what its train.py measured
-        start, = metrics.read(r["out_dir"], "start")
+        out_dir = tmp_path / r["out_dir"]
+        start, = metrics.read(out_dir, "start")
         assert start["world_size"] == 2 and r["params"] == start["params"]
-        assert r["final_val_loss"] == pytest.approx(metrics.read(r["out_dir"], "eval")[-1]["val_loss"])
-        assert metrics.read(r["out_dir"], "done") and len(r["curve"]) >= 4
+        assert r["final_val_loss"] == pytest.approx(metrics.read(out_dir, "eval")[-1]["val_loss"])
+        assert metrics.read(out_dir, "done") and len(r["curve"]) >= 4
     assert [r["size"] for r in runs] == ["w16", "w24", "w32"] and (tmp_path / "out" / "ladder.png").is_file()
-    again = python(command, env=env)
+    again = python(command, cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "train.py" not in again.stdout  # every run reused: the real config.json holds what the ladder sets
     assert json.loads((tmp_path / "out" / "ladder.json").read_text()) == result
