@@ -54,8 +54,9 @@ VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
 # a recipe's own is the first sweep's centre)
 VARIED_BY_STEPS = ("batch_size", "gradient_accumulation_steps", "eval_iters")  # set per run too where steps is
-RUN_SETTINGS = ("base", "common", "steps", "warmup_fraction", "evaluations", "min_lr_ratio")  # what a run is, beyond
-# its folder's size, ratio and lr: a ladder.json trained with others cannot lend its runs
+RUN_SETTINGS = ("steps", "warmup_fraction", "evaluations", "min_lr_ratio")  # what a run is, beyond its folder's
+# size, ratio and lr: a ladder.json trained with others cannot lend its runs (an edited base or common is read
+# off each run's config.json: reuse_problem)
 SETTINGS = dict(base=[], common="", sizes={}, tokens_per_param=(20.0,), steps=0, sweep_points=(5, 3),
                 sweep_factors=(2.0, 2.0, 1.41), warmup_fraction=0.1, evaluations=20, min_lr_ratio=0.1,
                 seeds=1, seeded_rates=1, target="")  # seeds: each size's seeded_rates lowest swept rates trained
@@ -305,6 +306,10 @@ def reuse_problem(out_dir, cfg):
     saved = json.loads((out_dir / "config.json").read_text())
     differs = {k: (saved[k], v) for k, v in vars(cfg).items()
                if k in saved and k not in NOT_COMPARED and saved[k] != json.loads(json.dumps(v))}
+    if {"batch_size", "gradient_accumulation_steps"} <= set(saved):  # train.py may split the batch, not change it
+        was, now = saved["batch_size"] * saved["gradient_accumulation_steps"], cfg.batch_size * cfg.gradient_accumulation_steps
+        if was != now:
+            differs["batch_size x gradient_accumulation_steps"] = (was, now)
     if differs:
         return (f"{out_dir} was trained with " + ", ".join(f"{k}={a!r}" for k, (a, _) in differs.items())
                 + " where this ladder sets " + ", ".join(f"{k}={b!r}" for k, (_, b) in differs.items())

@@ -323,6 +323,26 @@ def test_a_rerun_with_other_recipe_flags_does_not_take_the_runs_trained_without_
         climb(config, tmp_path / "out", "adamw: --optimizer=adamw --weight_decay=0.2")
     assert fake_train[:trained].count(str(begun)) == fake_train.count(str(begun)) == 1  # not resumed
 
+def test_an_edited_common_is_judged_run_by_run_a_logging_flag_reuses_them_a_new_batch_does_not(tmp_path, fake_train):
+    """common's text is not the test: each run's config.json is. Logging changes no loss, so the runs stand; the
+    global batch is not compared key by key (train.py may split it otherwise), so it is compared as a product."""
+    config = Path(ladder_config(tmp_path, [16, 32, 48]))
+    climb(str(config), tmp_path / "out", "adamw: --optimizer=adamw")
+    trained, text = len(fake_train), config.read_text()
+    config.write_text(text.replace("--gradient_accumulation_steps=1", "--gradient_accumulation_steps=1 --log_interval=7"))
+    climb(str(config), tmp_path / "out", "adamw: --optimizer=adamw")
+    assert len(fake_train) == trained  # reused
+    config.write_text(text.replace("--batch_size=4 --gradient_accumulation_steps=1",
+                                   "--batch_size=2 --gradient_accumulation_steps=2"))  # the same batch, split
+    climb(str(config), tmp_path / "out", "adamw: --optimizer=adamw")
+    assert len(fake_train) == trained
+    config.write_text(text.replace("--gradient_accumulation_steps=1", "--gradient_accumulation_steps=2"))
+    with pytest.raises(SystemExit, match=r"was trained with .*max_iters=44, .*batch_size x gradient_accumulation_steps"
+                                         r"=4 where this ladder sets .*batch_size x gradient_accumulation_steps=8: use"):
+        climb(str(config), tmp_path / "out", "adamw: --optimizer=adamw")
+    assert len(fake_train) == trained
+
+
 def test_a_largest_size_trained_once_says_its_rate_was_not_checked(tmp_path, fake_train, capsys):
     """As on the GPU ladder, whose 1.3B runs once at the rate the sizes below predict: its recommended rate
     over its "sweep's best" is 1 by construction, and the output says there was no check."""
