@@ -222,6 +222,16 @@ class Ladder:
         self.stopped.set()
         return self.failure
 
+    def watched(self, name, future):
+        """A future of runs beside a climb, whose error, should it be other than a run's failure (which went
+        through fail already), stops every climb at once, not when the climb reads it at its end."""
+        def check(done):
+            error = done.exception()
+            if error is not None and not isinstance(error, (Stopped, SystemExit)):
+                self.fail(SystemExit(f"error: recipe {name}: {error}") if isinstance(error, RunError) else error)
+        future.add_done_callback(check)
+        return future
+
     def sweep(self, i):
         """(learning rates, the factor between neighbours) of the i-th size's sweep: the settings' last entry
         holds for every size past their length."""
@@ -283,10 +293,10 @@ class Ladder:
             # the lowest runs' rates again at the other seeds: ladder.best_runs takes the rate of lowest mean
             lowest = ladder.seeded_rates(sweep, self.s["seeded_rates"])
             seeds = [start.seed + k for k in range(1, self.s["seeds"])]
-            replicas = beside.submit(self.run_many, name, recipe, size, shape, [lr for lr in lowest for _ in seeds],
-                                     ratio, seeds * len(lowest))
-            others = [beside.submit(self.run_many, name, recipe, size, shape, [best], other)  # one run at its best
-                      for other in extra]
+            replicas = self.watched(name, beside.submit(self.run_many, name, recipe, size, shape,
+                                                        [lr for lr in lowest for _ in seeds], ratio, seeds * len(lowest)))
+            others = [self.watched(name, beside.submit(self.run_many, name, recipe, size, shape, [best], other))
+                      for other in extra]  # one run at its best
             yield sweep, best, edge, replicas, others
 
 

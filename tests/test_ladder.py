@@ -983,6 +983,23 @@ def test_a_size_whose_every_run_diverged_is_left_out_of_the_fits_not_the_ladder(
     assert "  e        every run diverged: left out of the fits" in ladder_script.summary(result)
 
 
+def test_an_error_beside_the_climb_stops_it_at_once_not_at_its_end(tmp_path, fake_train, monkeypatch):
+    """A size's replicas train beside the next sweep: an error there that is not a run's failure (a bug, say)
+    stops the climbs before the next size, and is the error raised."""
+    run = ladder_script.Ladder.run
+
+    def broken(self, name, recipe, size, shape, lr, ratio, seed=None):
+        if seed is not None:
+            raise ValueError("a bug in the replicas")
+        time.sleep(0.3)  # a sweep's run takes a while; its size's replicas fail at once
+        return run(self, name, recipe, size, shape, lr, ratio, seed)
+    monkeypatch.setattr(ladder_script.Ladder, "run", broken)
+    with pytest.raises(ValueError, match="a bug in the replicas"):
+        climb(ladder_config(tmp_path, [16, 32, 48, 64], seeds=2, sweep_points=(1,)), tmp_path / "out",
+              "a: --optimizer=adamw")
+    assert {Path(p).name.split("_")[0] for p in fake_train} <= {"w16", "w32"}  # stopped: no w48, no w64
+
+
 def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):
     config = Path(ladder_config(tmp_path, [16, 32, 48]))
     with pytest.raises(SystemExit, match="size 'w16' .*gradient_accumulation_steps=1 must divide among 2 processes"):
