@@ -320,6 +320,11 @@ def reuse_problem(out_dir, cfg):
         was, now = saved["batch_size"] * saved["gradient_accumulation_steps"], cfg.batch_size * cfg.gradient_accumulation_steps
         if was != now:
             differs["batch_size x gradient_accumulation_steps"] = (was, now)
+    starts = metrics.read(out_dir, "start") if (out_dir / metrics.FILE).is_file() else []
+    if starts and "eval_batch_size" in starts[-1] and "eval_iters" in saved:  # the config's batch, before the split
+        was, now = saved["eval_iters"] * starts[-1]["eval_batch_size"], cfg.eval_iters * cfg.batch_size
+        if was != now:  # its val loss was measured on other windows
+            differs["validation windows (eval_iters x batch_size)"] = (was, now)
     if differs:
         return (f"{out_dir} was trained with " + ", ".join(f"{k}={a!r}" for k, (a, _) in differs.items())
                 + " where this ladder sets " + ", ".join(f"{k}={b!r}" for k, (_, b) in differs.items())
@@ -507,8 +512,10 @@ def check_sizes(lad, recipes, path):
         lr = configurator.load_config(head + recipe).learning_rate
         for size, shape in lad.s["sizes"].items():
             for ratio in lad.s["tokens_per_param"]:
-                try:
-                    problem = configurator.check(configurator.load_config(lad.argv(recipe, shape, lr, ratio)), lad.nproc)
+                try:  # the shape first: argv builds the model to count its parameters
+                    problem = configurator.check(configurator.load_config(
+                        [*head, *recipe, *(f"--{k}={v}" for k, v in shape.items())]), lad.nproc) or \
+                        configurator.check(configurator.load_config(lad.argv(recipe, shape, lr, ratio)), lad.nproc)
                 except (configurator.ConfigError, ValueError) as e:
                     problem = str(e)
                 if problem:

@@ -659,16 +659,17 @@ def keeps_ratio(forecast):
 
 def target_loss_for(fits, target):
     """The val loss at which a TASK=SCORE (or TASK/METRIC=SCORE) target is reached by the ladder's task fit, or
-    why it is not. A bare task means the metric GPT-3's table gives for it (hellaswag: acc_norm), else the
-    task's one fitted metric: ladder.json fits every metric eval.py reports, acc before acc_norm."""
+    why it is not. A bare task means the metric GPT-3's table gives for it (hellaswag: acc_norm; lambada_openai:
+    acc, its first), else the task's one fitted metric: ladder.json fits every metric eval.py reports, acc
+    before acc_norm."""
     task, sep, score = target.partition("=")
     fitted = sorted(fits.get("tasks", {}))
     if "/" in task:
         keys = [task] if task in fitted else []
     else:
         keys = [k for k in fitted if k.split("/")[0] == task]
-        paper = [f"{task}/{metric}" for t, metric in GPT3_ZERO_SHOT if t == task]
-        keys = [k for k in keys if k in paper] or keys
+        paper = [f"{task}/{metric}" for t, metric in GPT3_ZERO_SHOT if t == task]  # the table's first: its headline
+        keys = [k for k in paper if k in keys][:1] or keys
     if not sep or not keys:
         raise ValueError(f"--target {target}: the ladder has no task fit for {task!r} (it has "
                          f"{fitted or 'none: run scripts/eval.py on its checkpoints'})")

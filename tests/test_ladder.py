@@ -243,7 +243,8 @@ def fake_train(monkeypatch):
         n = cost.meta_model(cfg, "none").get_num_params()
         record = metrics.Metrics(cfg.out_dir)
         configurator.save_json(cfg, Path(cfg.out_dir) / "config.json")
-        record("start", 0, max_iters=cfg.max_iters, tokens_per_iter=cfg.batch_size * cfg.block_size, params=n)
+        record("start", 0, max_iters=cfg.max_iters, tokens_per_iter=cfg.batch_size * cfg.block_size, params=n,
+               eval_batch_size=cfg.batch_size)
         tokens = cfg.max_iters * cfg.batch_size * cfg.block_size
         seed_noise = 1 + 0.01 * (cfg.seed - 1337)  # another seed, another loss: +1% a seed above the default's
         record("eval", cfg.max_iters, val_loss=law(n, tokens, cfg.learning_rate, cfg.optimizer) * seed_noise)
@@ -325,7 +326,8 @@ def test_a_rerun_with_other_recipe_flags_does_not_take_the_runs_trained_without_
 
 def test_an_edited_common_is_judged_run_by_run_a_logging_flag_reuses_them_a_new_batch_does_not(tmp_path, fake_train):
     """common's text is not the test: each run's config.json is. Logging changes no loss, so the runs stand; the
-    global batch is not compared key by key (train.py may split it otherwise), so it is compared as a product."""
+    global batch is not compared key by key (train.py may split it otherwise), so it is compared as a product,
+    and the validation windows (the config's micro-batch, before train.py's split) as theirs."""
     config = Path(ladder_config(tmp_path, [16, 32, 48]))
     climb(str(config), tmp_path / "out", "adamw: --optimizer=adamw")
     trained, text = len(fake_train), config.read_text()
@@ -333,8 +335,10 @@ def test_an_edited_common_is_judged_run_by_run_a_logging_flag_reuses_them_a_new_
     climb(str(config), tmp_path / "out", "adamw: --optimizer=adamw")
     assert len(fake_train) == trained  # reused
     config.write_text(text.replace("--batch_size=4 --gradient_accumulation_steps=1",
-                                   "--batch_size=2 --gradient_accumulation_steps=2"))  # the same batch, split
-    climb(str(config), tmp_path / "out", "adamw: --optimizer=adamw")
+                                   "--batch_size=2 --gradient_accumulation_steps=2"))  # the same batch, split,
+    with pytest.raises(SystemExit, match=r"was trained with validation windows \(eval_iters x batch_size\)=80 where "
+                                         r"this ladder sets validation windows \(eval_iters x batch_size\)=40"):
+        climb(str(config), tmp_path / "out", "adamw: --optimizer=adamw")  # but validated on half the windows
     assert len(fake_train) == trained
     config.write_text(text.replace("--gradient_accumulation_steps=1", "--gradient_accumulation_steps=2"))
     with pytest.raises(SystemExit, match=r"was trained with .*max_iters=44, .*batch_size x gradient_accumulation_steps"
@@ -715,6 +719,7 @@ def test_a_recipe_that_changes_what_the_ladder_varies_is_refused_in_one_line(tmp
     ({"extra_size": dict(n_layer=2, n_head=2, n_embd=33)}, ["a: --optimizer=adamw"],
      "size 'w33' (recipe a): n_embd=33 must be a multiple of n_head=2"),
     ({"extra_size": dict(n_layer=2, n_heads=2, n_embd=64)}, ["a: --optimizer=adamw"], "size 'w33' (recipe a): "),
+    ({"extra_size": dict(n_layer=2, n_head=0, n_embd=64)}, ["a: --optimizer=adamw"], "size 'w33' (recipe a): n_head"),
 ])
 def test_a_ladder_config_that_cannot_run_is_one_line_before_anything_trains(tmp_path, fake_train, extra, recipes,
                                                                              message):
@@ -842,10 +847,12 @@ def test_a_score_target_reads_the_metric_gpt3_reports_or_the_one_named():
     sigmoid = {name: ladder.fit_task(grid, 0.6 / (1 + np.exp(5 * (grid - centre))) + 0.25).to_json()
                for name, centre in (("acc", 2.2), ("acc_norm", 2.6))}
     fits = {"tasks": {f"{task}/{m}": fit for task in ("hellaswag", "next_line") for m, fit in sigmoid.items()}}
+    fits["tasks"]["lambada_openai/acc"] = fits["tasks"]["lambada_openai/perplexity"] = sigmoid["acc"]
     at = {m: ladder.loss_for_score(ladder.Fit.from_json(fit), 0.55) for m, fit in sigmoid.items()}
     assert at["acc"] < at["acc_norm"] - 0.2
     assert plan.target_loss_for(fits, "hellaswag=55") == pytest.approx(at["acc_norm"])
     assert plan.target_loss_for(fits, "hellaswag/acc=55") == pytest.approx(at["acc"])
+    assert plan.target_loss_for(fits, "lambada_openai=55") == pytest.approx(at["acc"])  # the table's first of two
     with pytest.raises(ValueError, match=r"next_line has fits of next_line/acc, next_line/acc_norm: name one"):
         plan.target_loss_for(fits, "next_line=55")
     assert plan.target_loss_for(fits, "next_line/acc_norm=0.55") == pytest.approx(at["acc_norm"])
@@ -976,6 +983,8 @@ def test_a_size_whose_every_run_diverged_is_left_out_of_the_fits_not_the_ladder(
     runs = [run(s, n, 0.01, 3 * n ** -0.1) for s, n in list(sizes.items())[:4]]
     runs += [run("e", sizes["e"], 0.01, math.nan)]
     assert [r["size"] for r in ladder.best_runs(runs, 2)] == list("abcd") and ladder.no_best_run(runs, 2) == ["e"]
+    other = {**run("e", sizes["e"], 0.01, 3.0), "tokens_per_param": 1}  # its run at another ratio survived: no point
+    assert "e" not in {r["size"] for r in ladder_analysis.at_best_rates(runs + [other], 2)}
     analysis = ladder_analysis.analyse({"adamw": runs}, 2)["adamw"]
     assert analysis["fits"]["loss"]["n"] == 4 and analysis["held_out"]["size"] == "d"
     assert analysis["fits"]["lr"]["n"] == 4 and analysis["fits"]["lr"]["named"]["b"] == pytest.approx(0, abs=1e-9)

@@ -52,9 +52,11 @@ def fits(runs, ratio):
 
 def at_best_rates(runs, ratio):
     """Each size's best run at the ratio (ladder.best_runs) and its one run at each other ratio: Chinchilla's
-    points (a run that diverged is none: it says nothing of the law)."""
-    return [r for r in runs if r["tokens_per_param"] != ratio and math.isfinite(r["final_val_loss"])] + \
-        ladder.best_runs(runs, ratio)
+    points (a run that diverged is none: it says nothing of the law, nor does a size best_runs left out)."""
+    best = ladder.best_runs(runs, ratio)
+    kept = {r["size"] for r in best}
+    return [r for r in runs if r["tokens_per_param"] != ratio and r["size"] in kept
+            and math.isfinite(r["final_val_loss"])] + best
 
 
 def several_ratios(runs):
