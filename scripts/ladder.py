@@ -431,11 +431,11 @@ def main(argv=None):
                    "'--include_path data/quickstart/next_line --device cpu --limit 1000'")
     args = p.parse_args(argv)
     settings = load_settings(args.config)
-    recipes = dict(parse_recipe(r, VARIED + VARIED_BY_STEPS if settings["steps"] else VARIED) for r in args.recipe)
-    if len(recipes) < len(args.recipe):
-        names = [parse_recipe(r)[0] for r in args.recipe]
-        twice = next(n for n in names if names.count(n) > 1)
+    parsed = [parse_recipe(r, VARIED + VARIED_BY_STEPS if settings["steps"] else VARIED) for r in args.recipe]
+    names = [name for name, _ in parsed]
+    if twice := next((n for n in names if names.count(n) > 1), None):
         raise SystemExit(f"error: --recipe {twice!r} is given twice: name each recipe once")
+    recipes = dict(parsed)
     if len(settings["sizes"]) < ladder.MIN_SIZES:
         raise SystemExit(f"error: {args.config} has {len(settings['sizes'])} sizes, a fit needs at least "
                          f"{ladder.MIN_SIZES}: add sizes")
@@ -508,18 +508,20 @@ def check_sizes(lad, recipes, path):
     """Every size's runs as train.py would check them (configurator.check), for every recipe and ratio, before
     anything trains: a size that cannot be built is one line now, not a traceback when the climb reaches it."""
     head = [*lad.s["base"], *shlex.split(lad.s["common"])]
+
+    def problem(argv):  # argv(): the run's arguments, built only once the checks before it have passed
+        try:
+            return configurator.check(configurator.load_config(argv()), lad.nproc)
+        except (configurator.ConfigError, ValueError) as e:
+            return str(e)
     for name, recipe in recipes.items():
         lr = configurator.load_config(head + recipe).learning_rate
-        for size, shape in lad.s["sizes"].items():
+        for size, shape in lad.s["sizes"].items():  # the shape first: argv builds the model to count its parameters
+            found = problem(lambda: [*head, *recipe, *(f"--{k}={v}" for k, v in shape.items())])
             for ratio in lad.s["tokens_per_param"]:
-                try:  # the shape first: argv builds the model to count its parameters
-                    problem = configurator.check(configurator.load_config(
-                        [*head, *recipe, *(f"--{k}={v}" for k, v in shape.items())]), lad.nproc) or \
-                        configurator.check(configurator.load_config(lad.argv(recipe, shape, lr, ratio)), lad.nproc)
-                except (configurator.ConfigError, ValueError) as e:
-                    problem = str(e)
-                if problem:
-                    raise SystemExit(f"error: {path}: size {size!r} (recipe {name}): {problem}")
+                found = found or problem(lambda: lad.argv(recipe, shape, lr, ratio))
+            if found:
+                raise SystemExit(f"error: {path}: size {size!r} (recipe {name}): {found}")
 
 
 def eval_options(args):
