@@ -415,6 +415,7 @@ def plot(result, path, target_params=None):
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)  # a ladder rerun in one process (the tests) would keep every figure open
 
 
 def main(argv=None):

@@ -36,7 +36,7 @@ CASES = [
                       "--repeat", "1"], "x"),
     ("bench_checkpoint", ["--mb", "1", "--tensors", "2", "--repeats", "1"], "async save stall"),
     ("bench_muon", ["--sizes", "8x16", "--repeats", "1"], "Newton-Schulz"),
-    ("form_choice", ["--draws", "1", "--noise", "0.01"], "| plateau | 1.0% | halve |"),
+    ("form_choice", ["--draws", "1", "--noise", "0.01"], "| s-shaped | 1.0% | no local |"),
 ]
 
 

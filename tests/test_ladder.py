@@ -65,13 +65,27 @@ def test_a_pure_power_law_stays_one_and_a_plateau_before_the_power_law_is_found(
     assert low < truth < high and value == pytest.approx(truth, rel=0.01)
 
 
+def test_a_slope_that_settles_at_the_top_is_followed_by_the_local_power_law_not_carried_on_by_plateau():
+    """Steepening from -0.1 to -0.3 at the third size, then straight: plateau, fitted through the bend, keeps
+    steepening past the top; the power law through the three largest sizes is the law there."""
+    sizes = np.geomspace(3e4, 6e5, 6)
+    slope = np.where(np.log(sizes) < np.log(sizes[2]), -0.1, -0.3)
+    losses = 2.6 * np.exp(np.concatenate([[0], np.cumsum(slope[1:] * np.diff(np.log(sizes)))]))
+    losses = noisy(losses, 0.002)
+    fit = ladder.fit_loss(sizes[:-1], losses[:-1])
+    assert fit.form == "local" and fit.n == 3 and fit.named()["alpha"] == pytest.approx(0.3, abs=0.05)
+    assert ladder.backtest("plateau", sizes[:-1], losses[:-1]) > ladder.backtest("local", sizes[:-1], losses[:-1])
+    value, low, high = fit.predict(sizes[-1])
+    assert low < losses[-1] < high and value == pytest.approx(losses[-1], rel=0.01)
+    assert ladder.fit_form("local", sizes[:3], losses[:3]).form == "power"  # three sizes: local is all of them
+
 
 def test_misses_within_a_hundredth_of_a_percent_are_a_tie_won_by_the_simpler_form(monkeypatch):
     """Within 0.01% of the least miss, not the same when rounded: 1.2351% and 1.2349% round apart (to 1.24%
     and 1.23%), and power, the simpler, is kept; 1.2351% against 1.2049% is no tie."""
     losses = noisy(1.5 + 30 * SIZES ** -0.3, 0.001)  # saturating, which either form can fit
     for saturating, chosen in ((0.012349, "power"), (0.012049, "saturating")):
-        misses = {"power": 0.012351, "saturating": saturating, "plateau": math.inf}
+        misses = {"power": 0.012351, "saturating": saturating, "plateau": math.inf, "local": math.inf}
         monkeypatch.setattr(ladder, "backtest", lambda form, n, y: misses[form])
         assert ladder.fit_loss(SIZES, losses).form == chosen
 

@@ -12,6 +12,7 @@ The forms, by the ladder's name for them (x: N the parameters, D the training to
     power       L = A * N^-alpha                   the final val loss along a fixed tokens-per-parameter rule
     saturating  L = E + A * N^-alpha               the same with an irreducible loss E
     plateau     L = L0 * (1 + N / Nb)^-alpha       flat at L0 well below Nb, a power law well above it
+    local       L = A * N^-alpha                   on the three largest sizes alone: the log-log tangent at the top
     chinchilla  L = E + A * N^-alpha + B * D^-beta (Hoffmann et al.), when the ladder measured several D/N
     sigmoid     acc = a / (1 + exp(-k * (L - L0))) + b   a task's score against a loss (Bhagia et al.'s step 2)
 With D a fixed multiple of N, D carries no information of its own: Chinchilla's B and beta fold into A and
@@ -20,7 +21,9 @@ form that, fitted on all its sizes but the largest, best predicts the largest (b
 itself is judged on a size it held out. Saturating bends the log-log line towards a floor (Chinchilla's
 E); plateau bends it the other way, a broken power law (Caballero et al., arXiv 2210.14891) whose first
 segment is flat: the smallest models sit near what a model of the bytes' frequencies reaches (Hestness et
-al.'s "small data region", arXiv 1712.00409), and the power law only starts above them.
+al.'s "small data region", arXiv 1712.00409), and the power law only starts above them. Local follows a
+curve whose slope has settled at the top after changing below (steepening then straight, as the CPU ladder's
+Muon runs): plateau, fitted on the steepening, carries it on past the top.
 """
 import json
 import math
@@ -71,6 +74,7 @@ FORMS = {
     "power": (_power, ("logA", "alpha"), False),
     "saturating": (_saturating, ("E", "logA", "alpha"), False),
     "plateau": (_plateau, ("logL0", "logNb", "alpha"), False),
+    "local": (_power, ("logA", "alpha"), False),
     "chinchilla": (_chinchilla, ("E", "logA", "alpha", "logB", "beta"), False),
     "sigmoid": (_sigmoid, ("a", "k", "L0", "b"), False),
 }
@@ -178,7 +182,8 @@ def fit_lr(sizes, lrs):
     return fit("lr", np.asarray(sizes, float), lrs, [logc, b], what="sizes")
 
 
-ALONG_THE_RULE = ("power", "saturating", "plateau")  # simplest first
+ALONG_THE_RULE = ("power", "saturating", "plateau", "local")  # simplest first: local uses the fewest sizes
+LOCAL_SIZES = 3
 
 
 def fit_loss(sizes, losses, tokens=None):
@@ -249,9 +254,13 @@ def backtest(form, sizes, losses):
 
 def fit_form(form, n, y, min_points=MIN_SIZES):
     """One of ALONG_THE_RULE fitted to sizes n and losses y, from starting points suited to it."""
+    if form == "local":  # a power law on the largest sizes alone; with no more sizes than that, it is power
+        form = "local" if len(n) > LOCAL_SIZES else "power"
+        top = np.argsort(n)[-LOCAL_SIZES:]
+        n, y = n[top], y[top]
     slope, intercept = np.polyfit(np.log(n), np.log(y), 1)
-    if form == "power":
-        return fit("power", n, y, [intercept, -slope], min_points=min_points, what="sizes")
+    if form in ("power", "local"):
+        return fit(form, n, y, [intercept, -slope], min_points=min_points, what="sizes")
     if form == "saturating":
         return fit("saturating", n, y, [0.5 * y.min(), intercept, -slope], bounds=([0, -50, 0], [y.min(), 50, 3]),
                    min_points=min_points, what="sizes")
