@@ -113,15 +113,22 @@ def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tm
     assert not any(r["replica"] for r in rules.under_rule(runs, 4, 1, 1))
     assert {(r["lr"], r["seed"]) for r in rules.under_rule(runs, 4, 3, 1) if r["replica"]} == {(2e-3, 1338), (2e-3, 1339)}
     assert {(r["lr"], r["seed"]) for r in rules.under_rule(runs, 4, 2, 2) if r["replica"]} == {(2e-3, 1338), (1e-3, 1338)}
+    # adaptive: 2e-3's mean (1.033 of the law) is above 1e-3's one run (1.0), so 1e-3 is challenged and trained
+    assert rules.under_rule(runs, 4, 3, 2, adaptive=True) == rules.under_rule(runs, 4, 3, 2)
+    steady = [{**r, "final_val_loss": r["final_val_loss"] * (0.995 / 1.055 if r["lr"] == 2e-3 and r["replica"] else 1)}
+              for r in runs]  # 2e-3's seeds now 0.99, 0.995, 1.0: a mean below 1e-3's run, which is not trained again
+    assert {(r["lr"], r["seed"]) for r in rules.under_rule(steady, 4, 3, 2, adaptive=True) if r["replica"]} == \
+        {(2e-3, 1338), (2e-3, 1339)}
     path = tmp_path / "ladder.json"
     path.write_text(json.dumps({"tokens_per_param": [4], "settings": {"seeds": 3, "seeded_rates": 2},
                                 "recipes": {"adamw": {"runs": runs}}}))
-    rules.main([str(path), "--rules", "1x1", "3x1", "3x2"])
+    rules.main([str(path), "--rules", "1x1", "3x1", "3x2", "3x2a"])
     rows = {line.split(" | ")[2]: line for line in capsys.readouterr().out.splitlines() if "| adamw |" in line}
     law = 10 * 1.6e5 ** -0.15  # the largest size
     assert f"| {law:.4f} ({law:.4f}, {law:.4f}, {law:.4f}) | " in rows["3x2"]  # 1e-3: the lower mean
     assert f"| {law * 3.1 / 3:.4f} ({0.99 * law:.4f}, {1.05 * law:.4f}, {1.06 * law:.4f}) | " in rows["3x1"]
     assert f"| {0.99 * law:.4f} ({0.99 * law:.4f}) | " in rows["1x1"]
+    assert rows["3x2a"].split(" | ")[3:-2] == rows["3x2"].split(" | ")[3:-2] and rows["3x2"].endswith("| 35 | nan |")  # 5 sizes x (3 rates + 2 x 2 seeds)
     assert all("0.0%, inside" in row for row in rows.values())  # each rule's sizes on a law of their own
     with pytest.raises(SystemExit, match="rule 4x1 asks for more"):
         rules.main([str(path), "--rules", "4x1"])

@@ -6,7 +6,10 @@ and held-out checks made again for each. Trains nothing; seconds.
 
 A rule K x R: each size's R lowest swept rates at K seeds (the sweep's run and the first K - 1 replicas), the
 size's loss the rate of lowest mean (trainer/ladder.best_runs). 1 x 1 is one seed; 3 x 1 the lowest swept
-run's rate at three seeds. Prints, per ladder, recipe and rule, the largest size's prediction from the sizes
+run's rate at three seeds. K x Ra (3x2a): the second and later rates' seeds only where the rates before them,
+at K seeds, have a mean above that rate's one run: a rate whose seeds stay below the next rate's run is not
+challenged. The minutes column sums the wall time of the runs a rule keeps (their metrics.jsonl, where on
+disk): what it costs in training, one slot's minutes. Prints, per ladder, recipe and rule, the largest size's prediction from the sizes
 below, its measurement (the mean of its seeds, at its rate), the error, whether the interval holds it, and the
 recommended rate over the sweep's best; the same one step further out (the two largest held out).
 """
@@ -16,48 +19,67 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from trainer import ladder, ladder_analysis  # noqa: E402
+from trainer import ladder, ladder_analysis, metrics  # noqa: E402
 
 
-def under_rule(runs, ratio, seeds, rates):
-    """The runs a ladder trained with `seeds` seeds at each size's `rates` lowest swept rates would hold."""
+def under_rule(runs, ratio, seeds, rates, adaptive=False):
+    """The runs a ladder trained with `seeds` seeds at each size's `rates` lowest swept rates would hold
+    (adaptive: a rate's seeds only where the best mean of the rates before it is above its one run)."""
     kept = [r for r in runs if not r["replica"]]
     for size in {r["size"] for r in kept if r["tokens_per_param"] == ratio}:
         swept = [r for r in kept if r["size"] == size and r["tokens_per_param"] == ratio]
-        first = swept[0]["seed"]
-        lowest = set(ladder.seeded_rates(swept, rates))
-        kept += [r for r in runs if r["replica"] and r["size"] == size and r["tokens_per_param"] == ratio
-                 and r["lr"] in lowest and 0 < r["seed"] - first < seeds]
+        first, loss = swept[0]["seed"], {r["lr"]: ladder.ranked_loss(r) for r in swept}
+        for i, lr in enumerate(ladder.seeded_rates(swept, rates)):
+            if adaptive and i and min(ladder.ranked_loss(m) for m in ladder.rate_means(kept, size, ratio)
+                                      if "seed_losses" in m) <= loss[lr]:
+                break
+            kept += [r for r in runs if r["replica"] and r["size"] == size and r["tokens_per_param"] == ratio
+                     and r["lr"] == lr and 0 < r["seed"] - first < seeds]
     return kept
+
+
+def minutes(runs):
+    """The wall time of these runs' training, from their metrics.jsonl (nan where one is not on disk)."""
+    total = 0.0
+    for r in runs:
+        try:
+            start, done = metrics.read(r["out_dir"], "start")[0], metrics.read(r["out_dir"], "done")[-1]
+        except (KeyError, OSError, IndexError):
+            return float("nan")
+        total += done["time"] - start["time"]
+    return total / 60
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("ladders", nargs="+", help="ladder.json files of ladders trained with seeds and seeded_rates")
-    p.add_argument("--rules", nargs="+", default=["1x1", "3x1", "2x2", "3x2"], help="K x R: seeds x seeded rates")
+    p.add_argument("--rules", nargs="+", default=["1x1", "3x1", "2x2", "3x2", "3x2a"],
+                   help="K x R: seeds x seeded rates; KxRa: adaptive")
     args = p.parse_args(argv)
-    rules = [tuple(int(x) for x in rule.split("x")) for rule in args.rules]
+    rules = [(int(k), int(r.rstrip("a")), r.endswith("a")) for k, r in (rule.split("x") for rule in args.rules)]
     print("| ladder | recipe | rule | predicted [±2σ] | measured (seeds) | error | lr / sweep's best | "
-          "two held out: error |")
-    print("|---|---|---|---|---|---|---|---|")
+          "two held out: error | runs | minutes |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for path in args.ladders:
         result = json.loads(Path(path).read_text())
         ratio = result["tokens_per_param"][0]
         trained = result["settings"]
-        for seeds, rates in rules:
+        for seeds, rates, _ in rules:
             if seeds > trained["seeds"] or rates > trained.get("seeded_rates", 1):
                 raise SystemExit(f"error: {path} was trained with seeds = {trained['seeds']}, seeded_rates = "
                                  f"{trained.get('seeded_rates', 1)}: rule {seeds}x{rates} asks for more")
         for name, rec in result["recipes"].items():
-            for seeds, rates in rules:
-                runs = under_rule(rec["runs"], ratio, seeds, rates)
+            for seeds, rates, adaptive in rules:
+                runs = under_rule(rec["runs"], ratio, seeds, rates, adaptive)
                 h = ladder_analysis.held_out(runs, ratio)
                 two = ladder_analysis.held_out(runs, ratio, 2)
                 measured = ", ".join(f"{v:.4f}" for v in h["seed_losses"].values()) or f"{h['measured_val_loss']:.4f}"
-                print(f"| {Path(path).parent.name} | {name} | {seeds}x{rates} | {h['predicted_val_loss']:.4f} "
+                print(f"| {Path(path).parent.name} | {name} | {seeds}x{rates}{'a' if adaptive else ''} | "
+                      f"{h['predicted_val_loss']:.4f} "
                       f"[{h['interval'][0]:.4f}, {h['interval'][1]:.4f}] | {h['measured_val_loss']:.4f} ({measured}) | "
                       f"{h['relative_error']:+.1%}, {'inside' if h['inside'] else 'outside'} | "
-                      f"{h['lr_ratio']:.2f}x | {two.get('relative_error', float('nan')):+.1%} |")
+                      f"{h['lr_ratio']:.2f}x | {two.get('relative_error', float('nan')):+.1%} | {len(runs)} | "
+                      f"{minutes(runs):.0f} |")
 
 
 if __name__ == "__main__":
