@@ -401,6 +401,16 @@ def seeded_rates(sweep, count):
     return [r["lr"] for r in sorted(sweep, key=ranked_loss)[:count]]
 
 
+def challenges(runs, size, ratio, lr):
+    """Whether the rate lr, one run of a size's sweep, could still beat the rates already trained at every seed:
+    its run is below their lowest mean. The seeds' mean of a sweep's lowest run rises above that run (it was
+    picked for being low); a rate whose run stays above it is not trained again (successive halving's stop)."""
+    means = [ranked_loss(m) for m in rate_means(runs, size, ratio) if "seed_losses" in m]
+    one = next(r for r in runs if r["size"] == size and r["tokens_per_param"] == ratio and r["lr"] == lr
+               and not r.get("replica"))
+    return not means or ranked_loss(one) < min(means)
+
+
 def ranked_loss(run):
     """A run's final val loss for ranking runs: one that diverged (NaN) ranks last."""
     return run["final_val_loss"] if math.isfinite(run["final_val_loss"]) else math.inf

@@ -28,10 +28,9 @@ def under_rule(runs, ratio, seeds, rates, adaptive=False):
     kept = [r for r in runs if not r["replica"]]
     for size in {r["size"] for r in kept if r["tokens_per_param"] == ratio}:
         swept = [r for r in kept if r["size"] == size and r["tokens_per_param"] == ratio]
-        first, loss = swept[0]["seed"], {r["lr"]: ladder.ranked_loss(r) for r in swept}
-        for i, lr in enumerate(ladder.seeded_rates(swept, rates)):
-            if adaptive and i and min(ladder.ranked_loss(m) for m in ladder.rate_means(kept, size, ratio)
-                                      if "seed_losses" in m) <= loss[lr]:
+        first = swept[0]["seed"]
+        for lr in ladder.seeded_rates(swept, rates):
+            if adaptive and not ladder.challenges(kept, size, ratio, lr):
                 break
             kept += [r for r in runs if r["replica"] and r["size"] == size and r["tokens_per_param"] == ratio
                      and r["lr"] == lr and 0 < r["seed"] - first < seeds]
