@@ -14,8 +14,8 @@ about that many steps) and the sweep: at the first size `sweep_points[0]` learni
 `sweep_factors[0]` apart around the recipe's learning_rate, then at each larger size a sweep centred on
 the optimum the sizes below predict (the last size's best, then from 3 sizes on their best learning rates'
 power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it; with `seeds`, the
-rates of each size's `seeded_rates` lowest swept runs are trained again at other seeds and the fits take the
-rate of lowest mean. Every run is train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR,
+rates of each size's `seeded_rates` lowest swept runs are trained again at other seeds (a later one only
+while its run is below the means before it) and the fits take the rate of lowest mean. Every run is train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR,
 read back from its metrics.jsonl; a run with a `done` (or `diverged`: a NaN that ranks last) record is not
 repeated, so a stopped ladder reruns where it stopped and a larger size added to the config runs alone (a run
 whose config.json holds other settings than the ladder would give it, a recipe's flags or an edited base or
@@ -239,14 +239,26 @@ class Ladder:
                 self.s["sweep_factors"][min(i, len(self.s["sweep_factors"]) - 1)])
 
     def planned_runs(self, i):
-        """How many runs the i-th size trains at the first ratio, the points a sweep's edge adds aside: its sweep,
-        and its seeded_rates lowest rates at the other seeds."""
+        """How many runs the i-th size trains at the first ratio, at most (a sweep's edge may add points, and a
+        seeded rate that cannot win is not trained again): its sweep, and its seeded_rates lowest rates at the
+        other seeds."""
         return self.sweep(i)[0] + min(self.s["seeded_rates"], self.sweep(i)[0]) * (self.s["seeds"] - 1)
 
     def run_many(self, name, recipe, size, shape, lrs, ratio, seeds=None):
         jobs = list(zip(lrs, seeds or [None] * len(lrs)))
         with concurrent.futures.ThreadPoolExecutor(max(1, min(self.jobs, len(jobs)))) as pool:  # the slots bound them all
             return list(pool.map(lambda job: self.run(name, recipe, size, shape, job[0], ratio, job[1]), jobs))
+
+    def seed_rates(self, name, recipe, size, shape, sweep, ratio, seeds):
+        """The sweep's seeded_rates lowest rates again at the other seeds, one rate after another, and a later
+        rate only while its one run could still beat the means before it (ladder.challenges): ladder.best_runs
+        takes the rate of lowest mean."""
+        runs = []
+        for lr in ladder.seeded_rates(sweep, self.s["seeded_rates"]):
+            if not ladder.challenges(sweep + runs, size, ratio, lr):
+                break
+            runs += self.run_many(name, recipe, size, shape, [lr] * len(seeds), ratio, seeds)
+        return runs
 
     def climb(self, name, recipe):
         """Every size of one recipe, its sweep centred on what the sizes below predict; all its runs. A size's
@@ -290,11 +302,8 @@ class Ladder:
                 sweep += self.run_many(name, recipe, size, shape, [beyond], ratio)
             best, edge = ladder.best_lr([r["lr"] for r in sweep], [r["final_val_loss"] for r in sweep])
             rungs.append((sweep[0]["params"], best))
-            # the lowest runs' rates again at the other seeds: ladder.best_runs takes the rate of lowest mean
-            lowest = ladder.seeded_rates(sweep, self.s["seeded_rates"])
             seeds = [start.seed + k for k in range(1, self.s["seeds"])]
-            replicas = self.watched(name, beside.submit(self.run_many, name, recipe, size, shape,
-                                                        [lr for lr in lowest for _ in seeds], ratio, seeds * len(lowest)))
+            replicas = self.watched(name, beside.submit(self.seed_rates, name, recipe, size, shape, sweep, ratio, seeds))
             others = [self.watched(name, beside.submit(self.run_many, name, recipe, size, shape, [best], other))
                       for other in extra]  # one run at its best
             yield sweep, best, edge, replicas, others

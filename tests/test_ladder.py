@@ -958,6 +958,30 @@ def test_seeded_rates_trains_the_lowest_rates_again_and_the_size_takes_the_rate_
         climb(ladder_config(tmp_path, [16, 32, 48, 64], seeded_rates=0), out, "adamw: --optimizer=adamw")
 
 
+def test_a_seeded_rate_whose_run_is_above_the_means_before_it_is_not_trained_again(tmp_path, fake_train):
+    """Rates 4x apart: the next rate's run is ~3% above the lowest, whose seeds average 1% above it (the fake
+    seeds' noise), so it cannot win and trains once; 2x apart (the test above) it is within 1% and is seeded."""
+    out = tmp_path / "out"
+    result = climb(ladder_config(tmp_path, [16, 32, 48, 64], seeds=3, seeded_rates=2, sweep_factors=(4.0,)), out,
+                   "adamw: --optimizer=adamw")
+    runs = result["recipes"]["adamw"]["runs"]
+    for size in {r["size"] for r in runs}:
+        seeded = [r for r in ladder.rate_means(runs, size, 2) if "seed_losses" in r]
+        assert len(seeded) == 1 and len(seeded[0]["seed_losses"]) == 3
+
+
+def test_challenges_is_whether_a_run_is_below_every_seeded_mean():
+    def run(lr, loss, seed=1):
+        return {"size": "a", "tokens_per_param": 2, "lr": lr, "seed": seed, "replica": seed != 1, "scores": {},
+                "final_val_loss": loss, "curve": [[1.0, loss]]}
+    sweep = [run(0.1, 2.0), run(0.05, 2.03), run(0.2, float("nan"))]
+    assert ladder.challenges(sweep, "a", 2, 0.1)  # nothing seeded yet: the first rate always is
+    seeded = sweep + [run(0.1, 2.05, 2), run(0.1, 2.07, 3)]  # 0.1's mean 2.04: 0.05's 2.03 could still win
+    assert ladder.challenges(seeded, "a", 2, 0.05) and not ladder.challenges(seeded, "a", 2, 0.2)
+    steady = sweep + [run(0.1, 2.01, 2), run(0.1, 2.02, 3)]  # a mean of 2.01, below 0.05's one run
+    assert not ladder.challenges(steady, "a", 2, 0.05)
+
+
 def test_a_run_lucky_at_one_seed_loses_to_a_rate_whose_seeds_are_lower_on_average():
     def run(lr, loss, seed):
         return {"size": "a", "params": 1, "tokens_per_param": 2, "lr": lr, "seed": seed, "replica": seed != 1,
