@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from conftest import REPO, run_here
-from trainer import metrics
+from trainer import ladder_analysis, metrics
 
 STUDIES = REPO / "scripts" / "bench"
 
@@ -132,3 +132,21 @@ def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tm
     assert all("0.0%, inside" in row for row in rows.values())  # each rule's sizes on a law of their own
     with pytest.raises(SystemExit, match="rule 4x1 asks for more"):
         rules.main([str(path), "--rules", "4x1"])
+
+
+# Each published CPU ladder's held-out check as docs/scaling_ladder.md reports it ("Seeds 7 and 8"): the relative
+# error now (the stop, local among the forms) and before (every candidate seeded, no local), read off its runs.
+PUBLISHED = {"seed7": {"adamw": (0.048, 0.048), "muon": (-0.014, -0.036)}}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_the_published_ladders_held_out_checks_are_what_the_docs_say(name):
+    rules, forms = study("seed_rules"), study("form_choice")
+    result = json.loads((REPO / "docs" / "ladder_runs" / name / "ladder.json").read_text())
+    ratio = result["tokens_per_param"][0]
+    for recipe, (now, before) in PUBLISHED[name].items():
+        runs = result["recipes"][recipe]["runs"]
+        assert ladder_analysis.held_out(rules.under_rule(runs, ratio, 3, 2, adaptive=True), ratio)[
+            "relative_error"] == pytest.approx(now, abs=5e-4)
+        with forms.choosing_among(forms.RULES["no local"]):
+            assert ladder_analysis.held_out(runs, ratio)["relative_error"] == pytest.approx(before, abs=5e-4)
