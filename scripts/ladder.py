@@ -15,8 +15,8 @@ about that many steps) and the sweep: at the first size `sweep_points[0]` learni
 the optimum the sizes below predict (the last size's best, then from 3 sizes on their best learning rates'
 power law), narrowing as it climbs; a best rate at a sweep's edge adds a point beyond it; with `seeds`, the
 rates of each size's `seeded_rates` lowest swept runs are trained again at other seeds (a later one only
-while its run is below the means before it) and the fits take the rate of lowest mean. Every run is train.py (under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR,
-read back from its metrics.jsonl; a run with a `done` (or `diverged`: a NaN that ranks last) record is not
+while its run is below the means before it) and the fits take the rate of lowest mean. Every run is train.py
+(under torchrun with --nproc) in OUT/runs/RECIPE/SIZE_rRATIO_lrLR, read back from its metrics.jsonl; a run with a `done` (or `diverged`: a NaN that ranks last) record is not
 repeated, so a stopped ladder reruns where it stopped and a larger size added to the config runs alone (a run
 whose config.json holds other settings than the ladder would give it, a recipe's flags or an edited base or
 common, is refused). --jobs runs share the slots, each with its own --nproc GPUs on a GPU box.

@@ -11,12 +11,12 @@ scatter of one run about its law (on the CPU ladder another seed at a size's bes
 away, docs/scaling_ladder.md). Each rule fits the five smaller sizes and predicts the largest (one step beyond),
 then all six and predicts 4x the largest (a GPU ladder's 1.3B to 6.7B is 5x). "least" is the ladder's: the
 form whose backtest misses least. "no local" is the rule it replaced: the same without the local form (both
-with the interval's drift term). Prints, per law and noise, each rule's mean and worst error against the law's true value one
-step beyond, the share within 3%, and how often the ±2 sigma interval held the truth; then the mean error
+with the interval's drift term). Prints, per law and noise, each rule's mean and worst error against the law's
+true value one step beyond, the share within 3%, and how often the ±2 sigma interval held the truth; then the mean error
 and the interval's record at 4x. Trains nothing; about a minute. With --ladders, real ladders instead: each
 recipe's held-out check (ladder.json's held_out) under each rule.
 
-    python scripts/bench/form_choice.py --ladders out/ladder_seed7/ladder.json out/ladder_seed8/ladder.json
+    python scripts/bench/form_choice.py --ladders docs/ladder_runs/seed7/ladder.json docs/ladder_runs/seed8/ladder.json
 """
 import argparse
 import contextlib

@@ -9,8 +9,8 @@ size's loss the rate of lowest mean (trainer/ladder.best_runs). 1 x 1 is one see
 run's rate at three seeds. K x Ra (3x2a): the second and later rates' seeds only where the rates before them,
 at K seeds, have a mean above that rate's one run: a rate whose seeds stay below the next rate's run is not
 challenged. The minutes column sums the wall time of the runs a rule keeps (their metrics.jsonl, where on
-disk): what it costs in training, one slot's minutes. Prints, per ladder, recipe and rule, the largest size's prediction from the sizes
-below, its measurement (the mean of its seeds, at its rate), the error, whether the interval holds it, and the
+disk): what it costs in training, one slot's minutes. Prints, per ladder, recipe and rule, the largest size's
+prediction from the sizes below, its measurement (the mean of its seeds, at its rate), the error, whether the interval holds it, and the
 recommended rate over the sweep's best; the same one step further out (the two largest held out).
 """
 import argparse
@@ -42,10 +42,11 @@ def minutes(runs):
     total = 0.0
     for r in runs:
         try:
-            start, done = metrics.read(r["out_dir"], "start")[0], metrics.read(r["out_dir"], "done")[-1]
-        except (KeyError, OSError, IndexError):
+            records = metrics.read(r["out_dir"])  # read once for its first start and its last done
+            start = next(x for x in records if x["kind"] == "start")
+            total += [x for x in records if x["kind"] == "done"][-1]["time"] - start["time"]
+        except (KeyError, OSError, IndexError, StopIteration):
             return float("nan")
-        total += done["time"] - start["time"]
     return total / 60
 
 
