@@ -205,11 +205,11 @@ class Ladder:
             shown = " ".join(command if self.nproc > 1 else command[1:])  # the script, or torchrun and its flags
             print(f"+ {shown}", flush=True)
             env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **slot)
-            result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            result = subprocess.run(command, env=env, capture_output=True, text=True)
         finally:
             self.slots.put(slot)
         if result.returncode != 0 and not accept():
-            raise self.fail(SystemExit(f"error: {shown} failed: {why_it_failed(result.stderr)}"))
+            raise self.fail(SystemExit(f"error: {shown} failed: {why_it_failed(result.stderr, result.stdout)}"))
 
     def fail(self, error):
         """The ladder's first failure (the one main reports), from now on every climb's: no new run starts, and
@@ -352,13 +352,15 @@ def ending(out_dir):
     return "diverged" if metrics.read(out_dir, "diverged") else None
 
 
-def why_it_failed(stderr):
-    """The line of a failed script's stderr that says why: its own `error: ...`, else the last exception
-    (torchrun's report of a failed child comes after both, and says only that it failed)."""
-    lines = [line.strip() for line in stderr.strip().splitlines()] or ["(nothing on stderr)"]
+def why_it_failed(stderr, stdout):
+    """The line of a failed script's output that says why: its own `error: ...` or the last exception on stderr
+    (torchrun's report of a failed child comes after both, and says only that it failed), else the `error: ...`
+    train.py's rank 0 writes to its log, on stdout; else stderr's last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines()]
     said = [line for line in lines if (line.startswith("error: ") or ": error: " in line
                                        or line.split(": ", 1)[0].endswith("Error")) and "ChildFailedError" not in line]
-    return (said or lines)[-1]
+    logged = [line.strip() for line in stdout.splitlines() if line.startswith("error: ")]
+    return (said or logged or lines or ["(nothing on stderr or stdout)"])[-1]
 
 
 def scores(out_dir):

@@ -251,7 +251,7 @@ def fake_train(monkeypatch):
             Path(out_dir, f"ckpt_{newest}.eval.json").write_text(json.dumps(
                 {"iter": newest, "results": {t: {"acc_norm": task_score(loss), "n": 1000} for t in tasks}}))
             calls.scored.append((out_dir, tasks))
-            return types.SimpleNamespace(returncode=0, stderr="")
+            return types.SimpleNamespace(returncode=0, stdout="", stderr="")
         args = command[command.index("train.py") + 1:]
         cfg = configurator.load_config(args)
         n = cost.meta_model(cfg, "none").get_num_params()
@@ -266,7 +266,7 @@ def fake_train(monkeypatch):
         Path(cfg.out_dir, f"ckpt_{cfg.max_iters}.pt").touch()  # the checkpoint at its end, for eval.py
         calls.append(cfg.out_dir)
         commands.append(command)
-        return types.SimpleNamespace(returncode=0, stderr="")
+        return types.SimpleNamespace(returncode=0, stdout="", stderr="")
     monkeypatch.setattr(ladder_script.subprocess, "run", run)
     calls.commands = commands
     return calls
@@ -517,7 +517,8 @@ def test_a_run_that_diverges_ranks_last_and_is_not_trained_again(tmp_path, fake_
             record("nonfinite", k, loss=None, grad_norm=None, in_a_row=k)
         record("diverged", cfg.max_nonfinite_steps, reason="10 non-finite steps in a row")
         fake_train.append(cfg.out_dir)
-        return types.SimpleNamespace(returncode=1, stderr="error: 10 non-finite steps in a row; stopping without saving")
+        return types.SimpleNamespace(returncode=1, stdout="",
+                                     stderr="error: 10 non-finite steps in a row; stopping without saving")
     monkeypatch.setattr(ladder_script.subprocess, "run", run)
     config = ladder_config(tmp_path, [16, 32, 48, 64])
     result = climb(config, tmp_path / "out", "adamw: --optimizer=adamw")
@@ -592,9 +593,9 @@ def test_the_failure_is_reported_when_a_run_of_the_same_recipe_then_stops(tmp_pa
     def run(command, **kwargs):
         if "train.py" in command and "--learning_rate=0.001" in command:  # the first sweep's second rate
             failed.set()
-            return types.SimpleNamespace(returncode=1, stderr="error: the disk is full")
+            return types.SimpleNamespace(returncode=1, stdout="", stderr="error: the disk is full")
         if "train.py" in command:
-            failed.wait(10)
+            failed.wait(120)
             time.sleep(0.2)  # the failure has stopped the ladder by now
         return train(command, **kwargs)
     monkeypatch.setattr(ladder_script.subprocess, "run", run)
@@ -660,8 +661,8 @@ def test_a_failed_run_stops_the_other_recipes_climb_and_is_the_error_reported(tm
 
     def run(command, **kwargs):
         if "--optimizer=muon" in command:  # fails once adamw's climb is under way
-            adamw_trained.wait(10)
-            return types.SimpleNamespace(returncode=1, stderr="Traceback ...\nRuntimeError: out of memory\n"
+            adamw_trained.wait(120)  # set once adamw has trained a run: seconds, or more on a loaded machine
+            return types.SimpleNamespace(returncode=1, stdout="", stderr="Traceback ...\nRuntimeError: out of memory\n"
                                          "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
                                          "train.py FAILED\n  error_file: <N/A>")  # as torchrun ends
         result = train(command, **kwargs)
@@ -675,6 +676,16 @@ def test_a_failed_run_stops_the_other_recipes_climb_and_is_the_error_reported(tm
         ladder_script.main(argv)
     assert 0 < len(fake_train) < 17  # adamw's climb stopped before its 17 runs (5 + 3 a size)
     assert not (tmp_path / "out" / "ladder.json").exists()
+
+
+def test_a_failed_runs_reason_is_its_error_line_on_stderr_else_the_one_its_log_wrote_on_stdout():
+    """train.py's rank 0 writes its `error: ...` to train.log and stdout; a ladder that read only stderr
+    reported "(nothing on stderr)" for a run without its data."""
+    log = "memory: estimated peak 1.6 MB\nerror: no train.bin in data/quickstart: prepare the data first\n"
+    assert ladder_script.why_it_failed("", log) == "error: no train.bin in data/quickstart: prepare the data first"
+    assert ladder_script.why_it_failed("Traceback ...\nOSError: disk full\n", log) == "OSError: disk full"
+    assert ladder_script.why_it_failed("Killed\n", "iter 10: loss 2.1\n") == "Killed"
+    assert ladder_script.why_it_failed("", "iter 10: loss 2.1\n") == "(nothing on stderr or stdout)"
 
 
 def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit_held_out_as_the_rules(tmp_path, fake_train,
