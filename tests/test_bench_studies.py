@@ -135,12 +135,15 @@ def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tm
 
 
 # Each published CPU ladder's held-out check as docs/scaling_ladder.md reports it ("Seeds 7, 8 and 9", "A 22-minute
-# ladder"): the relative error now (the stop, local among the forms) and before (every candidate seeded, no local),
-# read off its runs.
+# ladder", "Half the tokens"): the relative error now (the stop, local among the forms) and before (every
+# candidate seeded, no local), read off its runs.
 PUBLISHED = {"seed7": {"adamw": (0.048, 0.048), "muon": (-0.014, -0.036)},
              "seed8": {"adamw": (-0.004, -0.004), "muon": (-0.028, -0.028)},
              "seed9": {"adamw": (0.045, 0.045), "muon": (0.000, -0.022)},
-             "small_seed9": {"adamw": (0.059, 0.059), "muon": (0.156, 0.156)}}  # config/ladder_tiny_small.py
+             "small_seed9": {"adamw": (0.059, 0.059), "muon": (0.156, 0.156)},  # config/ladder_tiny_small.py
+             "half_seed7": {"adamw": (0.042, 0.042), "muon": (-0.026, -0.026)},  # config/ladder_tiny_half_tokens.py
+             "half_seed8": {"adamw": (0.024, 0.024), "muon": (-0.045, -0.045)},
+             "half_seed9": {"adamw": (-0.000, -0.000), "muon": (-0.0195, -0.0195)}}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
