@@ -136,8 +136,9 @@ def table(results, params):
     return "\n".join(lines)
 
 
-def watch(args):
-    """Score each checkpoint of args.watch not yet in its eval.jsonl, oldest first, until the run's last step."""
+def watch(args, heard):
+    """Score each checkpoint of args.watch not yet in its eval.jsonl, oldest first, until the run's last step;
+    stop once heard (a SIGINT) is set, should a library have swallowed its KeyboardInterrupt."""
     log_path = os.path.join(args.watch, WATCH_LOG)
     print(f"watch: {args.watch}: {len(evaluation.read_watch_log(log_path))} checkpoint(s) scored before; "
           "Ctrl-C (SIGINT) stops, and the same command carries on", flush=True)
@@ -160,8 +161,12 @@ def watch(args):
                 f.flush()
                 os.fsync(f.fileno())
             print(f"watch: step {info['iter']} scored in {record['seconds']}s" + (f"; {note}" if note else ""), flush=True)
+            if heard.is_set():
+                raise KeyboardInterrupt
         if args.poll == 0:
             return
+        if heard.is_set():
+            raise KeyboardInterrupt
         if not todo:
             time.sleep(args.poll)
 
@@ -173,9 +178,9 @@ def main(argv=None):
     if args.watch:
         if world_size > 1:
             sample.fail("--watch runs in one process: start it with python, not torchrun")
-        elastic.hear_sigint()  # from now on a stop is a KeyboardInterrupt here, which says where eval.jsonl stands
+        heard = elastic.hear_sigint()  # from now on a stop is a KeyboardInterrupt here, which says where eval.jsonl stands
         try:
-            return watch(args)
+            return watch(args, heard)
         except KeyboardInterrupt:  # a checkpoint half scored is scored again by the next watch
             print(f"watch: stopped by SIGINT; {os.path.join(args.watch, WATCH_LOG)} has every checkpoint scored "
                   "so far, and the same command carries on", flush=True)

@@ -176,6 +176,33 @@ def test_watch_scores_each_checkpoint_once_resumes_and_plots(run, tmp_path, caps
     assert "lm-eval curves for 2 task metric(s)" in capsys.readouterr().out and (tmp_path / "plot.png").stat().st_size > 10_000
 
 
+def test_watch_stops_after_the_checkpoint_whose_sigint_a_library_swallowed(run, tmp_path, monkeypatch, capsys):
+    """A bare `except:` inside lm-eval or datasets can eat the KeyboardInterrupt; the watch still stops, with
+    the checkpoint it was scoring written whole, not on to the next one and a minute's poll."""
+    out_dir = tmp_path / "run"
+    for step in (10, 20):
+        save(out_dir, step)
+    score = eval_script.score
+
+    def score_through_a_swallowed_interrupt(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)  # the handler runs here
+        except:  # noqa: E722 - what the library does
+            pass
+        return score(*args, **kwargs)
+    monkeypatch.setattr(eval_script, "score", score_through_a_swallowed_interrupt)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            eval_script.main(["--watch", str(out_dir), "--data_dir", str(run / "tasks"), "--tasks", "hellaswag",
+                              "--device", "cpu", "--poll", "60"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert stopped.value.code == 130 and "watch: stopped by SIGINT" in capsys.readouterr().out
+    assert [json.loads(line)["iter"] for line in (out_dir / "eval.jsonl").read_text().splitlines()] == [10]
+
+
 def sigint_heard(pid):
     """Whether the process no longer ignores SIGINT (bit 1 of /proc's SigIgn mask: signal 2)."""
     with open(f"/proc/{pid}/status") as f:

@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -184,8 +185,16 @@ class StopSignal:
 def hear_sigint():
     """For a tool whose work may stop anywhere (scripts/eval.py --watch: a result is written only once it is
     whole): SIGINT raises KeyboardInterrupt again, as Python's own handler does, even where the process
-    inherited it ignored (`cmd &` in a script), which Python otherwise keeps."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    inherited it ignored (`cmd &` in a script), which Python otherwise keeps. Returns an Event every SIGINT
+    sets, for the tool to check between results: a library's bare `except:` can swallow the interrupt."""
+    heard = threading.Event()
+
+    def interrupt(signum, frame):
+        heard.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    return heard
 
 
 class StopVote:
