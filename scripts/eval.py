@@ -178,7 +178,7 @@ def main(argv=None):
     if args.watch:
         if world_size > 1:
             sample.fail("--watch runs in one process: start it with python, not torchrun")
-        heard = elastic.hear_sigint()  # from now on a stop is a KeyboardInterrupt here, which says where eval.jsonl stands
+        heard = elastic.hear_sigint()  # from now on a stop is a KeyboardInterrupt here, saying where eval.jsonl is
         try:
             return watch(args, heard)
         except KeyboardInterrupt:  # a checkpoint half scored is scored again by the next watch

@@ -209,7 +209,7 @@ class Ladder:
         finally:
             self.slots.put(slot)
         if result.returncode != 0 and not accept():
-            raise self.fail(SystemExit(f"error: {shown} failed: {why_it_failed(result.stderr, result.stdout, result.returncode)}"))
+            raise self.fail(SystemExit(f"error: {shown} failed: {why_it_failed(result)}"))
 
     def fail(self, error):
         """The ladder's first failure (the one main reports), from now on every climb's: no new run starts, and
@@ -352,16 +352,16 @@ def ending(out_dir):
     return "diverged" if metrics.read(out_dir, "diverged") else None
 
 
-def why_it_failed(stderr, stdout, returncode):
-    """The line of a failed script's output that says why: its own `error: ...` or the last exception on stderr
-    (torchrun's report of a failed child comes after both, and says only that it failed), else the `error: ...`
-    train.py's rank 0 writes to its log, on stdout; else stderr's last line; else how it ended (the OOM killer's
-    kill -9 leaves no line)."""
-    lines = [line.strip() for line in stderr.strip().splitlines()]
+def why_it_failed(result):
+    """The line of a failed script's output (its CompletedProcess) that says why: its own `error: ...` or the
+    last exception on stderr (torchrun's report of a failed child comes after both, and says only that it
+    failed), else the `error: ...` train.py's rank 0 writes to its log, on stdout; else stderr's last line;
+    else how it ended (the OOM killer's kill -9 leaves no line)."""
+    lines = [line.strip() for line in result.stderr.strip().splitlines()]
     said = [line for line in lines if (line.startswith("error: ") or ": error: " in line
                                        or line.split(": ", 1)[0].endswith("Error")) and "ChildFailedError" not in line]
-    logged = [line.strip() for line in stdout.splitlines() if line.startswith("error: ")]
-    ended = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    logged = [line.strip() for line in result.stdout.splitlines() if line.startswith("error: ")]
+    ended = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exit status {result.returncode}"
     return (said or logged or lines or [f"{ended}, with no error line (its train.log may say more)"])[-1]
 
 

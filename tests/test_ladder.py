@@ -682,7 +682,8 @@ def test_a_failed_runs_reason_is_its_error_line_on_stderr_else_the_one_its_log_w
     """train.py's rank 0 writes its `error: ...` to train.log and stdout; a ladder that read only stderr
     reported "(nothing on stderr)" for a run without its data. A run killed with no line says how it ended."""
     log = "memory: estimated peak 1.6 MB\nerror: no train.bin in data/quickstart: prepare the data first\n"
-    why = ladder_script.why_it_failed
+    def why(stderr, stdout, returncode):
+        return ladder_script.why_it_failed(types.SimpleNamespace(stderr=stderr, stdout=stdout, returncode=returncode))
     assert why("", log, 1) == "error: no train.bin in data/quickstart: prepare the data first"
     assert why("Traceback ...\nOSError: disk full\n", log, 1) == "OSError: disk full"
     assert why("Killed\n", "iter 10: loss 2.1\n", 1) == "Killed"
