@@ -134,6 +134,18 @@ def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tm
         rules.main([str(path), "--rules", "4x1"])
 
 
+def test_the_tangent_carries_the_last_steps_slope_to_the_held_out_size():
+    """A law whose log-log slope steepens from -0.1 to -0.3 at 4e4: the tangent through the two largest sizes
+    below the held-out one follows the new slope exactly, where a line through all of them would not."""
+    forms = study("form_choice")
+    law = lambda n: 10 * n ** -0.1 if n <= 4e4 else 10 * 4e4 ** -0.1 * (n / 4e4) ** -0.3
+    runs = [{"size": f"s{i}", "params": n, "tokens_per_param": 4, "lr": 1e-3, "seed": 1337, "replica": False,
+             "final_val_loss": law(n), "curve": [[1.0, law(n)]], "scores": {}, "sweep_best_lr": 1e-3}
+            for i, n in enumerate((1e4, 2e4, 4e4, 8e4, 1.6e5))]
+    predicted, measured = forms.tangent(runs, 4)
+    assert measured == law(1.6e5) and predicted == pytest.approx(measured, rel=1e-9)
+
+
 # Each published CPU ladder's held-out check as docs/scaling_ladder.md reports it ("Seeds 7, 8 and 9", "A 22-minute
 # ladder", "Half the tokens"): the relative error now (the stop, local among the forms) and before (every
 # candidate seeded, no local), read off its runs.
