@@ -580,7 +580,8 @@ def held_out_line(h):
     return (f"  held out {what}{h['extrapolation']:.1f}x beyond the fitted sizes): {h['form']} predicted "
             f"{h['predicted_val_loss']:.4f} [{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], measured "
             f"{h['measured_val_loss']:.4f} ({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} "
-            f"the interval); recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
+            f"the interval; the last step's slope carried on: {h['last_step']['predicted_val_loss']:.4f}, "
+            f"{h['last_step']['relative_error']:+.1%}); recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
 
 
 def summary(result):

@@ -80,6 +80,18 @@ def test_a_slope_that_settles_at_the_top_is_followed_by_the_local_power_law_not_
     assert ladder.fit_form("local", sizes[:3], losses[:3]).form == "power"  # three sizes: local is all of them
 
 
+def test_the_last_steps_slope_carried_on_follows_a_slope_that_changed_at_the_top():
+    """A slope of -0.1 that steepens to -0.3 on the last of five sizes' steps: the line through the two largest
+    reads the sixth size exactly, where the fit, whose forms are judged on the straight steps below, over-predicts it."""
+    sizes = np.geomspace(3e4, 6e5, 6)
+    slope = np.where(np.log(sizes) < np.log(sizes[4]), -0.1, -0.3)
+    losses = 2.6 * np.exp(np.concatenate([[0], np.cumsum(slope[1:] * np.diff(np.log(sizes)))]))
+    assert ladder.along_last_step(sizes[:-1], losses[:-1], sizes[-1]) == pytest.approx(losses[-1], rel=1e-9)
+    assert ladder.fit_loss(sizes[:-1], losses[:-1]).predict(sizes[-1])[0] > 1.02 * losses[-1]
+    shuffled = [3, 0, 4, 2, 1]  # the two largest, wherever they stand
+    assert ladder.along_last_step(sizes[shuffled], losses[shuffled], sizes[-1]) == pytest.approx(losses[-1], rel=1e-9)
+
+
 def test_misses_within_a_hundredth_of_a_percent_are_a_tie_won_by_the_simpler_form(monkeypatch):
     """Within 0.01% of the least miss, not the same when rounded: 1.2351% and 1.2349% round apart (to 1.24%
     and 1.23%), and power, the simpler, is kept; 1.2351% against 1.2049% is no tie."""
@@ -306,9 +318,11 @@ def test_the_ladder_finds_each_sizes_optimum_holds_out_the_largest_and_reruns_no
         assert further["held_out_sizes"] == 2 and further["size"] == "w96"
         assert further["extrapolation"] == pytest.approx(by_size["w96"] / by_size["w48"])
         assert further["inside"] and abs(further["relative_error"]) < 0.02
+        assert abs(held["last_step"]["relative_error"]) < 0.01  # on a straight law the line through two agrees
     assert all(v["multiplier"] > 1 for v in result["recipes"]["muon"]["compute_multiplier_vs_adamw"].values())
     out = capsys.readouterr().out
     assert "held out w96" in out and "held out the 2 largest sizes (" in out and "; its sweep lost " in out
+    assert "; the last step's slope carried on: " in out
     trained = len(fake_train)
     climb(config, tmp_path / "out", "adamw: --optimizer=adamw", "muon: --optimizer=muon --learning_rate=8e-3")
     assert len(fake_train) == trained  # the rerun trained nothing

@@ -87,7 +87,8 @@ def task_fits(runs, ratio):
 
 def held_out(runs, ratio, k=1):
     """Fitted on all sizes but the k largest: the prediction for the largest beside what it measured, and how
-    far it extrapolated (the largest's parameters over the largest fitted size's). k = 1 is the ladder's check;
+    far it extrapolated (the largest's parameters over the largest fitted size's); beside it the reading no fit
+    makes, the last fitted step's slope carried on (ladder.along_last_step). k = 1 is the ladder's check;
     larger k says how its error grows with the distance, as a target lies further beyond a ladder than one step."""
     best = ladder.best_runs(runs, ratio)
     if len(best) < ladder.MIN_SIZES + k:
@@ -101,6 +102,7 @@ def held_out(runs, ratio, k=1):
     loss = loss_fit.predict(last["params"])
     lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
     measured, sweep = last["final_val_loss"], swept(runs, last["size"], ratio)
+    last_step = ladder.along_last_step(sizes, [r["final_val_loss"] for r in rest], last["params"])
     fitted = {r["size"] for r in rest}
     scores = {task: {"predicted": float(fit(loss[0])), "measured": last["scores"][task]}  # both of Bhagia's steps
               if isinstance(fit, ladder.Fit) else {"problem": fit}
@@ -111,6 +113,7 @@ def held_out(runs, ratio, k=1):
             "seed_losses": last.get("seed_losses", {}),  # what measured_val_loss is the mean of, with seeds
             "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
+            "last_step": {"predicted_val_loss": last_step, "relative_error": last_step / measured - 1},
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
             "sweep_lrs": [lr for lr, _ in sweep], "lr_cost": ladder.sweep_cost(*zip(*sweep), lr[0]),
             "scores": scores, **held_out_nd(runs, ratio, fitted, last["size"])}

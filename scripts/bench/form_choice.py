@@ -14,8 +14,9 @@ form whose backtest misses least. "no local" is the rule it replaced: the same w
 with the interval's drift term). Prints, per law and noise, each rule's mean and worst error against the law's
 true value one step beyond, the share within 3%, and how often the ±2 sigma interval held the truth; then the mean error
 and the interval's record at 4x. Trains nothing; about a minute. With --ladders, real ladders instead: each
-recipe's held-out check (ladder.json's held_out) under each rule, and beside them the tangent, a reading no rule
-makes: the log-log slope between the two largest sizes fitted, carried on to the held-out size (no interval).
+recipe's held-out check (ladder.json's held_out) under each rule, and beside them the last step's slope
+(ladder.along_last_step: the log-log line through the two largest sizes fitted, read at the held-out size; no
+interval).
 
     python scripts/bench/form_choice.py --ladders docs/ladder_runs/seed7/ladder.json docs/ladder_runs/seed8/ladder.json
 """
@@ -64,18 +65,9 @@ def real_ladders(paths):
                 print(f"| {Path(path).parent.name} | {name} | {rule_name} | {h['form']} | {h['predicted_val_loss']:.4f} "
                       f"[{h['interval'][0]:.4f}, {h['interval'][1]:.4f}] | {h['measured_val_loss']:.4f} | "
                       f"{h['relative_error']:+.1%}, {'inside' if h['inside'] else 'outside'} |")
-            predicted, measured = tangent(rec["runs"], result["tokens_per_param"][0])
-            print(f"| {Path(path).parent.name} | {name} | tangent | - | {predicted:.4f} | {measured:.4f} | "
-                  f"{predicted / measured - 1:+.1%} |")
-
-
-def tangent(runs, ratio):
-    """The held-out size's loss read off the last step's slope (the two largest sizes below it, as ladder.best_runs
-    measures them): (predicted, measured). A study, not a form of the ladder's: two points leave it no scatter to
-    give an interval, and where a curve bends to a floor the last slope carries on past it."""
-    *below, last = ladder.best_runs(runs, ratio)
-    (n1, y1), (n2, y2) = [(r["params"], r["final_val_loss"]) for r in below[-2:]]
-    return y2 * (last["params"] / n2) ** (np.log(y2 / y1) / np.log(n2 / n1)), last["final_val_loss"]
+            t = h["last_step"]  # the same under every rule: it reads the runs, not a form
+            print(f"| {Path(path).parent.name} | {name} | last step | - | {t['predicted_val_loss']:.4f} | "
+                  f"{h['measured_val_loss']:.4f} | {t['relative_error']:+.1%} |")
 
 
 def main(argv=None):
