@@ -92,14 +92,15 @@ def units_problem(name, capability=None, gfx_arch=None):
             f"AMD's at gfx942, the MI300 series): set fp8='' to train in bf16")
 
 
-def kernel_problem(recipe, device):
+def kernel_problem(recipe, device, dtypes=None):
     """Why the recipe's fp8 matmuls fail on a resolved device, as one line, or None: one small torch._scaled_mm
     of each of its type pairs, run at start-up, so that a build without the kernel (rowwise on gfx942 needs
     e4m3fnuz and bf16 output and ROCm >= 6.3; OCP e4m3fn needs ROCm >= 6.5) is refused before the model is
-    built, not at the first forward with a hipBLASLt or C++ error."""
+    built, not at the first forward with a hipBLASLt or C++ error. dtypes: as convert()'s, the device's own
+    by default."""
     gpu = device.startswith("cuda")
     gfx = torch.cuda.get_device_properties(device).gcnArchName if gpu and torch.version.hip else ""
-    e4m3, e5m2 = float8_dtypes(gfx)  # as convert() picks them
+    e4m3, e5m2 = dtypes or float8_dtypes(gfx)  # as convert() picks them
     m, k, n = 16, 32, 16
     try:
         for a_dtype in ((e4m3, e5m2) if recipe == "tensorwise" else (e4m3,)):  # e5m2: tensorwise's gradients
