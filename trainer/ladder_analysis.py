@@ -94,15 +94,15 @@ def held_out(runs, ratio, k=1):
     if len(best) < ladder.MIN_SIZES + k:
         return {"problem": f"{len(best)} sizes: holding {k} out leaves fewer than {ladder.MIN_SIZES} to fit"}
     last, rest = best[-1], best[:-k]
-    sizes = [r["params"] for r in rest]
+    sizes, losses = [r["params"] for r in rest], [r["final_val_loss"] for r in rest]
     try:
-        loss_fit = ladder.fit_loss(sizes, [r["final_val_loss"] for r in rest])
+        loss_fit = ladder.fit_loss(sizes, losses)
     except ladder.FitError as e:  # the ladder's own fits stand; this check says why it is missing
         return {"problem": f"holding {k} out: {e}"}
     loss = loss_fit.predict(last["params"])
     lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
     measured, sweep = last["final_val_loss"], swept(runs, last["size"], ratio)
-    last_step = ladder.along_last_step(sizes, [r["final_val_loss"] for r in rest], last["params"])
+    last_step = ladder.along_last_step(sizes, losses, last["params"])
     fitted = {r["size"] for r in rest}
     scores = {task: {"predicted": float(fit(loss[0])), "measured": last["scores"][task]}  # both of Bhagia's steps
               if isinstance(fit, ladder.Fit) else {"problem": fit}
