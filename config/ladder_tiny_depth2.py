@@ -5,11 +5,4 @@
 import os as _os
 
 exec(open(_os.path.join(_os.path.dirname(__file__), "ladder_tiny.py")).read())
-sizes = {
-    'w32': dict(n_layer=2, n_head=2, n_embd=32),
-    'w48': dict(n_layer=2, n_head=3, n_embd=48),
-    'w64': dict(n_layer=2, n_head=4, n_embd=64),
-    'w96': dict(n_layer=2, n_head=6, n_embd=96),
-    'w128': dict(n_layer=2, n_head=8, n_embd=128),
-    'w160': dict(n_layer=2, n_head=10, n_embd=160),
-}
+sizes = {f'w{width}': dict(n_layer=2, n_head=width // 16, n_embd=width) for width in (32, 48, 64, 96, 128, 160)}
