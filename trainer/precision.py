@@ -94,7 +94,7 @@ def units_problem(name, capability=None, gfx_arch=None):
 
 def kernel_problem(recipe, device, dtypes=None):
     """Why the recipe's fp8 matmuls fail on a resolved device, as one line, or None: one small torch._scaled_mm
-    of each of its type pairs, run at start-up, so that a build without the kernel (rowwise on gfx942 needs
+    of each of its calls, run at start-up, so that a build without the kernel (rowwise on gfx942 needs
     e4m3fnuz and bf16 output and ROCm >= 6.3; OCP e4m3fn needs ROCm >= 6.5) is refused before the model is
     built, not at the first forward with a hipBLASLt or C++ error. dtypes: as convert()'s, the device's own
     by default."""
@@ -102,23 +102,30 @@ def kernel_problem(recipe, device, dtypes=None):
     gfx = torch.cuda.get_device_properties(device).gcnArchName if gpu and torch.version.hip else ""
     e4m3, e5m2 = dtypes or float8_dtypes(gfx)  # as convert() picks them
     m, k, n = 16, 32, 16
-    try:
-        for a_dtype in ((e4m3, e5m2) if recipe == "tensorwise" else (e4m3,)):  # e5m2: tensorwise's gradients
+    tensor_wide = (torch.ones((), device=device),) * 2
+    per_row = (torch.ones(m, 1, device=device), torch.ones(1, n, device=device))
+    # tensorwise: e4m3 weights and activations, e5m2 gradients. rowwise: e4m3 throughout, per-row scales where
+    # torchao uses fast accumulation (the forward) and its tensor-wide kernel with the scales applied after it
+    # everywhere else (the backward), so both calls are probed
+    calls = ([(e4m3, tensor_wide), (e5m2, tensor_wide)] if recipe == "tensorwise" else
+             [(e4m3, per_row), (e4m3, tensor_wide)])
+    for a_dtype, (scale_a, scale_b) in calls:
+        try:
             a = torch.ones(m, k, device=device).to(a_dtype)
             b = torch.ones(n, k, device=device).to(e4m3).t()  # column-major, as _scaled_mm wants it
-            scales = ((torch.ones((), device=device),) * 2 if recipe == "tensorwise" else
-                      (torch.ones(m, 1, device=device), torch.ones(1, n, device=device)))
-            torch._scaled_mm(a, b, scale_a=scales[0], scale_b=scales[1], out_dtype=torch.bfloat16)
-        if gpu:
-            torch.cuda.synchronize(device)  # a kernel's launch error shows here, not at the call
-    except Exception as e:
-        name = f"the {torch.cuda.get_device_name(device)}{f' ({gfx.split(chr(58))[0]})' if gfx else ''}" if gpu \
-            else f"device={device}"
-        build = f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
-        why = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        instead = "--fp8=tensorwise or --fp8=''" if recipe != "tensorwise" else "--fp8=''"
-        return (f"fp8={recipe!r}: its torch._scaled_mm ({e4m3}, bf16 output) fails on {name} under torch "
-                f"{torch.__version__}, {build}: {why}. Use {instead} (bf16)")
+            torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+            if gpu:
+                torch.cuda.synchronize(device)  # a kernel's launch error shows here, not at the call
+        except Exception as e:
+            name = f"the {torch.cuda.get_device_name(device)}{f' ({gfx.split(chr(58))[0]})' if gfx else ''}" \
+                if gpu else f"device={device}"
+            build = f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            scales = "one scale a tensor" if scale_a.dim() == 0 else "per-row scales"
+            # tensorwise makes the same tensor-wide call, so it is offered only where per-row scales failed
+            instead = "--fp8=tensorwise or --fp8=''" if scale_a.dim() else "--fp8=''"
+            return (f"fp8={recipe!r}: its torch._scaled_mm ({a_dtype}, {scales}, bf16 output) fails on {name} "
+                    f"under torch {torch.__version__}, {build}: {why}. Use {instead} (bf16)")
     return None
 
 
