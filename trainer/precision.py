@@ -121,9 +121,9 @@ def kernel_problem(recipe, device, dtypes=None):
                 if gpu else f"device={device}"
             build = f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
             why = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            scales = "one scale a tensor" if scale_a.dim() == 0 else "per-row scales"
             # tensorwise makes the same tensor-wide call, so it is offered only where per-row scales failed
-            instead = "--fp8=tensorwise or --fp8=''" if scale_a.dim() else "--fp8=''"
+            scales, instead = (("per-row scales", "--fp8=tensorwise or --fp8=''") if scale_a.dim() else
+                               ("one scale a tensor", "--fp8=''"))
             return (f"fp8={recipe!r}: its torch._scaled_mm ({a_dtype}, {scales}, bf16 output) fails on {name} "
                     f"under torch {torch.__version__}, {build}: {why}. Use {instead} (bf16)")
     return None
