@@ -136,8 +136,8 @@ def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tm
 
 # Each published CPU ladder's held-out check as docs/scaling_ladder.md reports it ("The config: one depth", "Seeds 7,
 # 8 and 9", "Seed 10 and the last step's slope", "A 22-minute ladder", "Half the tokens", "One depth at half the
-# tokens"): the relative error now (the stop, local among the forms), before (every candidate seeded, no local), and
-# of the last step's slope carried on, read off its runs.
+# tokens", "One depth at three tokens"): the relative error now (the stop, local among the forms), before (every
+# candidate seeded, no local), and of the last step's slope carried on, read off its runs.
 PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 0.009)},  # ladder_tiny_deepening
              "seed8": {"adamw": (-0.004, -0.004, -0.021), "muon": (-0.028, -0.028, -0.0115)},
              "seed9": {"adamw": (0.045, 0.045, 0.0185), "muon": (0.000, -0.022, 0.015)},
@@ -151,7 +151,8 @@ PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 
              "half_seed7": {"adamw": (0.042, 0.042, 0.036), "muon": (-0.026, -0.026, -0.002)},  # ladder_tiny_half_tokens
              "half_seed8": {"adamw": (0.024, 0.024, 0.010), "muon": (-0.045, -0.045, -0.028)},
              "half_seed9": {"adamw": (-0.000, -0.000, -0.021), "muon": (-0.0195, -0.0195, -0.005)},
-             "half_depth2_seed11": {"adamw": (0.0713, 0.0713, 0.066), "muon": (0.0196, -0.0409, 0.0131)}}  # one depth
+             "half_depth2_seed11": {"adamw": (0.0713, 0.0713, 0.066), "muon": (0.0196, -0.0409, 0.0131)},  # one depth
+             "three_depth2_seed11": {"adamw": (0.0187, 0.0187, 0.013), "muon": (-0.0468, -0.0468, -0.0053)}}  # 3 tokens
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
