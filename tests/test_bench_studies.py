@@ -167,3 +167,31 @@ def test_the_published_ladders_held_out_checks_are_what_the_docs_say(name):
         assert held["last_step"]["relative_error"] == pytest.approx(last_step, abs=5e-4)
         with forms.choosing_among(forms.RULES["no local"]):
             assert ladder_analysis.held_out(runs, ratio)["relative_error"] == pytest.approx(before, abs=5e-4)
+
+
+# Each published CPU ladder's in-run forecast with its prior at 25% and 50% of its held-out run, as
+# docs/scaling_ladder.md reports them, re-derived from the run's curve kept in its ladder.json (no run folders).
+FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},  # ladder_tiny_deepening
+             "seed10": {"adamw": (-0.0184, -0.0252), "muon": (-0.0056, -0.0328)},
+             "depth2_seed10": {"adamw": (0.0185, -0.0068), "muon": (0.0062, -0.0224)},  # config/ladder_tiny.py
+             "depth2_seed11": {"adamw": (-0.0113, -0.0215), "muon": (-0.0176, -0.0231)},
+             "depth2_seed12": {"adamw": (-0.0055, -0.0305), "muon": (0.0122, -0.0251)},
+             "depth2_seed13": {"adamw": (0.0079, -0.0291), "muon": (0.0058, -0.0173)},
+             "depth2_seed14": {"adamw": (0.0099, -0.0238), "muon": (-0.0111, -0.0051)},
+             "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
+             "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
+             "three_depth2_seed11": {"adamw": (0.0098, -0.0044), "muon": (-0.0289, -0.0318)}}
+
+
+@pytest.mark.parametrize("name", sorted(FORECASTS))
+def test_the_published_ladders_forecasts_with_their_prior_are_what_the_docs_say(name, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the runs' folders (out/...) are not here: the curves in ladder.json serve
+    study("forecast_accuracy").main(["--ladder", str(REPO / "docs" / "ladder_runs" / name / "ladder.json"),
+                                     "--out", str(tmp_path / "f.json")])
+    rows = json.loads((tmp_path / "f.json").read_text())["rows"]
+    for recipe, published in FORECASTS[name].items():
+        prior = [r["relative_error"] for r in rows if r["recipe"] == recipe and r["method"] == "ladder prior"]
+        assert prior == pytest.approx(list(published), abs=5e-4)
+        assert all(r["forecast"] is None and "is not on disk" in r["error_bar"]
+                   for r in rows if r["recipe"] == recipe and r["method"] == "law")
+    assert "| adamw | " in capsys.readouterr().out

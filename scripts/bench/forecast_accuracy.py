@@ -16,6 +16,8 @@ With --ladder it trains nothing: for each recipe of a scaling ladder (scripts/la
 size's best run (and each run of --runs, against its recipe's prior) and sets beside its final val loss, at
 25% and 50% of that run, the law's fit, the forecast with the ladder's prior (forecast.Prior, from the sizes
 below it: the ladder's shape at the run's level) and "the val loss now", each with its error against the final.
+A ladder kept without its runs' folders (docs/ladder_runs/) still has each run's curve in its ladder.json: the
+prior and the val loss now are read off it; the law, which needs the run's schedule, says its folder is gone.
 """
 import argparse
 import json
@@ -110,10 +112,15 @@ def ladder_table(path, out, runs=()):
                              "and start, eval and done records in metrics.jsonl)")
         targets.append((name, Path(out_dir).name, out_dir, [r for r in records if r["kind"] == "start"][-1]["params"]))
     for name, size, out_dir, params in targets:
-        cfg = types.SimpleNamespace(**json.loads((Path(out_dir) / "config.json").read_text()))
-        evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))]
-        final, end = evals[-1][1], cfg.max_iters
-        law = forecast.Forecaster([learning_rate(it, cfg) for it in range(end)], cfg.warmup_iters)
+        if (Path(out_dir) / "config.json").is_file() and (Path(out_dir) / metrics.FILE).is_file():
+            cfg = types.SimpleNamespace(**json.loads((Path(out_dir) / "config.json").read_text()))
+            evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))]
+            end = cfg.max_iters
+            law = forecast.Forecaster([learning_rate(it, cfg) for it in range(end)], cfg.warmup_iters).fit
+        else:  # a kept ladder.json without its runs' folders: the run's own curve, in fractions of the run
+            evals, end = [tuple(point) for point in run_curve(result["recipes"][name]["runs"], out_dir)], 1.0
+            law = lambda points: f"{out_dir} is not on disk, and the law needs the run's schedule (its config.json)"
+        final = evals[-1][1]
         try:
             prior = forecast.Prior(result, name, params)
         except ladder.FitError as e:
@@ -122,7 +129,7 @@ def ladder_table(path, out, runs=()):
             points = [(it, loss) for it, loss in evals if 0 < it <= share * end]
             if not points:  # no evaluation by then: nothing to set beside the final
                 continue
-            for method, made in (("law", law.fit(points)), ("ladder prior", prior.forecast(points, end)),
+            for method, made in (("law", law(points)), ("ladder prior", prior.forecast(points, end)),
                                  ("val loss now", (points[-1][1], 0.0))):
                 value = None if isinstance(made, str) else made[0]
                 rows.append({"recipe": name, "size": size, "at": points[-1][0] / end, "method": method,
@@ -139,6 +146,14 @@ def ladder_table(path, out, runs=()):
         print(f"| {r['recipe']} | {r['size']} | {r['at']:.0%} | {r['method']} | {made} | {r['final_val_loss']:.4f} | {diff} |")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps({"ladder": path, "rows": rows}, indent=2))
+
+
+def run_curve(runs, out_dir):
+    """The val-loss curve ladder.json keeps of the run trained in out_dir (the sweep's run, not a seeds' mean)."""
+    for run in runs:
+        if run["out_dir"] == out_dir and not run.get("replica"):
+            return run["curve"]
+    raise SystemExit(f"error: {out_dir} is neither on disk nor among the ladder's runs")
 
 
 def row(schedule, seed, at, final, made, printed):
