@@ -73,7 +73,10 @@ def load_settings(path):
         raise SystemExit(f"error: {path}: unknown ladder setting(s) {sorted(unknown)}; known: {sorted(SETTINGS)}")
     settings = {**SETTINGS, **scope}
     ratios = settings["tokens_per_param"]
-    settings["tokens_per_param"] = tuple(ratios) if isinstance(ratios, (tuple, list)) else (float(ratios),)
+    settings["tokens_per_param"] = tuple(ratios) if isinstance(ratios, (tuple, list)) else (ratios,)
+    if problem := settings_problem(settings):
+        raise SystemExit(f"error: {path}: {problem}")
+    settings["tokens_per_param"] = tuple(map(float, settings["tokens_per_param"]))
     for key, one in (("seeds", "each size's best swept run alone"), ("seeded_rates", "the lowest swept run's rate")):
         if not isinstance(settings[key], int) or settings[key] < 1:
             raise SystemExit(f"error: {path}: {key} = {settings[key]!r}: give a whole number of at least 1 (1: {one})")
@@ -90,13 +93,35 @@ def load_settings(path):
     return settings
 
 
+def settings_problem(s):
+    """One line naming the first setting of a ladder config that no ladder can run with, else None (the
+    sweep's, the seeds' and the sizes' are checked in load_settings)."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ratios = s["tokens_per_param"]
+    checks = (("base", isinstance(s["base"], (list, tuple)) and all(isinstance(b, str) for b in s["base"]),
+               "a list of train.py configs, e.g. ['config/train_tiny.py']"),
+              ("common", isinstance(s["common"], str), "one string of --key=value overrides"),
+              ("tokens_per_param", ratios and all(number(r) and r > 0 for r in ratios) and len(set(ratios)) == len(ratios),
+               "a positive number, or several different ones (the first is the rule, the others one run a size)"),
+              ("steps", isinstance(s["steps"], int) and s["steps"] >= 0, "a whole number of steps (0: the base's batch)"),
+              ("evaluations", isinstance(s["evaluations"], int) and s["evaluations"] >= 1,
+               "a whole number of at least 1: val losses per run"),
+              ("warmup_fraction", number(s["warmup_fraction"]) and 0 <= s["warmup_fraction"] < 1, "a share of the run in [0, 1)"),
+              ("min_lr_ratio", number(s["min_lr_ratio"]) and 0 <= s["min_lr_ratio"] <= 1,
+               "a share of the peak rate in [0, 1]"))
+    return next((f"{key} = {s[key]!r}: give {what}" for key, fine, what in checks if not fine), None)
+
+
 def parse_recipe(text, varied=VARIED):
     """'name: --key=value ...' -> (name, [overrides]); a recipe may not set what the ladder varies."""
     name, sep, rest = text.partition(":")
     name = name.strip()
     if not sep or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise SystemExit(f"error: --recipe {text!r}: write it as 'NAME: --key=value ...' (NAME: letters, digits, _ -)")
-    overrides = shlex.split(rest)
+    try:
+        overrides = shlex.split(rest)
+    except ValueError as e:  # an unbalanced quote
+        raise SystemExit(f"error: --recipe {text!r}: {e}")
     for arg in overrides:
         key = arg[2:].partition("=")[0]
         if key in varied and key != "learning_rate":
@@ -367,10 +392,12 @@ def why_it_failed(result):
 
 def scores(out_dir):
     """The newest checkpoint's zero-shot scores (scripts/eval.py's ckpt_N.eval.json beside it; an older
-    checkpoint's, scored mid-run, are not the final val loss's): {task/metric: value}."""
+    checkpoint's, scored mid-run, are not the final val loss's): {task/metric: value}. Scores only: a
+    perplexity or bits per byte is a loss, which Bhagia et al.'s sigmoid in the loss does not describe."""
     results = eval_results(out_dir)
     return {f"{task}/{metric}": value for task, figures in results.items() for metric, value in figures.items()
-            if metric != "n" and not metric.endswith("_stderr") and isinstance(value, (int, float))}
+            if metric != "n" and not metric.endswith(("_stderr", "perplexity", "bits_per_byte"))
+            and isinstance(value, (int, float))}
 
 
 def eval_results(out_dir):
@@ -465,6 +492,11 @@ def main(argv=None):
             raise SystemExit(f"error: {name}: {e}")
     base = configurator.load_config(head)
     data = ladder.identity(base)
+    for name, recipe in recipes.items():  # one validation set: losses on other data are not compared
+        if problem := ladder.identity_problem(
+                ladder.identity(configurator.load_config(head + recipe)), data, f"recipe {name} trains",
+                "a ladder compares its recipes' val losses on one validation set: set the data in its config"):
+            raise SystemExit(f"error: {problem}")
     if (out / "ladder.json").is_file():
         try:
             before = ladder.load(out / "ladder.json", expected=data)[0].get("settings", {})

@@ -531,7 +531,7 @@ def parse_args(argv):
                         "for this run (final val loss, learning rate, zero-shot scores, each recipe's compute multiplier)")
     parser.add_argument("--target_val_loss", type=float, help="with --ladder: the tokens and days to reach this val loss")
     parser.add_argument("--target", metavar="TASK=SCORE", help="with --ladder: the tokens and days to reach a zero-shot "
-                                                              "score, e.g. hellaswag=67.4 (GPT-3's metric for the task; "
+                                                              "score in percent, e.g. hellaswag=67.4 (one of 1 or less: a fraction; GPT-3's metric for the task; "
                                                               "or name it: hellaswag/acc=...; needs the ladder's task fits)")
     parser.add_argument("--ladder_plan", metavar="LADDER_CONFIG", help="what scripts/ladder.py with this config costs on "
                                                                        "the same GPU, MFU and price, as a share of this run")
@@ -663,6 +663,8 @@ def target_loss_for(fits, target):
     acc, its first), else the task's one fitted metric: ladder.json fits every metric eval.py reports, acc
     before acc_norm."""
     task, sep, score = target.partition("=")
+    if not sep:
+        raise ValueError(f"--target {target}: write TASK=SCORE, e.g. hellaswag=67.4")
     fitted = sorted(fits.get("tasks", {}))
     if "/" in task:
         keys = [task] if task in fitted else []
@@ -670,7 +672,7 @@ def target_loss_for(fits, target):
         keys = [k for k in fitted if k.split("/")[0] == task]
         paper = [f"{task}/{metric}" for t, metric in GPT3_ZERO_SHOT if t == task]  # the table's first: its headline
         keys = [k for k in paper if k in keys][:1] or keys
-    if not sep or not keys:
+    if not keys:
         raise ValueError(f"--target {target}: the ladder has no task fit for {task!r} (it has "
                          f"{fitted or 'none: run scripts/eval.py on its checkpoints'})")
     if len(keys) > 1:

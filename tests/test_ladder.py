@@ -223,6 +223,9 @@ def test_too_few_sizes_and_an_unreachable_target_are_one_line():
     fit = ladder.fit_loss(SIZES, noisy(1.5 + 30 * SIZES ** -0.3, 0.001))
     assert ladder.size_for_loss(fit, 1.4).startswith("never, by this fit")
     assert fit(ladder.size_for_loss(fit, 2.0)) == pytest.approx(2.0, abs=1e-6)
+    ceiling = ladder.Fit("plateau", [math.log(2.7), math.log(1e5), 0.3], np.zeros((3, 3)), 0.01, 5)  # at most 2.7
+    assert ladder.size_for_loss(ceiling, 2.8).startswith("none, by this fit: its loss is below 2.8000 at every size")
+    assert ladder.rule_compute_ratio(ladder.size_for_loss(ceiling, 2.8), 1e5).startswith("none")  # not (1 / N)^2
 
 
 # -----------------------------------------------------------------------------
@@ -560,10 +563,12 @@ def test_scores_of_the_runs_checkpoints_give_a_task_fit_and_the_held_out_sizes_s
         newest = checkpoint.list_checkpoints(r["out_dir"])[0][0]
         Path(r["out_dir"], f"ckpt_{newest - 1}.eval.json").write_text("not the newest checkpoint's: never read")
         Path(r["out_dir"], f"ckpt_{newest}.eval.json").write_text(json.dumps(
-            {"results": {"next_line": {"acc_norm": score(r["final_val_loss"]), "acc_norm_stderr": 0.01, "n": 1000}}}))
+            {"results": {"next_line": {"acc_norm": score(r["final_val_loss"]), "acc_norm_stderr": 0.01, "n": 1000,
+                                       "perplexity": 90 * r["final_val_loss"]}}}))  # a loss: not a score to fit
     trained = len(fake_train)
     rec = climb(config, out, "adamw: --optimizer=adamw")["recipes"]["adamw"]
-    assert len(fake_train) == trained
+    assert len(fake_train) == trained and "task_problems" not in rec["fits"]
+    assert set(rec["fits"]["tasks"]) == {"next_line/acc_norm"}
     fit = ladder.Fit.from_json(rec["fits"]["tasks"]["next_line/acc_norm"])
     assert fit.n == len(runs) and fit.named()["b"] == pytest.approx(0.25, abs=0.01)
     held = rec["held_out"]["scores"]["next_line/acc_norm"]
@@ -777,6 +782,46 @@ def test_a_ladder_config_that_cannot_run_is_one_line_before_anything_trains(tmp_
     assert len(result.stderr.strip().splitlines()) == 1 and not fake_train and not (tmp_path / "o" / "runs").exists()
 
 
+@pytest.mark.parametrize("extra, recipe, message", [
+    ({"evaluations": 0}, "a: --optimizer=adamw", "evaluations = 0: give a whole number of at least 1"),
+    ({"tokens_per_param": ()}, "a: --optimizer=adamw", "tokens_per_param = (): give a positive number"),
+    ({"tokens_per_param": (20, 20)}, "a: --optimizer=adamw", "tokens_per_param = (20, 20): give a positive number"),
+    ({"base": "config/train_tiny.py"}, "a: --optimizer=adamw", "base = 'config/train_tiny.py': give a list"),
+    ({"common": ["--batch_size=4"]}, "a: --optimizer=adamw", "common = ['--batch_size=4']: give one string"),
+    ({"warmup_fraction": 1.0}, "a: --optimizer=adamw", "warmup_fraction = 1.0: give a share of the run in [0, 1)"),
+    ({}, "a: --optimizer='adamw", "--recipe \"a: --optimizer='adamw\": No closing quotation"),
+    ({}, "wide: --vocab_size=512", "recipe wide trains on other data or vocabulary (vocab_size 512, here 320): a ladder compares"),
+])
+def test_a_setting_or_recipe_no_ladder_can_run_is_one_line_before_anything_trains(tmp_path, fake_train, extra,
+                                                                                 recipe, message):
+    """In-process: what load_settings, parse_recipe and main refuse, as SystemExit's one line (the process's
+    stderr, as the cases above check by running it). A recipe on other data would be compared with the others
+    on another validation set, and recorded under the ladder's data, where forecast_prior and plan.py check it."""
+    with pytest.raises(SystemExit) as e:
+        climb(ladder_config(tmp_path, [16, 32, 48], **extra), tmp_path / "out", recipe)
+    assert str(e.value).startswith("error: ") and message in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert not fake_train
+
+
+def test_the_lr_fit_leaves_out_a_size_trained_once_at_the_rate_it_predicted():
+    """The GPU ladder's 1.3B runs once, at the rate the sizes below predict: as a point of the lr fit it would
+    measure nothing and narrow the interval at 6.7B."""
+    law = lambda n: 0.05 * n ** -0.3
+    runs = []
+    for i, n in enumerate((1e4, 2e4, 4e4, 8e4)):
+        for f in (0.5, 1, 2):
+            runs.append({"size": f"s{i}", "params": n, "tokens_per_param": 4, "lr": law(n) * f, "replica": False,
+                         "final_val_loss": 3 - 0.1 * i + 0.05 * abs(math.log(f)), "sweep_best_lr": law(n) * (1.1 if i % 2 else 0.9),
+                         "curve": [[1.0, 3.0]], "scores": {}})
+    once = {"size": "s4", "params": 1.6e5, "tokens_per_param": 4, "lr": 1e-3, "replica": False, "final_val_loss": 2.5,
+            "sweep_best_lr": 1e-3, "curve": [[1.0, 2.5]], "scores": {}}
+    fitted = ladder.Fit.from_json(ladder_analysis.fits(runs + [once], 4)["lr"])
+    swept_only = ladder.Fit.from_json(ladder_analysis.fits(runs, 4)["lr"])
+    assert fitted.n == 4 and fitted.predict(1e9) == pytest.approx(swept_only.predict(1e9))
+    unswept = [r for r in runs if r["size"] in ("s0", "s1") or r["lr"] == law(r["params"])]  # two sizes swept
+    assert ladder_analysis.lr_points(unswept, ladder.best_runs(unswept, 4), 4)[0] == [1e4, 2e4, 4e4, 8e4]  # too few: all
+
+
 def test_one_sweep_setting_holds_for_every_size(tmp_path, fake_train):
     config = ladder_config(tmp_path, [16, 32, 48], sweep_points=1, sweep_factors=2.0)
     assert ladder_script.load_settings(config)["sweep_points"] == (1,)
@@ -900,6 +945,8 @@ def test_a_score_target_reads_the_metric_gpt3_reports_or_the_one_named():
     assert plan.target_loss_for(fits, "next_line/acc_norm=0.55") == pytest.approx(at["acc_norm"])
     with pytest.raises(ValueError, match=r"no task fit for 'hellaswag/f1'"):
         plan.target_loss_for(fits, "hellaswag/f1=55")
+    with pytest.raises(ValueError, match=r"--target hellaswag/acc: write TASK=SCORE"):  # not "no task fit for" one it has
+        plan.target_loss_for(fits, "hellaswag/acc")
 
 
 

@@ -156,8 +156,8 @@ class Prior:
     curves: each best run's curve divided by its final val loss, by fraction of the run. At each fraction the
     shape is the line in log N through the two largest sizes below n, read at n; the run's own evaluations
     give the level (val loss / shape, averaged over its last LEVEL_POINTS evaluations). So the law's shape
-    comes from the ladder and its level from the run: one number to measure, from the first evaluation after
-    warmup. It assumes the run follows the ladder's recipe and schedule in fractions of its length (the same
+    comes from the ladder and its level from the run: one number to measure, from the first evaluation
+    (warmup's included: the ladder's runs warmed up over the same share). It assumes the run follows the ladder's recipe and schedule in fractions of its length (the same
     tokens-per-parameter rule, warmup share and decay).
 
     Why the two nearest sizes, not a line through all: a curve's shape changes with size unevenly (a small

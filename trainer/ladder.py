@@ -340,7 +340,7 @@ def rule_compute_ratio(needed, n):
 
 def size_for_loss(loss_fit, target, ratio=None):
     """The parameters at which a loss fit reaches target along its tokens rule (D = ratio * N for
-    chinchilla), or a one-line reason it never does."""
+    chinchilla), or a one-line reason no size is where it does: never reached, or passed at every size."""
     floor = loss_fit.named().get("E", 0.0)
     if target <= floor:
         return f"never, by this fit: its loss approaches {floor:.4f} and the target is {target:.4f}"
@@ -350,7 +350,9 @@ def size_for_loss(loss_fit, target, ratio=None):
     low, high = math.log(1.0), math.log(1e16)
     if f(high) > 0:
         return f"never, by this fit: not even at 1e16 parameters (loss {f(high) + target:.4f} there)"
-    return float(math.exp(brentq(f, low, high))) if f(low) > 0 else 1.0
+    if f(low) <= 0:  # a plateau's ceiling L0: every size is below the target, none is where it is reached
+        return f"none, by this fit: its loss is below {target:.4f} at every size (at most {f(low) + target:.4f})"
+    return float(math.exp(brentq(f, low, high)))
 
 
 def tokens_for_loss(loss_fit, n, target):
@@ -472,7 +474,7 @@ def load(path, recipe=None, expected=None, fitted=False):
                        "rerun scripts/ladder.py to write it")
     if recipe and recipe not in recipes:
         raise FitError(f"{path}: the ladder has no recipe {recipe!r} (it has {sorted(recipes)})")
-    if expected and (problem := identity_problem(result.get("data", {}), expected, path)):
+    if expected and (problem := identity_problem(result.get("data", {}), expected, f"{path} was measured")):
         raise FitError(problem)
     return result, recipe or next(iter(recipes))
 
@@ -485,11 +487,12 @@ def identity(cfg):
             "train_tokens": info.get("splits", {}).get("train", {}).get("tokens")}
 
 
-def identity_problem(found, expected, where):
-    """One line when a ladder (found: its ladder.json's "data") was measured on other data or vocabulary than
-    expected, whose losses its fits do not predict; else None. A figure missing on either side is not compared."""
+def identity_problem(found, expected, where, why="its fits do not apply"):
+    """One line ("{where} on other data or vocabulary (...): {why}") when a ladder (found: its ladder.json's
+    "data") was measured on other data or vocabulary than expected, whose losses its fits do not predict; else
+    None. A figure missing on either side is not compared."""
     differs = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v and None not in (found.get(k), v)}
     if differs:
-        return (f"{where} was measured on other data or vocabulary ("
-                + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b) in differs.items()) + "): its fits do not apply")
+        return (f"{where} on other data or vocabulary ("
+                + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b) in differs.items()) + f"): {why}")
     return None

@@ -36,7 +36,7 @@ def fits(runs, ratio):
         raise ladder.FitError(f"every run diverged at {', '.join(lost)}, which leaves {len(best)} sizes and a fit "
                               f"needs {ladder.MIN_SIZES}: sweep lower learning rates (the recipe's learning_rate)")
     sizes = [r["params"] for r in best]
-    out = {"lr": ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in best]).to_json(),
+    out = {"lr": ladder.fit_lr(*lr_points(runs, best, ratio)).to_json(),
            "loss": ladder.fit_loss(sizes, [r["final_val_loss"] for r in best]).to_json()}
     at_best = at_best_rates(runs, ratio)
     if several_ratios(at_best):
@@ -48,6 +48,15 @@ def fits(runs, ratio):
         out.setdefault("tasks" if isinstance(fit, ladder.Fit) else "task_problems", {})[task] = \
             fit.to_json() if isinstance(fit, ladder.Fit) else fit
     return out
+
+
+def lr_points(runs, best, ratio):
+    """(sizes, best rates) for the learning-rate fit: the sizes among best whose rate was swept. A size trained
+    once (the GPU ladder's largest) ran at the rate this fit predicted: as a point it would add no measurement
+    but narrow the fit's interval. All of best where fewer than MIN_SIZES were swept (a ladder without sweeps)."""
+    chosen = [r for r in best if len(swept(runs, r["size"], ratio)) > 1]
+    chosen = chosen if len(chosen) >= ladder.MIN_SIZES else best
+    return [r["params"] for r in chosen], [r["sweep_best_lr"] for r in chosen]
 
 
 def at_best_rates(runs, ratio):
@@ -100,7 +109,7 @@ def held_out(runs, ratio, k=1):
     except ladder.FitError as e:  # the ladder's own fits stand; this check says why it is missing
         return {"problem": f"holding {k} out: {e}"}
     loss = loss_fit.predict(last["params"])
-    lr = ladder.fit_lr(sizes, [r["sweep_best_lr"] for r in rest]).predict(last["params"])
+    lr = ladder.fit_lr(*lr_points(runs, rest, ratio)).predict(last["params"])
     measured, sweep = last["final_val_loss"], swept(runs, last["size"], ratio)
     last_step = ladder.along_last_step(sizes, losses, last["params"])
     fitted = {r["size"] for r in rest}
