@@ -46,11 +46,13 @@ def main(argv=None):
     p.add_argument("--out", default="/tmp/forecast_accuracy/results.json")
     p.add_argument("--args", default="", help="more train.py overrides for every run, e.g. a smaller model")
     p.add_argument("--ladder", help="a ladder.json: measure its largest runs with and without its prior instead")
+    p.add_argument("--rule", metavar="KxR[a]", help="with --ladder: its runs read as a ladder trained with K seeds at "
+                   "R rates would hold them (scripts/bench/seed_rules.py), e.g. 1x1: one seed a size")
     p.add_argument("--runs", nargs="*", default=[], metavar="RECIPE=OUT_DIR",
                    help="with --ladder, these runs too (sizes beyond the ladder), each against its recipe's prior")
     args = p.parse_args(argv)
     if args.ladder:
-        return ladder_table(args.ladder, args.out, args.runs)
+        return ladder_table(args.ladder, args.out, args.runs, args.rule)
     rows, coverage = [], []
     for schedule in args.schedules:
         for seed in args.seeds:
@@ -93,10 +95,15 @@ def main(argv=None):
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "coverage": coverage}, indent=2))
 
 
-def ladder_table(path, out, runs=()):
+def ladder_table(path, out, runs=(), rule=None):
     """Each recipe's largest best run, and each of runs ('RECIPE=OUT_DIR'): its forecasts at 25% and 50% with
-    and without the ladder's prior."""
+    and without the ladder's prior (rule: the ladder read as if trained with fewer seeds, seed_rules.py's)."""
     (result, _), rows = ladder.load(path), []
+    if rule:
+        import seed_rules  # scripts/bench/seed_rules.py, beside this file
+        seeds, rates, adaptive = seed_rules.parse_rule(rule)
+        for rec in result["recipes"].values():
+            rec["runs"] = seed_rules.under_rule(rec["runs"], result["tokens_per_param"][0], seeds, rates, adaptive)
     largest = {name: ladder.best_runs(rec["runs"], result["tokens_per_param"][0])[-1]
                for name, rec in result["recipes"].items()}
     targets = [(name, run["size"], run["out_dir"], run["params"]) for name, run in largest.items()]

@@ -37,6 +37,14 @@ def under_rule(runs, ratio, seeds, rates, adaptive=False):
     return kept
 
 
+def parse_rule(text):
+    """'KxR' or 'KxRa' -> (seeds, seeded rates, adaptive), or a one-line error."""
+    k, sep, r = text.partition("x")
+    if not (sep and k.isdigit() and r.rstrip("a").isdigit() and int(k) >= 1 and int(r.rstrip("a")) >= 1):
+        raise SystemExit(f"error: rule {text!r}: write SEEDSxRATES, e.g. 1x1, 3x2 or 3x2a (a: adaptive)")
+    return int(k), int(r.rstrip("a")), r.endswith("a")
+
+
 def minutes(runs):
     """The wall time of these runs' training, from their metrics.jsonl (nan where one is not on disk)."""
     total = 0.0
@@ -56,7 +64,7 @@ def main(argv=None):
     p.add_argument("--rules", nargs="+", default=["1x1", "3x1", "2x2", "3x2", "3x2a"],
                    help="K x R: seeds x seeded rates; KxRa: adaptive")
     args = p.parse_args(argv)
-    rules = [(int(k), int(r.rstrip("a")), r.endswith("a")) for k, r in (rule.split("x") for rule in args.rules)]
+    rules = [parse_rule(rule) for rule in args.rules]
     print("| ladder | recipe | rule | predicted [±2σ] | measured (seeds) | error | lr / sweep's best | "
           "two held out: error | runs | minutes |")
     print("|---|---|---|---|---|---|---|---|---|---|")
