@@ -98,15 +98,18 @@ def settings_problem(s):
     sweep's, the seeds' and the sizes' are checked in load_settings)."""
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ratios = s["tokens_per_param"]
+    distinct = len(set(ratios)) == len(ratios)
     checks = (("base", isinstance(s["base"], (list, tuple)) and all(isinstance(b, str) for b in s["base"]),
                "a list of train.py configs, e.g. ['config/train_tiny.py']"),
               ("common", isinstance(s["common"], str), "one string of --key=value overrides"),
-              ("tokens_per_param", ratios and all(number(r) and r > 0 for r in ratios) and len(set(ratios)) == len(ratios),
+              ("tokens_per_param", ratios and all(number(r) and r > 0 for r in ratios) and distinct,
                "a positive number, or several different ones (the first is the rule, the others one run a size)"),
-              ("steps", isinstance(s["steps"], int) and s["steps"] >= 0, "a whole number of steps (0: the base's batch)"),
+              ("steps", isinstance(s["steps"], int) and s["steps"] >= 0,
+               "a whole number of steps (0: the base's batch)"),
               ("evaluations", isinstance(s["evaluations"], int) and s["evaluations"] >= 1,
                "a whole number of at least 1: val losses per run"),
-              ("warmup_fraction", number(s["warmup_fraction"]) and 0 <= s["warmup_fraction"] < 1, "a share of the run in [0, 1)"),
+              ("warmup_fraction", number(s["warmup_fraction"]) and 0 <= s["warmup_fraction"] < 1,
+               "a share of the run in [0, 1)"),
               ("min_lr_ratio", number(s["min_lr_ratio"]) and 0 <= s["min_lr_ratio"] <= 1,
                "a share of the peak rate in [0, 1]"))
     return next((f"{key} = {s[key]!r}: give {what}" for key, fine, what in checks if not fine), None)

@@ -531,8 +531,9 @@ def parse_args(argv):
                         "for this run (final val loss, learning rate, zero-shot scores, each recipe's compute multiplier)")
     parser.add_argument("--target_val_loss", type=float, help="with --ladder: the tokens and days to reach this val loss")
     parser.add_argument("--target", metavar="TASK=SCORE", help="with --ladder: the tokens and days to reach a zero-shot "
-                                                              "score in percent, e.g. hellaswag=67.4 (one of 1 or less: a fraction; GPT-3's metric for the task; "
-                                                              "or name it: hellaswag/acc=...; needs the ladder's task fits)")
+                                                              "score in percent, e.g. hellaswag=67.4 (1 or less: a "
+                                                              "fraction; GPT-3's metric for the task; or name it: "
+                                                              "hellaswag/acc=...; needs the ladder's task fits)")
     parser.add_argument("--ladder_plan", metavar="LADDER_CONFIG", help="what scripts/ladder.py with this config costs on "
                                                                        "the same GPU, MFU and price, as a share of this run")
     args, config_args = parser.parse_known_args(argv)

@@ -790,7 +790,8 @@ def test_a_ladder_config_that_cannot_run_is_one_line_before_anything_trains(tmp_
     ({"common": ["--batch_size=4"]}, "a: --optimizer=adamw", "common = ['--batch_size=4']: give one string"),
     ({"warmup_fraction": 1.0}, "a: --optimizer=adamw", "warmup_fraction = 1.0: give a share of the run in [0, 1)"),
     ({}, "a: --optimizer='adamw", "--recipe \"a: --optimizer='adamw\": No closing quotation"),
-    ({}, "wide: --vocab_size=512", "recipe wide trains on other data or vocabulary (vocab_size 512, here 320): a ladder compares"),
+    ({}, "wide: --vocab_size=512",
+     "recipe wide trains on other data or vocabulary (vocab_size 512, here 320): a ladder compares"),
 ])
 def test_a_setting_or_recipe_no_ladder_can_run_is_one_line_before_anything_trains(tmp_path, fake_train, extra,
                                                                                  recipe, message):
@@ -811,7 +812,8 @@ def test_the_lr_fit_leaves_out_a_size_trained_once_at_the_rate_it_predicted():
     for i, n in enumerate((1e4, 2e4, 4e4, 8e4)):
         for f in (0.5, 1, 2):
             runs.append({"size": f"s{i}", "params": n, "tokens_per_param": 4, "lr": law(n) * f, "replica": False,
-                         "final_val_loss": 3 - 0.1 * i + 0.05 * abs(math.log(f)), "sweep_best_lr": law(n) * (1.1 if i % 2 else 0.9),
+                         "final_val_loss": 3 - 0.1 * i + 0.05 * abs(math.log(f)),
+                         "sweep_best_lr": law(n) * (1.1 if i % 2 else 0.9),
                          "curve": [[1.0, 3.0]], "scores": {}})
     once = {"size": "s4", "params": 1.6e5, "tokens_per_param": 4, "lr": 1e-3, "replica": False, "final_val_loss": 2.5,
             "sweep_best_lr": 1e-3, "curve": [[1.0, 2.5]], "scores": {}}
@@ -819,7 +821,8 @@ def test_the_lr_fit_leaves_out_a_size_trained_once_at_the_rate_it_predicted():
     swept_only = ladder.Fit.from_json(ladder_analysis.fits(runs, 4)["lr"])
     assert fitted.n == 4 and fitted.predict(1e9) == pytest.approx(swept_only.predict(1e9))
     unswept = [r for r in runs if r["size"] in ("s0", "s1") or r["lr"] == law(r["params"])]  # two sizes swept
-    assert ladder_analysis.lr_points(unswept, ladder.best_runs(unswept, 4), 4)[0] == [1e4, 2e4, 4e4, 8e4]  # too few: all
+    # too few swept: all
+    assert ladder_analysis.lr_points(unswept, ladder.best_runs(unswept, 4), 4)[0] == [1e4, 2e4, 4e4, 8e4]
 
 
 def test_one_sweep_setting_holds_for_every_size(tmp_path, fake_train):
@@ -945,7 +948,7 @@ def test_a_score_target_reads_the_metric_gpt3_reports_or_the_one_named():
     assert plan.target_loss_for(fits, "next_line/acc_norm=0.55") == pytest.approx(at["acc_norm"])
     with pytest.raises(ValueError, match=r"no task fit for 'hellaswag/f1'"):
         plan.target_loss_for(fits, "hellaswag/f1=55")
-    with pytest.raises(ValueError, match=r"--target hellaswag/acc: write TASK=SCORE"):  # not "no task fit for" one it has
+    with pytest.raises(ValueError, match=r"--target hellaswag/acc: write TASK=SCORE"):  # not "no task fit": it has one
         plan.target_loss_for(fits, "hellaswag/acc")
 
 

@@ -157,8 +157,9 @@ class Prior:
     shape is the line in log N through the two largest sizes below n, read at n; the run's own evaluations
     give the level (val loss / shape, averaged over its last LEVEL_POINTS evaluations). So the law's shape
     comes from the ladder and its level from the run: one number to measure, from the first evaluation
-    (warmup's included: the ladder's runs warmed up over the same share). It assumes the run follows the ladder's recipe and schedule in fractions of its length (the same
-    tokens-per-parameter rule, warmup share and decay).
+    (warmup's included: the ladder's runs warmed up over the same share). It assumes the run follows the
+    ladder's recipe and schedule in fractions of its length (the same tokens-per-parameter rule, warmup share
+    and decay).
 
     Why the two nearest sizes, not a line through all: a curve's shape changes with size unevenly (a small
     run has learned most of what it will by half-way, a larger one still has much to come), so the nearest
