@@ -16,6 +16,7 @@ import difflib
 import json
 import os
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -265,11 +266,17 @@ def _unknown_key(key, source):
     return ConfigError(f"{source}: unknown config key '{key}'{hint}")
 
 
+# CPython 3.11's ast is not safe across threads (gh-106905: "AST constructor recursion depth mismatch"), and
+# scripts/ladder.py's recipes load their runs' configs side by side
+_PARSING = threading.Lock()
+
+
 def _parse_value(key, raw):
     """'3' → 3, 'False' → False, '1e-4' → 0.0001; for a str key, unquoted text is the string itself."""
     expected = type(DEFAULTS[key])
     try:
-        value = ast.literal_eval(raw)
+        with _PARSING:
+            value = ast.literal_eval(raw)
     except (ValueError, SyntaxError):
         return raw
     if expected is str and not isinstance(value, str):
@@ -284,8 +291,10 @@ def _read_config_file(path, config):
         raise ConfigError(f"config file not found: {path}")
     scope = dict(config, __file__=path)  # so that a config can read another beside it
     try:
-        tree = ast.parse(Path(path).read_text(), path)
-        exec(compile(tree, path, "exec"), scope)
+        with _PARSING:
+            tree = ast.parse(Path(path).read_text(), path)
+            code = compile(tree, path, "exec")
+        exec(code, scope)
     except Exception as e:  # a user's file: report where it broke, in one line
         raise ConfigError(f"{path}: {type(e).__name__}: {e}") from None
     assigned = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
