@@ -77,9 +77,6 @@ def load_settings(path):
     if problem := settings_problem(settings):
         raise SystemExit(f"error: {path}: {problem}")
     settings["tokens_per_param"] = tuple(map(float, settings["tokens_per_param"]))
-    for key, one in (("seeds", "each size's best swept run alone"), ("seeded_rates", "the lowest swept run's rate")):
-        if not isinstance(settings[key], int) or settings[key] < 1:
-            raise SystemExit(f"error: {path}: {key} = {settings[key]!r}: give a whole number of at least 1 (1: {one})")
     for key, valid, what in (("sweep_points", lambda v: isinstance(v, int) and v >= 1, "whole numbers of at least 1"),
                              ("sweep_factors", lambda v: isinstance(v, (int, float)) and v > 1, "numbers above 1")):
         value = settings[key] if isinstance(settings[key], (tuple, list)) else (settings[key],)  # one for every size
@@ -95,7 +92,7 @@ def load_settings(path):
 
 def settings_problem(s):
     """One line naming the first setting of a ladder config that no ladder can run with, else None (the
-    sweep's, the seeds' and the sizes' are checked in load_settings)."""
+    sweep's and the sizes' are checked, and made tuples, in load_settings)."""
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     ratios = s["tokens_per_param"]
     distinct = len(set(ratios)) == len(ratios)
@@ -106,6 +103,10 @@ def settings_problem(s):
                "a positive number, or several different ones (the first is the rule, the others one run a size)"),
               ("steps", isinstance(s["steps"], int) and s["steps"] >= 0,
                "a whole number of steps (0: the base's batch)"),
+              ("seeds", isinstance(s["seeds"], int) and s["seeds"] >= 1,
+               "a whole number of at least 1 (1: each size's best swept run alone)"),
+              ("seeded_rates", isinstance(s["seeded_rates"], int) and s["seeded_rates"] >= 1,
+               "a whole number of at least 1 (1: the lowest swept run's rate)"),
               ("evaluations", isinstance(s["evaluations"], int) and s["evaluations"] >= 1,
                "a whole number of at least 1: val losses per run"),
               ("warmup_fraction", number(s["warmup_fraction"]) and 0 <= s["warmup_fraction"] < 1,
@@ -488,16 +489,17 @@ def main(argv=None):
     eval_tasks, eval_args = eval_options(args)
     out = Path(args.out)
     head = [*settings["base"], *shlex.split(settings["common"])]
+    configs = {}
     for name, recipe in {args.config: [], **{f"recipe {k}": v for k, v in recipes.items()}}.items():
         try:  # a bad key: one line now, not a traceback hours into a climb
-            configurator.load_config(head + recipe)
+            configs[name] = configurator.load_config(head + recipe)
         except configurator.ConfigError as e:
             raise SystemExit(f"error: {name}: {e}")
-    base = configurator.load_config(head)
+    base = configs.pop(args.config)
     data = ladder.identity(base)
-    for name, recipe in recipes.items():  # one validation set: losses on other data are not compared
+    for name, cfg in configs.items():  # one validation set: losses on other data are not compared
         if problem := ladder.identity_problem(
-                ladder.identity(configurator.load_config(head + recipe)), data, f"recipe {name} trains",
+                ladder.identity(cfg), data, f"{name} trains",
                 "a ladder compares its recipes' val losses on one validation set: set the data in its config"):
             raise SystemExit(f"error: {problem}")
     if (out / "ladder.json").is_file():
