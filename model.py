@@ -191,9 +191,14 @@ class CausalSelfAttention(nn.Module):
         else:
             mask = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(diagonal=past)
             causal = False
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.dropout if self.training else 0.0
-        )
+        dropout = self.dropout if self.training else 0.0
+        if x.device.type == "cpu" and q.dtype == torch.bfloat16:
+            # torch's CPU attention is 3x slower in bf16 than in fp32 (docs/performance.md, "bf16 on the CPU")
+            with torch.autocast("cpu", enabled=False):
+                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                                   is_causal=causal, dropout_p=dropout).to(q.dtype)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
