@@ -169,6 +169,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.qk_norm = config.qk_norm
+        self.fp32_attention = False  # under bf16 autocast: set for the CPU's runs (precision.fp32_attention_on_cpu)
 
     def forward(self, x, kv_cache=None, rope=None):
         B, T, C = x.size()
@@ -192,9 +193,8 @@ class CausalSelfAttention(nn.Module):
             mask = torch.ones(T, k.size(2), dtype=torch.bool, device=x.device).tril(diagonal=past)
             causal = False
         dropout = self.dropout if self.training else 0.0
-        if x.device.type == "cpu" and q.dtype == torch.bfloat16:
-            # torch's CPU attention is 3x slower in bf16 than in fp32 (docs/performance.md, "bf16 on the CPU")
-            with torch.autocast("cpu", enabled=False):
+        if self.fp32_attention and q.dtype == torch.bfloat16:
+            with torch.autocast(x.device.type, enabled=False):  # autocast would cast q, k, v back to bf16
                 y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
                                                    is_causal=causal, dropout_p=dropout).to(q.dtype)
         else:

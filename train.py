@@ -110,6 +110,7 @@ t0 = time.time()
 log(f"building the model ({gptconf.n_layer} layers, {gptconf.n_embd} wide) on {device} ...")
 with torch.device(device):  # built in place: at 6.7B a CPU build then a copy would take minutes
     raw_model = GPT(gptconf)  # the plain module, whose state_dict has no wrapper prefixes
+precision.fp32_attention_on_cpu(raw_model, device_type, cfg.dtype)
 n_params = raw_model.get_num_params()
 log(f"built {raw_model.get_num_params(non_embedding=False):,} parameters in {time.time() - t0:.1f}s")
 if start.weights is not None:  # before compile and sharding, identically on every rank

@@ -36,6 +36,8 @@ CASES = [
                       "--repeat", "1"], "x"),
     ("bench_checkpoint", ["--mb", "1", "--tensors", "2", "--repeats", "1"], "async save stall"),
     ("bench_muon", ["--sizes", "8x16", "--repeats", "1"], "Newton-Schulz"),
+    ("bench_cpu_bf16", ["--n_layer", "1", "--n_embd", "32", "--block_size", "16", "--batch_size", "2",
+                        "--repeats", "1"], "bf16/fp32"),
     ("form_choice", ["--draws", "1", "--noise", "0.01"], "| s-shaped | 1.0% | no local |"),
 ]
 

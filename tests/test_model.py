@@ -137,8 +137,12 @@ def test_kv_cache_matches_full_recompute(modern):
 # -----------------------------------------------------------------------------
 # the chunked LM head: the loss of the full logits, without them
 
-def test_bf16_attention_on_the_cpu_runs_in_fp32(monkeypatch):
-    """Under bf16 autocast on the CPU, attention gets fp32 q, k, v (3x faster there) and hands bf16 back."""
+@pytest.mark.parametrize("device_type, dtype, expected", [("cpu", "bfloat16", torch.float32),
+                                                           ("cuda", "bfloat16", torch.bfloat16),  # and by default
+                                                           (None, None, torch.bfloat16)])
+def test_bf16_attention_runs_in_fp32_only_on_the_cpu(device_type, dtype, expected, monkeypatch):
+    """precision.fp32_attention_on_cpu: a CPU bf16 run's attention gets fp32 q, k, v (3.6x faster there) and
+    hands bf16 back; anywhere else, and in the memory simulations (no call), attention stays in bf16."""
     seen = []
     attention = F.scaled_dot_product_attention
 
@@ -148,14 +152,16 @@ def test_bf16_attention_on_the_cpu_runs_in_fp32(monkeypatch):
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
     torch.manual_seed(0)
-    block = model_module.CausalSelfAttention(GPTConfig(**TINY))
-    x = torch.randn(2, 16, 64, requires_grad=True)
+    model = GPT(GPTConfig(**TINY))
+    if device_type:
+        precision.fp32_attention_on_cpu(model, device_type, dtype)
+    idx = torch.randint(0, 96, (2, 16))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = block(x)
-    y.float().sum().backward()
-    assert seen == [torch.float32] and y.dtype == torch.bfloat16 and torch.isfinite(x.grad).all()
-    reference = block(x.detach())  # fp32 throughout: the bf16 forward is within bf16's rounding of it
-    torch.testing.assert_close(y.float(), reference, rtol=2e-2, atol=2e-2)
+        loss = model(idx, idx)[1]
+    loss.backward()
+    assert seen == [expected] * 4 and torch.isfinite(model.transformer.h[0].attn.c_attn.weight.grad).all()
+    reference = model(idx, idx)[1]  # fp32 throughout: the bf16 loss is within bf16's rounding of it
+    torch.testing.assert_close(loss.float(), reference, rtol=2e-2, atol=2e-2)
 
 
 PADDED = dict(TINY, n_tokens=90)  # vocab_size 96 pads 90 tokens: the last 6 logits are -inf
