@@ -1,8 +1,9 @@
 """
 bf16 against fp32 on the CPU, at the CPU ladder's largest size (config/ladder_tiny.py's w160: 2 layers, width
 160, 52 sequences of 128 byte tokens a step), one thread: a training step (forward, backward, AdamW) and, alone,
-the attention's forward and backward. Under bf16 autocast model.py runs the CPU's attention in fp32, because
-torch's CPU attention kernel is slower in bf16; the last line shows what that choice saves.
+the attention's forward and backward. For a bf16 run on the CPU train.py has the attention run in fp32
+(precision.fp32_attention_on_cpu), because torch's CPU attention kernel is slower in bf16; the last line shows
+what that choice saves.
 
     OMP_NUM_THREADS=1 python scripts/bench/bench_cpu_bf16.py
     OMP_NUM_THREADS=1 python scripts/bench/bench_cpu_bf16.py --n_embd 32 --batch_size 3   # the ladder's w32
@@ -22,6 +23,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from model import GPT, GPTConfig  # noqa: E402
+from trainer import precision  # noqa: E402
 
 
 def median_seconds(fn, repeats):
@@ -40,6 +42,7 @@ def step_seconds(args, bf16, repeats):
     config = GPTConfig(n_layer=args.n_layer, n_head=args.n_embd // 16, n_embd=args.n_embd,
                        block_size=args.block_size, vocab_size=320, bias=False, dropout=0.0)
     model = GPT(config)
+    precision.fp32_attention_on_cpu(model, "cpu", "bfloat16" if bf16 else "float32")  # as train.py does
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     idx = torch.randint(0, 257, (args.batch_size, args.block_size))
 
@@ -73,7 +76,7 @@ def main(argv=None):
     print(f"training step: fp32 {1e3 * fp32:.0f} ms, bf16 {1e3 * bf16:.0f} ms: bf16/fp32 {bf16 / fp32:.2f}x")
     fp32, bf16 = (attention_seconds(args, d, args.repeats) for d in (torch.float32, torch.bfloat16))
     print(f"attention alone, fwd+bwd: fp32 {1e3 * fp32:.1f} ms, bf16 {1e3 * bf16:.1f} ms: "
-          f"bf16/fp32 {bf16 / fp32:.2f}x (model.py runs the CPU's attention in fp32 under bf16)")
+          f"bf16/fp32 {bf16 / fp32:.2f}x (train.py's bf16 step runs it in fp32)")
 
 
 if __name__ == "__main__":
