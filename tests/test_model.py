@@ -141,7 +141,7 @@ def test_kv_cache_matches_full_recompute(modern):
                                                            ("cuda", "bfloat16", torch.bfloat16),  # and by default
                                                            (None, None, torch.bfloat16)])
 def test_bf16_attention_runs_in_fp32_only_on_the_cpu(device_type, dtype, expected, monkeypatch):
-    """precision.fp32_attention_on_cpu: a CPU bf16 run's attention gets fp32 q, k, v (3.6x faster there) and
+    """precision.fp32_attention_on_cpu: a CPU bf16 run's attention gets fp32 q, k, v (3.7x faster there) and
     hands bf16 back; anywhere else, and in the memory simulations (no call), attention stays in bf16."""
     seen = []
     attention = F.scaled_dot_product_attention

@@ -186,7 +186,7 @@ def mfu_note(bf16_tflops, fp8_tflops):
 
 def fp32_attention_on_cpu(model, device_type, dtype):
     """For a bf16 run on the CPU, have the model's attention run in fp32 (q, k, v cast up, the result back):
-    torch's CPU attention kernel is 3.6x slower in bf16 than in fp32, where the matmuls are several times
+    torch's CPU attention kernel is 3.7x slower in bf16 than in fp32, where the matmuls are several times
     faster in bf16 on a CPU with bf16 instructions (docs/performance.md, "bf16 on the CPU"). Only there: on
     a GPU bf16 attention is the fast one, and the memory simulations, whose CPU tensors stand for a GPU's,
     keep bf16."""
