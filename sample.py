@@ -18,7 +18,7 @@ from contextlib import nullcontext
 import torch
 
 from model import GPT, model_config
-from trainer import bins, checkpoint, machine, tokenizer
+from trainer import bins, checkpoint, machine, precision, tokenizer
 
 
 def parse_args(argv):
@@ -104,6 +104,8 @@ def load_model(args, local_rank=0):
         fail(str(e))
     with torch.device(device):
         model = GPT(model_config(saved_args=state["model_args"]))
+    if isinstance(autocast, torch.autocast):  # bf16: on the CPU the attention in fp32, as train.py runs it
+        precision.fp32_attention_on_cpu(model, autocast.device, "bfloat16")
     try:
         checkpoint.restore(state, model)  # a ckpt_<N>.pt file or an FSDP run's ckpt_<N>/ folder
     except checkpoint.CheckpointError as e:

@@ -51,6 +51,7 @@ from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
 from trainer import machine  # noqa: E402
 from trainer import cost  # noqa: E402
+from trainer import precision  # noqa: E402
 from trainer import metrics  # noqa: E402
 from trainer import optim  # noqa: E402
 from model import GPT, GPTConfig, model_config  # noqa: E402
@@ -394,6 +395,7 @@ def reference_run(cfg, data_dir, batch_size, micro_steps, warmup, steps):
     torch.manual_seed(cfg.seed)
     with torch.device(device):  # the GPTConfig train.py builds for cfg
         model = GPT(model_config(cfg, activation_checkpointing="none"))
+    precision.fp32_attention_on_cpu(model, device_type, cfg.dtype)  # as train.py: the loops differ only in overhead
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2),
                                   weight_decay=cfg.weight_decay)
     tokens = bins.TokenBin(bins.bin_path(data_dir, "train"), cfg.vocab_size)

@@ -134,10 +134,8 @@ def test_kv_cache_matches_full_recompute(modern):
     assert torch.equal(cached, uncached)
 
 
-# -----------------------------------------------------------------------------
-# the chunked LM head: the loss of the full logits, without them
-
 @pytest.mark.parametrize("device_type, dtype, expected", [("cpu", "bfloat16", torch.float32),
+                                                           ("cpu", "float32", torch.bfloat16),
                                                            ("cuda", "bfloat16", torch.bfloat16),  # and by default
                                                            (None, None, torch.bfloat16)])
 def test_bf16_attention_runs_in_fp32_only_on_the_cpu(device_type, dtype, expected, monkeypatch):
@@ -147,8 +145,9 @@ def test_bf16_attention_runs_in_fp32_only_on_the_cpu(device_type, dtype, expecte
     attention = F.scaled_dot_product_attention
 
     def recording(q, k, v, **kwargs):
-        seen.append(q.dtype)
-        return attention(q, k, v, **kwargs)
+        y = attention(q, k, v, **kwargs)
+        seen.append((q.dtype, y.dtype))  # fp32 out too: autocast, left on, would run it in bf16 whatever q was
+        return y
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
     torch.manual_seed(0)
@@ -159,10 +158,13 @@ def test_bf16_attention_runs_in_fp32_only_on_the_cpu(device_type, dtype, expecte
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss = model(idx, idx)[1]
     loss.backward()
-    assert seen == [expected] * 4 and torch.isfinite(model.transformer.h[0].attn.c_attn.weight.grad).all()
+    assert seen == [(expected, expected)] * 4 and torch.isfinite(model.transformer.h[0].attn.c_attn.weight.grad).all()
     reference = model(idx, idx)[1]  # fp32 throughout: the bf16 loss is within bf16's rounding of it
     torch.testing.assert_close(loss.float(), reference, rtol=2e-2, atol=2e-2)
 
+
+# -----------------------------------------------------------------------------
+# the chunked LM head: the loss of the full logits, without them
 
 PADDED = dict(TINY, n_tokens=90)  # vocab_size 96 pads 90 tokens: the last 6 logits are -inf
 
