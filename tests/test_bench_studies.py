@@ -156,6 +156,7 @@ PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 
              "bf16_seed18": {"adamw": (0.0246, 0.0246, 0.0195), "muon": (0.0061, 0.0706, 0.0234)},  # ladder_tiny, bf16
              "bf16_seed19": {"adamw": (-0.0343, -0.0343, -0.0153), "muon": (-0.0063, 0.0662, 0.0131)},
              "bf16_seed20": {"adamw": (-0.0275, -0.0275, -0.0057), "muon": (-0.0186, 0.0586, 0.0071)},  # tiny_bf16
+             "bf16_seed21": {"adamw": (-0.0431, -0.0431, -0.0381), "muon": (-0.0133, 0.0651, 0.0160)},
              "one_seed17": {"adamw": (-0.0741, -0.0741, -0.0400), "muon": (-0.0040, -0.0361, 0.0052)},  # one seed
              "small_seed9": {"adamw": (0.059, 0.059, 0.026), "muon": (0.156, 0.156, 0.040)},  # config/ladder_tiny_small.py
              "half_seed7": {"adamw": (0.042, 0.042, 0.036), "muon": (-0.026, -0.026, -0.002)},  # ladder_tiny_half_tokens
@@ -193,6 +194,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "bf16_seed18": {"adamw": (0.0158, -0.0186), "muon": (-0.0014, -0.0128)},  # ladder_tiny.py in bf16
              "bf16_seed19": {"adamw": (-0.0106, -0.0315), "muon": (0.0006, 0.0120)},
              "bf16_seed20": {"adamw": (0.0049, -0.0284), "muon": (0.0014, -0.0091)},  # ladder_tiny_bf16.py
+             "bf16_seed21": {"adamw": (-0.0299, -0.0525), "muon": (0.0063, 0.0014)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -228,7 +230,7 @@ def test_a_ladders_forecast_read_as_if_trained_with_one_seed_is_what_the_docs_sa
 def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypatch):
     """docs/scaling_ladder.md, "bf16, and the half hour": config/ladder_tiny_bf16.py's rule (2x2a) read off kept
     ladders: seed 16's AdamW held out at -3.6% and seed 12's at +3.5% (its two misses), and seed 19's (bf16)
-    forecast with the prior at half-way -2.95%, the nearest of the rule's twenty to 3%."""
+    forecast with the prior at half-way -2.95%."""
     rules = study("seed_rules")
     for name, published in (("depth2_seed16", -0.0360), ("depth2_seed12", 0.0350), ("bf16_seed19", -0.0220)):
         result = json.loads((REPO / "docs" / "ladder_runs" / name / "ladder.json").read_text())
