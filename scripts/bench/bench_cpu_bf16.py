@@ -13,9 +13,7 @@ go the other way.
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 from contextlib import nullcontext
 
 import torch
@@ -24,16 +22,7 @@ from torch.nn import functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from model import GPT, GPTConfig  # noqa: E402
 from trainer import precision  # noqa: E402
-
-
-def median_seconds(fn, repeats):
-    fn()  # warm-up: first-call allocations and kernel choice
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from bench_muon import seconds as median_seconds  # noqa: E402  (beside this script: warm-up, then the median)
 
 
 def step_seconds(args, bf16, repeats):
