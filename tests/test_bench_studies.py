@@ -215,14 +215,20 @@ def test_the_published_ladders_forecasts_with_their_prior_are_what_the_docs_say(
     assert "| adamw | " in capsys.readouterr().out
 
 
+def prior_errors_under_rule(name, rule, tmp_path, monkeypatch):
+    """{(recipe, fraction of the run): the forecast with the prior's relative error} of a kept ladder read under
+    a seed rule by forecast_accuracy.py (the curves in its ladder.json: the run folders are not here)."""
+    monkeypatch.chdir(tmp_path)
+    study("forecast_accuracy").main(["--ladder", str(REPO / "docs" / "ladder_runs" / name / "ladder.json"),
+                                     "--rule", rule, "--out", str(tmp_path / "f.json")])
+    rows = json.loads((tmp_path / "f.json").read_text())["rows"]
+    return {(r["recipe"], round(r["at"], 2)): r["relative_error"] for r in rows if r["method"] == "ladder prior"}
+
+
 def test_a_ladders_forecast_read_as_if_trained_with_one_seed_is_what_the_docs_say(tmp_path, monkeypatch):
     """docs/scaling_ladder.md, "Fewer seeds, for the half hour?": seed 13's ladder read under 1x1, its prior
     from single runs' curves, misses AdamW's half-way by 3.8% where the config's three seeds missed by 2.9%."""
-    monkeypatch.chdir(tmp_path)
-    study("forecast_accuracy").main(["--ladder", str(REPO / "docs" / "ladder_runs" / "depth2_seed13" / "ladder.json"),
-                                     "--rule", "1x1", "--out", str(tmp_path / "f.json")])
-    rows = json.loads((tmp_path / "f.json").read_text())["rows"]
-    prior = {(r["recipe"], round(r["at"], 2)): r["relative_error"] for r in rows if r["method"] == "ladder prior"}
+    prior = prior_errors_under_rule("depth2_seed13", "1x1", tmp_path, monkeypatch)
     assert prior == pytest.approx({("adamw", 0.25): -0.0086, ("adamw", 0.5): -0.0383, ("muon", 0.25): 0.0037,
                                    ("muon", 0.5): -0.0127}, abs=5e-4)
 
@@ -236,9 +242,5 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
         result = json.loads((REPO / "docs" / "ladder_runs" / name / "ladder.json").read_text())
         runs = rules.under_rule(result["recipes"]["adamw"]["runs"], 4, 2, 2, adaptive=True)
         assert ladder_analysis.held_out(runs, 4)["relative_error"] == pytest.approx(published, abs=5e-4)
-    monkeypatch.chdir(tmp_path)
-    study("forecast_accuracy").main(["--ladder", str(REPO / "docs" / "ladder_runs" / "bf16_seed19" / "ladder.json"),
-                                     "--rule", "2x2a", "--out", str(tmp_path / "f.json")])
-    rows = json.loads((tmp_path / "f.json").read_text())["rows"]
-    prior = {(r["recipe"], round(r["at"], 2)): r["relative_error"] for r in rows if r["method"] == "ladder prior"}
+    prior = prior_errors_under_rule("bf16_seed19", "2x2a", tmp_path, monkeypatch)
     assert prior[("adamw", 0.5)] == pytest.approx(-0.0295, abs=5e-4)
