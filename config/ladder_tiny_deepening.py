@@ -1,4 +1,4 @@
-# The CPU ladder's family until 2026-12-06, a study now (docs/scaling_ladder.md, where seeds 1337 to 10 were
+# The CPU ladder's family until 2026-12-06, a study now (docs/ladder_evidence.md, where seeds 1337 to 10 were
 # measured on it): config/ladder_tiny.py's rules on six sizes that deepen as they widen (2 layers at w32 and w48,
 # 3 at w64, 4 from w80), 35k to 639k parameters (18x). Its log-log slope bends where it deepens, and its held-out
 # w112 was over-predicted by 3.0-4.8% (AdamW) on 4 of 10 seeds; the one-depth family was within 3% on 13 of 14.

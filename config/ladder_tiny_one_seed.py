@@ -1,4 +1,4 @@
-# A faster CPU ladder, measured and not recommended (docs/scaling_ladder.md, "Fewer seeds, for the half hour?"):
+# A faster CPU ladder, measured and not recommended (docs/ladder_evidence.md, "Fewer seeds, for the half hour?"):
 # config/ladder_tiny.py with one seed a size, so each size's loss is its sweep's lowest run and the forecast's
 # prior takes single runs' curves. Its seed-17 ladder took 31 minutes on 2 cores and under-predicted AdamW's
 # held-out w160 by 7.4%, where the config was within 3% on 13 of 14 checks (seven seeds).

@@ -1,4 +1,4 @@
-# A faster CPU ladder, measured and not recommended (docs/scaling_ladder.md, "A 22-minute ladder"): the rules of
+# A faster CPU ladder, measured and not recommended (docs/ladder_evidence.md, "A 22-minute ladder"): the rules of
 # config/ladder_tiny_deepening.py on five smaller sizes, 11k to 334k parameters (29x), in about 22 minutes on 2 cores.
 # Its small sizes sit on the byte-level plateau, so the held-out w80 was over-predicted by 6% (AdamW) and 16% (Muon).
 import os as _os

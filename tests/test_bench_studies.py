@@ -138,7 +138,7 @@ def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tm
         rules.main([str(path), "--rules", "3"])
 
 
-# Each published CPU ladder's held-out check as docs/scaling_ladder.md reports it ("The config: one depth", "Seeds 7,
+# Each published CPU ladder's held-out check as docs/ladder_evidence.md reports it ("The config: one depth", "Seeds 7,
 # 8 and 9", "Seed 10 and the last step's slope", "A 22-minute ladder", "Half the tokens", "One depth at half the
 # tokens", "One depth at three tokens", "Fewer seeds, for the half hour?"): the relative error now (the stop,
 # local among the forms), before (every candidate seeded, no local), and of the last step's slope carried on.
@@ -181,7 +181,7 @@ def test_the_published_ladders_held_out_checks_are_what_the_docs_say(name):
 
 
 # Each published CPU ladder's in-run forecast with its prior at 25% and 50% of its held-out run, as
-# docs/scaling_ladder.md reports them, re-derived from the run's curve kept in its ladder.json (no run folders).
+# docs/ladder_evidence.md reports them, re-derived from the run's curve kept in its ladder.json (no run folders).
 FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},  # ladder_tiny_deepening
              "seed10": {"adamw": (-0.0184, -0.0252), "muon": (-0.0056, -0.0328)},
              "depth2_seed10": {"adamw": (0.0185, -0.0068), "muon": (0.0062, -0.0224)},  # config/ladder_tiny.py
@@ -226,7 +226,7 @@ def prior_errors_under_rule(name, rule, tmp_path, monkeypatch):
 
 
 def test_a_ladders_forecast_read_as_if_trained_with_one_seed_is_what_the_docs_say(tmp_path, monkeypatch):
-    """docs/scaling_ladder.md, "Fewer seeds, for the half hour?": seed 13's ladder read under 1x1, its prior
+    """docs/ladder_evidence.md, "Fewer seeds, for the half hour?": seed 13's ladder read under 1x1, its prior
     from single runs' curves, misses AdamW's half-way by 3.8% where the config's three seeds missed by 2.9%."""
     prior = prior_errors_under_rule("depth2_seed13", "1x1", tmp_path, monkeypatch)
     assert prior == pytest.approx({("adamw", 0.25): -0.0086, ("adamw", 0.5): -0.0383, ("muon", 0.25): 0.0037,
@@ -234,7 +234,7 @@ def test_a_ladders_forecast_read_as_if_trained_with_one_seed_is_what_the_docs_sa
 
 
 def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypatch):
-    """docs/scaling_ladder.md, "bf16, and the half hour": config/ladder_tiny_bf16.py's rule (2x2a) read off kept
+    """docs/ladder_evidence.md, "bf16, and the half hour": config/ladder_tiny_bf16.py's rule (2x2a) read off kept
     ladders: seed 16's AdamW held out at -3.6% and seed 12's at +3.5% (its two misses), and seed 19's (bf16)
     forecast with the prior at half-way -2.95%."""
     rules = study("seed_rules")

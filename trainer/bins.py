@@ -340,7 +340,7 @@ class WindowSampler:
 MAX_REPEATS = 4  # epochs of one source past which plan.py and train.py warn (repeated data stops helping)
 
 # The val windows' permutation key. Not the run's seed: a draw of 200 quick-start val windows moves a loss by
-# 2-3.7%, more than two seeds' models differ (docs/scaling_ladder.md, "The val windows"). 1337, the default
+# 2-3.7%, more than two seeds' models differ (docs/ladder_evidence.md, "The val windows"). 1337, the default
 # seed, keeps the windows every run at that seed measured before.
 VAL_WINDOWS_KEY = 1337
 
