@@ -825,6 +825,15 @@ def test_the_lr_fit_leaves_out_a_size_trained_once_at_the_rate_it_predicted():
     assert ladder_analysis.lr_points(unswept, ladder.best_runs(unswept, 4), 4)[0] == [1e4, 2e4, 4e4, 8e4]
 
 
+@pytest.mark.parametrize("config", sorted(p.name for p in (REPO / "config").glob("ladder_*.py")))
+def test_every_shipped_ladder_config_loads(config, monkeypatch):
+    """The ladder configs the docs name (the recommended ones and those kept as measured studies) are settings
+    scripts/ladder.py accepts: a config that execs another reads it from its own folder."""
+    monkeypatch.chdir(REPO)
+    settings = ladder_script.load_settings(f"config/{config}")
+    assert len(settings["sizes"]) >= 4 and settings["base"] and settings["seeds"] >= 1
+
+
 def test_one_sweep_setting_holds_for_every_size(tmp_path, fake_train):
     config = ladder_config(tmp_path, [16, 32, 48], sweep_points=1, sweep_factors=2.0)
     assert ladder_script.load_settings(config)["sweep_points"] == (1,)
