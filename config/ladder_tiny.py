@@ -2,7 +2,7 @@
 # six sizes of the tiny model on the quick-start corpus (python data/quickstart/prepare.py), all 2 layers deep and
 # widened at head size 16, 35k to 666k parameters (19x), each trained on 4 tokens per parameter in about 400 steps.
 # One depth because a family that deepened as it widened (config/ladder_tiny_deepening.py) bent where it deepened
-# and over-predicted its held-out size by 3-5% on 4 of 10 seeds (docs/ladder_evidence.md, "One depth").
+# and over-predicted its held-out size by 3-5% on 4 of 10 seeds (docs/ladder_evidence.md, "The config: one depth").
 # On a CPU with bf16 instructions, config/ladder_tiny_bf16.py is this in bf16 at two seeds: about half an hour.
 # A ladder config is read by scripts/ladder.py, not by train.py: these names are its settings.
 base = ['config/train_tiny.py']

@@ -217,7 +217,8 @@ def along_last_step(sizes, losses, n):
     """The loss at n read off the log-log line through the two largest sizes: the last step's slope carried on.
     A reading beside the fit, not a form it chooses: two points give it no scatter, so no interval, and a
     backtest would judge it on the step below, before a slope that is still changing has changed. Where it and
-    the fit disagree, the law is still bending at the top (docs/ladder_evidence.md, "The last step's slope")."""
+    the fit disagree, the law is still bending at the top (docs/ladder_evidence.md, "Seed 10 and the last step's
+    slope")."""
     order = np.argsort(sizes)[-2:]
     (n1, n2), (y1, y2) = np.asarray(sizes, float)[order], np.asarray(losses, float)[order]
     return float(y2 * (n / n2) ** (math.log(y2 / y1) / math.log(n2 / n1)))
