@@ -171,10 +171,15 @@ PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 
              "three_depth2_seed11": {"adamw": (0.0187, 0.0187, 0.013), "muon": (-0.0468, -0.0468, -0.0053)}}  # 3 tokens
 
 
+def kept_ladder(name):
+    """A published ladder's ladder.json, kept in docs/ladder_runs/NAME (its run folders are not kept)."""
+    return REPO / "docs" / "ladder_runs" / name / "ladder.json"
+
+
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_the_published_ladders_held_out_checks_are_what_the_docs_say(name):
     rules, forms = study("seed_rules"), study("form_choice")
-    result = json.loads((REPO / "docs" / "ladder_runs" / name / "ladder.json").read_text())
+    result = json.loads(kept_ladder(name).read_text())
     ratio = result["tokens_per_param"][0]
     for recipe, (now, before, last_step) in PUBLISHED[name].items():
         runs = result["recipes"][recipe]["runs"]
@@ -213,8 +218,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
 @pytest.mark.parametrize("name", sorted(FORECASTS))
 def test_the_published_ladders_forecasts_with_their_prior_are_what_the_docs_say(name, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # the runs' folders (out/...) are not here: the curves in ladder.json serve
-    study("forecast_accuracy").main(["--ladder", str(REPO / "docs" / "ladder_runs" / name / "ladder.json"),
-                                     "--out", str(tmp_path / "f.json")])
+    study("forecast_accuracy").main(["--ladder", str(kept_ladder(name)), "--out", str(tmp_path / "f.json")])
     rows = json.loads((tmp_path / "f.json").read_text())["rows"]
     for recipe, published in FORECASTS[name].items():
         prior = [r["relative_error"] for r in rows if r["recipe"] == recipe and r["method"] == "ladder prior"]
@@ -228,8 +232,8 @@ def prior_errors_under_rule(name, rule, tmp_path, monkeypatch):
     """{(recipe, fraction of the run): the forecast with the prior's relative error} of a kept ladder read under
     a seed rule by forecast_accuracy.py (the curves in its ladder.json: the run folders are not here)."""
     monkeypatch.chdir(tmp_path)
-    study("forecast_accuracy").main(["--ladder", str(REPO / "docs" / "ladder_runs" / name / "ladder.json"),
-                                     "--rule", rule, "--out", str(tmp_path / "f.json")])
+    study("forecast_accuracy").main(["--ladder", str(kept_ladder(name)), "--rule", rule, "--out",
+                                     str(tmp_path / "f.json")])
     rows = json.loads((tmp_path / "f.json").read_text())["rows"]
     return {(r["recipe"], round(r["at"], 2)): r["relative_error"] for r in rows if r["method"] == "ladder prior"}
 
@@ -255,10 +259,11 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
     rules = study("seed_rules")
     held = {}
     for name in BF16_RULE_LADDERS:
-        result = json.loads((REPO / "docs" / "ladder_runs" / name / "ladder.json").read_text())
+        result = json.loads(kept_ladder(name).read_text())
+        ratio = result["tokens_per_param"][0]
         for recipe in ("adamw", "muon"):
-            runs = rules.under_rule(result["recipes"][recipe]["runs"], 4, 2, 2, adaptive=True)
-            held[name, recipe] = ladder_analysis.held_out(runs, 4)
+            runs = rules.under_rule(result["recipes"][recipe]["runs"], ratio, 2, 2, adaptive=True)
+            held[name, recipe] = ladder_analysis.held_out(runs, ratio)
     error = {key: h["relative_error"] for key, h in held.items()}
     for name, published in (("depth2_seed16", -0.0360), ("depth2_seed12", 0.0350), ("bf16_seed19", -0.0220),
                             ("bf16_seed21", -0.0431), ("bf16_seed23", 0.0641), ("bf16_seed25", 0.0968),
