@@ -18,7 +18,10 @@ tokens_per_param = 4  # far below Chinchilla's 20: what 2 CPU cores afford; the 
 steps = 400
 sweep_points = (5, 3)  # learning rates at the first size, then at each larger one
 sweep_factors = (2.0, 2.0, 1.41)  # between neighbouring rates: at the first size, the second, then onwards
-warmup_fraction = 0.1
+# warmup over as many tokens as the model has parameters, as OLMo's ladders do (a quarter of a run at 4 tokens per
+# parameter): at a tenth, AdamW's w128 ended 1.78-2.09 over eight seeds at one rate, at a quarter 1.745-1.766
+# (docs/ladder_evidence.md, "Warmup and the AdamW seeds")
+warmup_fraction = 0.25
 evaluations = 20  # per run: the curve the in-run forecast is measured on
 # each size's two lowest swept runs' rates trained again at 2 more seeds, the fits on the rate of lower mean: the
 # lowest run was picked for being low, and another seed at its rate ends up to 2.5-4.5% away, 11-23% at an

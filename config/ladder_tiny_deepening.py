@@ -13,3 +13,4 @@ sizes = {
     'w96': dict(n_layer=4, n_head=6, n_embd=96),
     'w112': dict(n_layer=4, n_head=7, n_embd=112),
 }
+warmup_fraction = 0.1  # as it was measured; the config warms up over a quarter of a run since 2026-12-06
