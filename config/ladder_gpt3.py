@@ -20,6 +20,9 @@ sizes = {
 tokens_per_param = (20, 10)
 sweep_points = (5, 3, 3, 3, 1)
 sweep_factors = (2.0, 1.41)
-warmup_fraction = 0.01
+# warmup over as many tokens as the model has parameters at 20 tokens per parameter (OLMo's ladder rule; half as
+# many at 10), not 0.01's fifth of that: on the CPU ladder a short warmup left AdamW's seeds 17% apart at one
+# rate (docs/ladder_evidence.md, "Warmup and the AdamW seeds"); untried on a GPU
+warmup_fraction = 0.05
 evaluations = 20
 target = 'config/train_gpt3_6b_fast.py'  # ladder.png extrapolates each fit to its size
