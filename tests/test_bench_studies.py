@@ -141,7 +141,7 @@ def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tm
 # Each published CPU ladder's held-out check as docs/ladder_evidence.md reports it ("The config: one depth", "Seeds 7,
 # 8 and 9", "Seed 10 and the last step's slope", "A 22-minute ladder", "Half the tokens", "One depth at half the
 # tokens", "One depth at three tokens", "Fewer seeds, for the half hour?", "bf16, and the half hour", "Seeds 23,
-# 25 and 27"; seeds 23 and 25 at their reruns' three seeds, whose errors it quotes, not their before and last
+# 25 and 27", "Warmup and the AdamW seeds"; seeds 23 and 25 at their reruns' three seeds, whose errors it quotes, not their before and last
 # step): the relative error now (the stop, local among the forms), before (every candidate seeded, no local), and
 # of the last step's slope carried on.
 PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 0.009)},  # ladder_tiny_deepening
@@ -162,6 +162,9 @@ PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 
              "bf16_seed23": {"adamw": (0.0612, 0.0612, 0.0200), "muon": (-0.0033, 0.0605, 0.0106)},  # three seeds
              "bf16_seed25": {"adamw": (0.0572, 0.0572, 0.0574), "muon": (-0.0082, 0.0685, 0.0255)},
              "bf16_seed27": {"adamw": (0.0376, 0.0376, 0.0389), "muon": (-0.0173, 0.0646, 0.0124)},  # two seeds
+             "warmup_seed39": {"adamw": (0.0139, 0.0139, 0.0257), "muon": (-0.0079, 0.0740, 0.0044)},  # a quarter
+             "warmup_seed41": {"adamw": (0.0159, 0.0159, 0.0042), "muon": (-0.0054, 0.0958, 0.0056)},  # warmup
+             "warmup_seed43": {"adamw": (0.0155, 0.0155, 0.0237), "muon": (0.0056, -0.0386, 0.0013)},
              "one_seed17": {"adamw": (-0.0741, -0.0741, -0.0400), "muon": (-0.0040, -0.0361, 0.0052)},  # one seed
              "small_seed9": {"adamw": (0.059, 0.059, 0.026), "muon": (0.156, 0.156, 0.040)},  # config/ladder_tiny_small.py
              "half_seed7": {"adamw": (0.042, 0.042, 0.036), "muon": (-0.026, -0.026, -0.002)},  # ladder_tiny_half_tokens
@@ -209,6 +212,9 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "bf16_seed23": {"adamw": (0.0338, 0.0037), "muon": (-0.0038, -0.0199)},  # the reruns' three seeds
              "bf16_seed25": {"adamw": (0.0212, -0.0092), "muon": (0.0190, 0.0103)},
              "bf16_seed27": {"adamw": (-0.0140, -0.0161), "muon": (-0.0128, -0.0121)},  # two seeds
+             "warmup_seed39": {"adamw": (0.0059, -0.0222), "muon": (-0.0103, -0.0319)},  # a quarter's warmup
+             "warmup_seed41": {"adamw": (0.0201, -0.0059), "muon": (0.0002, 0.0100)},
+             "warmup_seed43": {"adamw": (0.0034, -0.0219), "muon": (0.0088, 0.0104)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -276,3 +282,27 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
                             ("bf16_seed27", -0.0161)):
         prior = prior_errors_under_rule(name, "2x2a", tmp_path, monkeypatch)
         assert prior[("adamw", 0.5)] == pytest.approx(published, abs=5e-4)
+
+
+WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43)]  # config/ladder_tiny_bf16.py at a quarter's warmup
+
+
+def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say(tmp_path, monkeypatch):
+    """docs/ladder_evidence.md, "Warmup and the AdamW seeds": each ladder's held-out size inside its interval and
+    within 3% (both recipes), the recommended rate within 2x of the sweep's best, the forecast with the prior
+    better than the val loss now at 25% everywhere and within 3% at half-way but for seed 39's Muon, and the two
+    sizes held out still over-predicted by more than 10%."""
+    for name in WARMUP_LADDERS:
+        result = json.loads(kept_ladder(name).read_text())
+        for recipe in ("adamw", "muon"):
+            held = result["recipes"][recipe]["held_out"]
+            assert held["inside"] and abs(held["relative_error"]) <= 0.03 and 0.5 <= held["lr_ratio"] <= 2
+            assert result["recipes"][recipe]["held_out_further"][0]["relative_error"] > 0.10
+        monkeypatch.chdir(tmp_path)
+        study("forecast_accuracy").main(["--ladder", str(kept_ladder(name)), "--out", str(tmp_path / "f.json")])
+        rows = json.loads((tmp_path / "f.json").read_text())["rows"]
+        error = {(r["recipe"], r["method"], round(r["at"], 2)): abs(r["relative_error"])
+                 for r in rows if r["method"] in ("ladder prior", "val loss now")}
+        for recipe in ("adamw", "muon"):
+            assert error[recipe, "ladder prior", 0.25] < error[recipe, "val loss now", 0.25]
+            assert (error[recipe, "ladder prior", 0.5] <= 0.03) == ((name, recipe) != ("warmup_seed39", "muon"))

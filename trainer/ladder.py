@@ -442,8 +442,9 @@ def rate_means(runs, size, ratio):
 def seed_mean(same):
     """One record for runs that differ only in their seed: the mean final val loss, curve and scores over the
     seeds that did not diverge (`seeds_in_mean` of them; `seed_losses` keeps each). Why the mean: the sweep's
-    lowest run was picked for being low, and another seed at its rate ends up to 2.5-4.5% away on the CPU family,
-    11-23% at a rate on the edge of stability (docs/scaling_ladder.md), where the held-out size is judged to 3%."""
+    lowest run was picked for being low, and another seed at its rate ended up to 2.5-4.5% away on the CPU family,
+    11-23% at a rate on the edge of stability, with a tenth of each run's warmup (docs/ladder_evidence.md), where
+    the held-out size is judged to 3%."""
     if len(same) == 1:
         return same[0]
     finite = [r for r in same if math.isfinite(r["final_val_loss"])]
