@@ -24,9 +24,10 @@ sweep_factors = (2.0, 2.0, 1.41)  # between neighbouring rates: at the first siz
 warmup_fraction = 0.25
 evaluations = 20  # per run: the curve the in-run forecast is measured on
 # each size's two lowest swept runs' rates trained again at 2 more seeds, the fits on the rate of lower mean: the
-# lowest run was picked for being low, and another seed at its rate ended up to 2.5-4.5% away, 11-23% at an
-# unstable rate, at a tenth's warmup (under 1% at most sizes at a quarter's); a second rate lets the seeds, not one lucky run, choose, and is seeded only where its run is
-# below the first's mean (docs/scaling_ladder.md). One seed (config/ladder_tiny_one_seed.py) took 31 minutes and
-# missed AdamW's held-out size by 7.4% on its first ladder (docs/ladder_evidence.md, "Fewer seeds, for the half hour?")
+# lowest run was picked for being low, and another seed at its rate ended up to 2.5-4.5% away, 11-23% at an unstable
+# rate, at a tenth's warmup (under 1% at most sizes at a quarter's); a second rate lets the seeds, not one lucky
+# run, choose, and is seeded only where its run is below the first's mean (docs/scaling_ladder.md). One seed
+# (config/ladder_tiny_one_seed.py) took 31 minutes and missed AdamW's held-out size by 7.4% on its first ladder
+# (docs/ladder_evidence.md, "Fewer seeds, for the half hour?")
 seeds = 3
 seeded_rates = 2

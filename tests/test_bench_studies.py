@@ -138,12 +138,12 @@ def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tm
         rules.main([str(path), "--rules", "3"])
 
 
-# Each published CPU ladder's held-out check as docs/ladder_evidence.md reports it ("The config: one depth", "Seeds 7,
-# 8 and 9", "Seed 10 and the last step's slope", "A 22-minute ladder", "Half the tokens", "One depth at half the
-# tokens", "One depth at three tokens", "Fewer seeds, for the half hour?", "bf16, and the half hour", "Seeds 23,
-# 25 and 27", "Warmup and the AdamW seeds"; seeds 23 and 25 at their reruns' three seeds, whose errors it quotes, not their before and last
-# step): the relative error now (the stop, local among the forms), before (every candidate seeded, no local), and
-# of the last step's slope carried on.
+# Each published CPU ladder's held-out check as docs/ladder_evidence.md reports it ("The config: one depth", "Seeds
+# 7, 8 and 9", "Seed 10 and the last step's slope", "A 22-minute ladder", "Half the tokens", "One depth at half the
+# tokens", "One depth at three tokens", "Fewer seeds, for the half hour?", "bf16, and the half hour", "Seeds 23, 25
+# and 27", "Warmup and the AdamW seeds"; seeds 23 and 25 at their reruns' three seeds, whose errors it quotes, not
+# their before and last step): the relative error now (the stop, local among the forms), before (every candidate
+# seeded, no local), and of the last step's slope carried on.
 PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 0.009)},  # ladder_tiny_deepening
              "seed8": {"adamw": (-0.004, -0.004, -0.021), "muon": (-0.028, -0.028, -0.0115)},
              "seed9": {"adamw": (0.045, 0.045, 0.0185), "muon": (0.000, -0.022, 0.015)},
