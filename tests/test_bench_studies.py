@@ -165,6 +165,7 @@ PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 
              "warmup_seed39": {"adamw": (0.0139, 0.0139, 0.0257), "muon": (-0.0079, 0.0740, 0.0044)},  # a quarter
              "warmup_seed41": {"adamw": (0.0159, 0.0159, 0.0042), "muon": (-0.0054, 0.0958, 0.0056)},  # warmup
              "warmup_seed43": {"adamw": (0.0155, 0.0155, 0.0237), "muon": (0.0056, -0.0386, 0.0013)},
+             "warmup_seed45": {"adamw": (-0.0125, -0.0125, 0.0147), "muon": (-0.0012, -0.0475, 0.0014)},
              "one_seed17": {"adamw": (-0.0741, -0.0741, -0.0400), "muon": (-0.0040, -0.0361, 0.0052)},  # one seed
              "small_seed9": {"adamw": (0.059, 0.059, 0.026), "muon": (0.156, 0.156, 0.040)},  # config/ladder_tiny_small.py
              "half_seed7": {"adamw": (0.042, 0.042, 0.036), "muon": (-0.026, -0.026, -0.002)},  # ladder_tiny_half_tokens
@@ -215,6 +216,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "warmup_seed39": {"adamw": (0.0059, -0.0222), "muon": (-0.0103, -0.0319)},  # a quarter's warmup
              "warmup_seed41": {"adamw": (0.0201, -0.0059), "muon": (0.0002, 0.0100)},
              "warmup_seed43": {"adamw": (0.0034, -0.0219), "muon": (0.0088, 0.0104)},
+             "warmup_seed45": {"adamw": (0.0222, 0.0031), "muon": (-0.0322, -0.0235)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -284,7 +286,7 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
         assert prior[("adamw", 0.5)] == pytest.approx(published, abs=5e-4)
 
 
-WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43)]  # config/ladder_tiny_bf16.py at a quarter's warmup
+WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43, 45)]  # config/ladder_tiny_bf16.py at a quarter's warmup
 
 
 def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say(tmp_path, monkeypatch):
