@@ -231,6 +231,8 @@ def test_the_published_ladders_forecasts_with_their_prior_are_what_the_docs_say(
     for recipe, published in FORECASTS[name].items():
         prior = [r["relative_error"] for r in rows if r["recipe"] == recipe and r["method"] == "ladder prior"]
         assert prior == pytest.approx(list(published), abs=5e-4)
+        now = [r["relative_error"] for r in rows if r["recipe"] == recipe and r["method"] == "val loss now"]
+        assert abs(prior[0]) < abs(now[0])  # at 25%, better than the val loss now
         assert all(r["forecast"] is None and "is not on disk" in r["error_bar"]
                    for r in rows if r["recipe"] == recipe and r["method"] == "law")
     assert "| adamw | " in capsys.readouterr().out
@@ -289,22 +291,16 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
 WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43, 45)]  # config/ladder_tiny_bf16.py at a quarter's warmup
 
 
-def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say(tmp_path, monkeypatch):
+def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say():
     """docs/ladder_evidence.md, "Warmup and the AdamW seeds": each ladder's held-out size inside its interval and
     within 3% (both recipes), the recommended rate within 2x of the sweep's best, the forecast with the prior
-    better than the val loss now at 25% everywhere and within 3% at half-way but for seed 39's Muon, and the two
-    sizes held out still over-predicted by more than 10%."""
+    within 3% at half-way but for seed 39's Muon (FORECASTS, re-derived from the curves by the test above, which
+    also checks it beats the val loss now at 25%), and the two sizes held out still over-predicted by over 10%."""
     for name in WARMUP_LADDERS:
         result = json.loads(kept_ladder(name).read_text())
         for recipe in ("adamw", "muon"):
             held = result["recipes"][recipe]["held_out"]
             assert held["inside"] and abs(held["relative_error"]) <= 0.03 and 0.5 <= held["lr_ratio"] <= 2
             assert result["recipes"][recipe]["held_out_further"][0]["relative_error"] > 0.10
-        monkeypatch.chdir(tmp_path)
-        study("forecast_accuracy").main(["--ladder", str(kept_ladder(name)), "--out", str(tmp_path / "f.json")])
-        rows = json.loads((tmp_path / "f.json").read_text())["rows"]
-        error = {(r["recipe"], r["method"], round(r["at"], 2)): abs(r["relative_error"])
-                 for r in rows if r["method"] in ("ladder prior", "val loss now")}
-        for recipe in ("adamw", "muon"):
-            assert error[recipe, "ladder prior", 0.25] < error[recipe, "val loss now", 0.25]
-            assert (error[recipe, "ladder prior", 0.5] <= 0.03) == ((name, recipe) != ("warmup_seed39", "muon"))
+            half_way = FORECASTS[name][recipe][1]
+            assert (abs(half_way) <= 0.03) == ((name, recipe) != ("warmup_seed39", "muon"))
