@@ -168,6 +168,7 @@ PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 
              "warmup_seed45": {"adamw": (-0.0125, -0.0125, 0.0147), "muon": (-0.0012, -0.0475, 0.0014)},
              "warmup_seed51": {"adamw": (0.0061, 0.0061, 0.0128), "muon": (0.0031, -0.0425, -0.0047)},
              "fp32_seed47": {"adamw": (0.0032, 0.0032, 0.0081), "muon": (-0.0065, 0.0869, 0.0213)},  # ladder_tiny
+             "fp32_seed53": {"adamw": (-0.0039, -0.0039, 0.0148), "muon": (-0.0082, 0.0823, 0.0174)},
              "one_seed17": {"adamw": (-0.0741, -0.0741, -0.0400), "muon": (-0.0040, -0.0361, 0.0052)},  # one seed
              "small_seed9": {"adamw": (0.059, 0.059, 0.026), "muon": (0.156, 0.156, 0.040)},  # config/ladder_tiny_small.py
              "half_seed7": {"adamw": (0.042, 0.042, 0.036), "muon": (-0.026, -0.026, -0.002)},  # ladder_tiny_half_tokens
@@ -221,6 +222,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "warmup_seed45": {"adamw": (0.0222, 0.0031), "muon": (-0.0322, -0.0235)},
              "warmup_seed51": {"adamw": (0.0085, -0.0147), "muon": (-0.0063, -0.0000)},
              "fp32_seed47": {"adamw": (0.0197, -0.0070), "muon": (0.0043, -0.0008)},  # ladder_tiny.py, a quarter's
+             "fp32_seed53": {"adamw": (-0.0017, -0.0204), "muon": (-0.0059, -0.0262)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -293,7 +295,7 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
 
 
 # At a quarter's warmup: config/ladder_tiny_bf16.py's named seeds, and config/ladder_tiny.py's (fp32, three seeds)
-WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43, 45, 51)] + ["fp32_seed47"]
+WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43, 45, 51)] + ["fp32_seed47", "fp32_seed53"]
 
 
 def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say():
