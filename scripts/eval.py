@@ -126,7 +126,7 @@ def table(results, params):
     lines = [f"{'task':<16}{'metric':<12}{'n':>7}{'score':>22}   {name} zero-shot", "-" * 76]
     for task, metrics in results.items():
         for metric, value in metrics.items():
-            if metric == "n" or metric.endswith("_stderr"):
+            if metric in ("n", "chance") or metric.endswith("_stderr"):
                 continue
             number = "{:.4g}".format if "perplexity" in metric else lambda v: f"{100 * v:.2f}"  # accuracies in %
             stderr = metrics.get(f"{metric}_stderr")

@@ -216,7 +216,7 @@ class Ladder:
                 "seed": cfg.seed, "replica": seed is not None, "tokens_per_param": ratio,
                 "tokens": start["max_iters"] * start["tokens_per_iter"],
                 "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
-                "final_val_loss": final, "out_dir": str(out_dir), "scores": scores(out_dir),
+                "final_val_loss": final, "out_dir": str(out_dir), "scores": scores(out_dir), "chance": chances(out_dir),
                 "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals  # for forecast.Prior
                           if r.get("val_loss") is not None]}
 
@@ -400,8 +400,13 @@ def scores(out_dir):
     perplexity or bits per byte is a loss, which Bhagia et al.'s sigmoid in the loss does not describe."""
     results = eval_results(out_dir)
     return {f"{task}/{metric}": value for task, figures in results.items() for metric, value in figures.items()
-            if metric != "n" and not metric.endswith(("_stderr", "perplexity", "bits_per_byte"))
+            if metric not in ("n", "chance") and not metric.endswith(("_stderr", "perplexity", "bits_per_byte"))
             and isinstance(value, (int, float))}
+
+
+def chances(out_dir):
+    """{task: the accuracy of a guess} for the multiple-choice tasks of scores(out_dir), where eval.py says it."""
+    return {task: figures["chance"] for task, figures in eval_results(out_dir).items() if "chance" in figures}
 
 
 def eval_results(out_dir):
@@ -641,7 +646,8 @@ def summary(result):
         lines.append(f"  final val loss: {f['loss']['form']}, " + ", ".join(f"{k} {v:.4g}" for k, v in loss.items()))
         for task, fit in f.get("tasks", {}).items():
             lines.append(f"  {task} against the final val loss ({fit['n']} runs): sigmoid, "
-                         + ", ".join(f"{k} {v:.4g}" for k, v in fit["named"].items()))
+                         + (f"from chance {fit['chance']:.3g} to 1, k {fit['named']['k']:.4g}, L0 {fit['named']['L0']:.4g}"
+                            if "chance" in fit else ", ".join(f"{k} {v:.4g}" for k, v in fit["named"].items())))
         for task, problem in f.get("task_problems", {}).items():
             lines.append(f"  {task}: no fit, {problem}")
         h = rec["held_out"]

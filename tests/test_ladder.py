@@ -169,6 +169,21 @@ def test_the_task_sigmoid_recovers_bhagias_second_step():
     assert named["L0"] == pytest.approx(3.0, abs=0.05) and named["b"] == pytest.approx(0.25, abs=0.03)
 
 
+def test_the_task_sigmoid_from_chance_fits_only_where_and_how_steeply_the_score_rises():
+    """Given chance, the floor is chance and the ceiling 1 (fixed, no variance), and a fit on the scores below
+    0.6 reads a loss beyond them; left free, the same points put the ceiling where they stop."""
+    law = lambda loss: 0.25 + 0.75 / (1 + np.exp(6.0 * (loss - 2.4)))
+    losses = np.linspace(2.45, 4.0, 10)  # scores 0.25-0.61: the rise's lower half
+    fit = ladder.fit_task(losses, noisy(law(losses), 0.002), chance=0.25)
+    named, stderr = fit.named(), fit.to_json()["stderr"]
+    assert (named["a"], named["b"], stderr["a"], stderr["b"]) == (0.75, 0.25, 0, 0) and fit.form == "sigmoid"
+    assert named["k"] == pytest.approx(-6.0, rel=0.1) and named["L0"] == pytest.approx(2.4, abs=0.03)
+    value, low, high = fit.predict(1.9)
+    assert value == pytest.approx(law(1.9), abs=0.02) and low < value < high
+    free = ladder.fit_task(losses, noisy(law(losses), 0.002))
+    assert abs(float(free(1.9)) - law(1.9)) > 2 * abs(value - law(1.9))
+
+
 def test_best_lr_is_the_parabolas_vertex_and_says_when_it_is_at_an_edge():
     lrs = [1e-3, 2e-3, 4e-3, 8e-3]
     losses = [(math.log(lr / 3e-3)) ** 2 + 2.0 for lr in lrs]
@@ -559,22 +574,31 @@ def test_scores_of_the_runs_checkpoints_give_a_task_fit_and_the_held_out_sizes_s
     losses = [r["final_val_loss"] for r in runs]
     middle, spread = float(np.median(losses)), float(np.ptp(losses))
     score = lambda loss: 0.5 / (1 + math.exp((loss - middle) / (0.2 * spread))) + 0.25  # chance 0.25
+    rising = lambda loss: 0.75 / (1 + math.exp((loss - middle) / (0.2 * spread))) + 0.25  # chance 0.25 to 1
     for r in runs:
         newest = checkpoint.list_checkpoints(r["out_dir"])[0][0]
         Path(r["out_dir"], f"ckpt_{newest - 1}.eval.json").write_text("not the newest checkpoint's: never read")
         Path(r["out_dir"], f"ckpt_{newest}.eval.json").write_text(json.dumps(
             {"results": {"next_line": {"acc_norm": score(r["final_val_loss"]), "acc_norm_stderr": 0.01, "n": 1000,
-                                       "perplexity": 90 * r["final_val_loss"]}}}))  # a loss: not a score to fit
+                                       "perplexity": 90 * r["final_val_loss"]},  # a loss: not a score to fit
+                         "swaps": {"acc": rising(r["final_val_loss"]), "n": 1000, "chance": 0.25}}}))  # as eval.py says
     trained = len(fake_train)
     rec = climb(config, out, "adamw: --optimizer=adamw")["recipes"]["adamw"]
     assert len(fake_train) == trained and "task_problems" not in rec["fits"]
-    assert set(rec["fits"]["tasks"]) == {"next_line/acc_norm"}
+    assert set(rec["fits"]["tasks"]) == {"next_line/acc_norm", "swaps/acc"}
+    assert all(r["chance"] == {"swaps": 0.25} for r in rec["runs"])
     fit = ladder.Fit.from_json(rec["fits"]["tasks"]["next_line/acc_norm"])
     assert fit.n == len(runs) and fit.named()["b"] == pytest.approx(0.25, abs=0.01)
-    held = rec["held_out"]["scores"]["next_line/acc_norm"]
-    assert held["measured"] == pytest.approx(score(rec["held_out"]["measured_val_loss"]))
-    assert held["predicted"] == pytest.approx(score(rec["held_out"]["predicted_val_loss"]), abs=0.01)
-    assert "next_line/acc_norm: predicted " in capsys.readouterr().out
+    assert "chance" not in rec["fits"]["tasks"]["next_line/acc_norm"]  # eval.py gave none: the free sigmoid
+    swaps = ladder.Fit.from_json(rec["fits"]["tasks"]["swaps/acc"])
+    assert rec["fits"]["tasks"]["swaps/acc"]["chance"] == 0.25 and (swaps.named()["a"], swaps.named()["b"]) == (0.75, 0.25)
+    for task, law in (("next_line/acc_norm", score), ("swaps/acc", rising)):
+        held = rec["held_out"]["scores"][task]
+        assert held["measured"] == pytest.approx(law(rec["held_out"]["measured_val_loss"]))
+        assert held["predicted"] == pytest.approx(law(rec["held_out"]["predicted_val_loss"]), abs=0.01)
+    out = capsys.readouterr().out
+    assert "next_line/acc_norm: predicted " in out and "swaps/acc against the final val loss" in out
+    assert f"({len(runs)} runs): sigmoid, from chance 0.25 to 1, k " in out
 
 
 @pytest.fixture
@@ -829,12 +853,13 @@ def test_the_lr_fit_leaves_out_a_size_trained_once_at_the_rate_it_predicted():
 def test_every_shipped_ladder_config_loads(config, tmp_path, monkeypatch):
     """Every config/ladder_*.py is settings scripts/ladder.py accepts, read from another folder (a config that
     execs another finds it beside itself), the bf16 configs set what their comments say, and the tiny studies
-    keep the tenth's warmup they were measured at where the config now warms up over a quarter."""
+    keep the tenth's warmup they were measured at where the config (and its second ratio) warm up over a quarter."""
     monkeypatch.chdir(tmp_path)
     settings = ladder_script.load_settings(str(REPO / "config" / config))
     assert len(settings["sizes"]) >= 4 and settings["base"] and settings["seeds"] >= 1
     if config.startswith("ladder_tiny"):
-        assert settings["warmup_fraction"] == (0.25 if config in ("ladder_tiny.py", "ladder_tiny_bf16.py") else 0.1)
+        quarter = ("ladder_tiny.py", "ladder_tiny_bf16.py", "ladder_tiny_bf16_nd.py")  # the config and its second ratio
+        assert settings["warmup_fraction"] == (0.25 if config in quarter else 0.1)
     if config.startswith("ladder_tiny_bf16"):
         assert "--dtype=bfloat16" in settings["common"].split()
         assert settings["seeds"] == (3 if config == "ladder_tiny_bf16_three.py" else 2)

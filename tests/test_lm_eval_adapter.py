@@ -64,7 +64,7 @@ def run(tmp_path_factory):
 
 class Request:  # what the adapter reads of lm-eval's Instance
     def __init__(self, *args):
-        self.args, self.task_name = args, "test"
+        self.args, self.task_name, self.doc_id = args, "test", 0
 
 
 def plain_logprob(model, context, continuation):
@@ -123,6 +123,8 @@ def test_eval_prints_the_papers_table_writes_json_and_agrees_under_torchrun(run,
     written = json.loads((run / "run" / "ckpt_20.eval.json").read_text())
     assert written["iter"] == 20 and set(written["results"]) == set(lm_eval_adapter.PAPER_TASKS)
     assert all(r["n"] == 8 for r in written["results"].values())
+    assert {t: r.get("chance") for t, r in written["results"].items()} == {  # a guess among the choices; a word, none
+        "hellaswag": 0.25, "lambada_openai": None, "piqa": 0.5, "winogrande": 0.5, "arc_easy": 0.25, "arc_challenge": 0.25}
     two = torchrun(["--standalone", "--nproc_per_node=2"], [
         "scripts/eval.py", run / "run" / "ckpt_20.pt", "--data_dir", run / "tasks", "--device", "cpu",
         "--include_path", custom, "--tasks", "hellaswag,lambada_openai,my_piqa"],
@@ -322,5 +324,6 @@ def test_next_line_writes_two_four_way_tasks_of_the_val_split_that_lm_eval_score
     lm = lm_eval_adapter.GPTLM(tiny_model(), BYTES, "cpu", torch.no_grad())
     scored = lm_eval_adapter.evaluate(lm, ["next_line", "next_line_swaps"], str(tmp_path), [str(tmp_path / "task")])
     assert scored["next_line"]["n"] == 40 and 0 <= scored["next_line"]["acc_norm"] <= 1
+    assert scored["next_line"]["chance"] == scored["next_line_swaps"]["chance"] == 0.25  # four choices each
     assert scored["next_line_swaps"]["n"] == len(swaps) and scored["next_line_swaps"]["acc"] == pytest.approx(
         scored["next_line_swaps"]["acc_norm"])  # the choices are as long as each other

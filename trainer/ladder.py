@@ -15,6 +15,7 @@ The forms, by the ladder's name for them (x: N the parameters, D the training to
     local       L = A * N^-alpha                   on the three largest sizes alone: the log-log tangent at the top
     chinchilla  L = E + A * N^-alpha + B * D^-beta (Hoffmann et al.), when the ladder measured several D/N
     sigmoid     acc = a / (1 + exp(-k * (L - L0))) + b   a task's score against a loss (Bhagia et al.'s step 2)
+    rise        s = 1 / (1 + exp(-k * (L - L0)))   the same where the task's chance c is known: b = c, a + b = 1
 With D a fixed multiple of N, D carries no information of its own: Chinchilla's B and beta fold into A and
 alpha, so along the rule L(N) is all the data can identify. Power, saturating or plateau: the ladder takes the
 form that, fitted on all its sizes but the largest, best predicts the largest (backtest), as the ladder
@@ -68,6 +69,10 @@ def _sigmoid(loss, a, k, l0, b):
     return a / (1 + np.exp(-k * (loss - l0))) + b
 
 
+def _rise(loss, k, l0):
+    return 1 / (1 + np.exp(-k * (loss - l0)))  # a score's share of the way from chance to 1
+
+
 # name: (function, parameter names, fitted in log space)
 FORMS = {
     "lr": (_lr, ("logc", "b"), True),
@@ -77,6 +82,7 @@ FORMS = {
     "local": (_power, ("logA", "alpha"), False),
     "chinchilla": (_chinchilla, ("E", "logA", "alpha", "logB", "beta"), False),
     "sigmoid": (_sigmoid, ("a", "k", "L0", "b"), False),
+    "rise": (_rise, ("k", "L0"), False),
 }
 
 
@@ -289,12 +295,23 @@ def fit_form(form, n, y, min_points=MIN_SIZES):
     return min(found, key=lambda f: float(((f(n) - y) ** 2).sum()))
 
 
-def fit_task(losses, scores):
-    """Bhagia et al.'s second step: a task's score against a loss, a sigmoid falling as the loss rises
-    (b the floor: chance; a + b the ceiling)."""
+def fit_task(losses, scores, chance=None):
+    """Bhagia et al.'s second step: a task's score against a loss, a sigmoid falling as the loss rises (b the
+    floor, a + b the ceiling). Given the task's chance (a multiple-choice guess), the floor is chance and the
+    ceiling 1, as OLMo's ladder code anchors it with the task's minimum and a point of zero loss at its maximum,
+    and only where and how steeply the score rises are fitted: left free, floor and ceiling settle where the
+    ladder's scores stop, and a larger size was read below its score (docs/ladder_evidence.md, "Scores on the
+    config")."""
     x, y = np.asarray(losses, float), np.asarray(scores, float)
-    found = fit("sigmoid", x, y, [max(y.max() - y.min(), 1e-3) * 2, -5.0, float(np.median(x)), y.min() * 0.9],
-                bounds=([0, -STEEPEST, 0, 0], [100, 0, 100, 100]), min_points=4, what="checkpoints")
+    if chance is None or not 0 < chance < 1:
+        found = fit("sigmoid", x, y, [max(y.max() - y.min(), 1e-3) * 2, -5.0, float(np.median(x)), y.min() * 0.9],
+                    bounds=([0, -STEEPEST, 0, 0], [100, 0, 100, 100]), min_points=4, what="checkpoints")
+    else:  # the sigmoid with a = 1 - chance and b = chance, fitted as its rise: a and b known, their variance 0
+        rise = fit("rise", x, (y - chance) / (1 - chance), [-5.0, float(np.median(x))],
+                   bounds=([-STEEPEST, 0], [0, 100]), min_points=4, what="checkpoints")
+        cov = np.zeros((4, 4))
+        cov[1:3, 1:3] = rise.cov
+        found = Fit("sigmoid", [1 - chance, *rise.params, chance], cov, rise.scatter * (1 - chance), rise.n)
     if found.named()["k"] <= -0.99 * STEEPEST:  # a step between two scores: where it lies is not determined
         raise FitError(f"these {len(y)} checkpoints' scores do not rise steadily enough with falling loss to "
                        "fit a sigmoid (the fit is a step): score a task the ladder's sizes span more of")

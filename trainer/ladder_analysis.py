@@ -46,7 +46,7 @@ def fits(runs, ratio):
             out["loss_nd_problem"] = str(e)
     for task, fit in task_fits(runs, ratio).items():
         out.setdefault("tasks" if isinstance(fit, ladder.Fit) else "task_problems", {})[task] = \
-            fit.to_json() if isinstance(fit, ladder.Fit) else fit
+            {**fit.to_json(), **chance_of(runs, task)} if isinstance(fit, ladder.Fit) else fit
     return out
 
 
@@ -88,10 +88,18 @@ def task_fits(runs, ratio):
     for task in sorted({k for r in scored for k in r["scores"]}):
         have = [r for r in scored if task in r["scores"]]
         try:
-            out[task] = ladder.fit_task([r["final_val_loss"] for r in have], [r["scores"][task] for r in have])
+            out[task] = ladder.fit_task([r["final_val_loss"] for r in have], [r["scores"][task] for r in have],
+                                        chance_of(have, task).get("chance"))
         except ladder.FitError as e:
             out[task] = str(e)
     return out
+
+
+def chance_of(runs, task):
+    """{'chance': the accuracy of a guess at task ('hellaswag/acc_norm'), as eval.py gave it for every run that
+    was scored on it}, or {} where it gave none (not a multiple-choice task, or scored before eval.py said)."""
+    said = {r.get("chance", {}).get(task.split("/")[0]) for r in runs if task in r["scores"]}
+    return {"chance": said.pop()} if len(said) == 1 and None not in said else {}
 
 
 def held_out(runs, ratio, k=1):
