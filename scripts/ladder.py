@@ -216,7 +216,8 @@ class Ladder:
                 "seed": cfg.seed, "replica": seed is not None, "tokens_per_param": ratio,
                 "tokens": start["max_iters"] * start["tokens_per_iter"],
                 "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
-                "final_val_loss": final, "out_dir": str(out_dir), "scores": scores(out_dir), "chance": chances(out_dir),
+                "final_val_loss": final, "out_dir": str(out_dir),
+                "scores": scores(out_dir), "chance": chances(out_dir),
                 "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals  # for forecast.Prior
                           if r.get("val_loss") is not None]}
 
@@ -645,9 +646,10 @@ def summary(result):
         lines.append(f"  best lr = {lr['c']:.3g} * N^{lr['b']:.3f} (±{f['lr']['stderr']['b']:.3f} on the exponent)")
         lines.append(f"  final val loss: {f['loss']['form']}, " + ", ".join(f"{k} {v:.4g}" for k, v in loss.items()))
         for task, fit in f.get("tasks", {}).items():
+            named = fit["named"]
             lines.append(f"  {task} against the final val loss ({fit['n']} runs): sigmoid, "
-                         + (f"from chance {fit['chance']:.3g} to 1, k {fit['named']['k']:.4g}, L0 {fit['named']['L0']:.4g}"
-                            if "chance" in fit else ", ".join(f"{k} {v:.4g}" for k, v in fit["named"].items())))
+                         + (f"from chance {fit['chance']:.3g} to 1, k {named['k']:.4g}, L0 {named['L0']:.4g}"
+                            if "chance" in fit else ", ".join(f"{k} {v:.4g}" for k, v in named.items())))
         for task, problem in f.get("task_problems", {}).items():
             lines.append(f"  {task}: no fit, {problem}")
         h = rec["held_out"]

@@ -169,6 +169,7 @@ PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 
              "warmup_seed51": {"adamw": (0.0061, 0.0061, 0.0128), "muon": (0.0031, -0.0425, -0.0047)},
              "fp32_seed47": {"adamw": (0.0032, 0.0032, 0.0081), "muon": (-0.0065, 0.0869, 0.0213)},  # ladder_tiny
              "fp32_seed53": {"adamw": (-0.0039, -0.0039, 0.0148), "muon": (-0.0082, 0.0823, 0.0174)},
+             "scored_seed57": {"adamw": (0.0152, 0.0152, 0.0037), "muon": (0.0025, -0.0422, -0.0012)},  # tiny_bf16
              "one_seed17": {"adamw": (-0.0741, -0.0741, -0.0400), "muon": (-0.0040, -0.0361, 0.0052)},  # one seed
              "small_seed9": {"adamw": (0.059, 0.059, 0.026), "muon": (0.156, 0.156, 0.040)},  # config/ladder_tiny_small.py
              "half_seed7": {"adamw": (0.042, 0.042, 0.036), "muon": (-0.026, -0.026, -0.002)},  # ladder_tiny_half_tokens
@@ -223,6 +224,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "warmup_seed51": {"adamw": (0.0085, -0.0147), "muon": (-0.0063, -0.0000)},
              "fp32_seed47": {"adamw": (0.0197, -0.0070), "muon": (0.0043, -0.0008)},  # ladder_tiny.py, a quarter's
              "fp32_seed53": {"adamw": (-0.0017, -0.0204), "muon": (-0.0059, -0.0262)},
+             "scored_seed57": {"adamw": (0.0193, -0.0289), "muon": (-0.0015, -0.0028)},  # ladder_tiny_bf16.py
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -295,7 +297,7 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
 
 
 # At a quarter's warmup: config/ladder_tiny_bf16.py's named seeds, and config/ladder_tiny.py's (fp32, three seeds)
-WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43, 45, 51)] + ["fp32_seed47", "fp32_seed53"]
+WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43, 45, 51)] + ["fp32_seed47", "fp32_seed53", "scored_seed57"]
 
 
 def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say():
@@ -311,3 +313,39 @@ def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say():
             assert result["recipes"][recipe]["held_out_further"][0]["relative_error"] > 0.10
             half_way = FORECASTS[name][recipe][1]
             assert (abs(half_way) <= 0.03) == ((name, recipe) != ("warmup_seed39", "muon"))
+
+
+# "Scores on the config": seed 57's held-out w160 (one and two sizes out) as each task's sigmoid read it at the
+# predicted loss, free (as that ladder fitted it: eval.py gave no chance then) and from chance 0.25 to 1, in points
+SCORES_57 = {("adamw", "next_line/acc_norm"): ((31.0, 31.8), (26.6, 28.6), 33.4),
+             ("adamw", "next_line_swaps/acc"): ((82.1, 88.5), (73.0, 84.3), 86.9),
+             ("muon", "next_line/acc_norm"): ((35.3, 37.3), (36.4, 36.0), 35.8),
+             ("muon", "next_line_swaps/acc"): ((93.5, 92.1), (87.7, 88.4), 93.4)}
+
+
+def test_the_scores_on_the_config_are_what_the_docs_say():
+    """docs/ladder_evidence.md, "Scores on the config": the free sigmoid's held-out scores as seed 57's ladder.json
+    holds them, the sigmoid from chance read off the same runs, and the measured scores."""
+    result = json.loads(kept_ladder("scored_seed57").read_text())
+    for (recipe, task), (one, two, measured) in SCORES_57.items():
+        runs = result["recipes"][recipe]["runs"]
+        from_chance = [{**r, "chance": {task.split("/")[0]: 0.25}} for r in runs]
+        kept = [result["recipes"][recipe]["held_out"], result["recipes"][recipe]["held_out_further"][0]]
+        for k, (free, anchored), held in ((1, one, kept[0]), (2, two, kept[1])):
+            assert 100 * held["scores"][task]["predicted"] == pytest.approx(free, abs=0.05)
+            assert 100 * held["scores"][task]["measured"] == pytest.approx(measured, abs=0.05)
+            again = ladder_analysis.held_out(from_chance, result["tokens_per_param"][0], k)["scores"][task]
+            assert 100 * again["predicted"] == pytest.approx(anchored, abs=0.05)
+
+
+def test_chinchilla_on_the_config_is_what_the_docs_say():
+    """docs/ladder_evidence.md, "Chinchilla on the config": seed 57's runs with a second ratio (2 tokens per
+    parameter), Chinchilla's misses of w160's runs at 4 and 2 one and two sizes out, and its floor E at 0."""
+    result = json.loads(kept_ladder("nd_seed57").read_text())
+    published = {"adamw": ((0.158, 0.079), (0.238, 0.144)), "muon": ((0.137, 0.095), (0.219, 0.166))}
+    for recipe, misses in published.items():
+        rec = result["recipes"][recipe]
+        for held, (at4, at2) in zip([rec["held_out"], rec["held_out_further"][0]], misses):
+            errors = {c["tokens_per_param"]: c["relative_error"] for c in held["chinchilla"]}
+            assert errors == {4.0: pytest.approx(at4, abs=5e-4), 2.0: pytest.approx(at2, abs=5e-4)}
+        assert rec["fits"]["loss_nd"]["named"]["E"] == pytest.approx(0, abs=1e-6)

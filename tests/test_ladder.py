@@ -591,7 +591,8 @@ def test_scores_of_the_runs_checkpoints_give_a_task_fit_and_the_held_out_sizes_s
     assert fit.n == len(runs) and fit.named()["b"] == pytest.approx(0.25, abs=0.01)
     assert "chance" not in rec["fits"]["tasks"]["next_line/acc_norm"]  # eval.py gave none: the free sigmoid
     swaps = ladder.Fit.from_json(rec["fits"]["tasks"]["swaps/acc"])
-    assert rec["fits"]["tasks"]["swaps/acc"]["chance"] == 0.25 and (swaps.named()["a"], swaps.named()["b"]) == (0.75, 0.25)
+    assert rec["fits"]["tasks"]["swaps/acc"]["chance"] == 0.25
+    assert (swaps.named()["a"], swaps.named()["b"]) == (0.75, 0.25)
     for task, law in (("next_line/acc_norm", score), ("swaps/acc", rising)):
         held = rec["held_out"]["scores"][task]
         assert held["measured"] == pytest.approx(law(rec["held_out"]["measured_val_loss"]))

@@ -124,7 +124,8 @@ def test_eval_prints_the_papers_table_writes_json_and_agrees_under_torchrun(run,
     assert written["iter"] == 20 and set(written["results"]) == set(lm_eval_adapter.PAPER_TASKS)
     assert all(r["n"] == 8 for r in written["results"].values())
     assert {t: r.get("chance") for t, r in written["results"].items()} == {  # a guess among the choices; a word, none
-        "hellaswag": 0.25, "lambada_openai": None, "piqa": 0.5, "winogrande": 0.5, "arc_easy": 0.25, "arc_challenge": 0.25}
+        "hellaswag": 0.25, "lambada_openai": None, "piqa": 0.5, "winogrande": 0.5, "arc_easy": 0.25,
+        "arc_challenge": 0.25}
     two = torchrun(["--standalone", "--nproc_per_node=2"], [
         "scripts/eval.py", run / "run" / "ckpt_20.pt", "--data_dir", run / "tasks", "--device", "cpu",
         "--include_path", custom, "--tasks", "hellaswag,lambada_openai,my_piqa"],

@@ -46,7 +46,8 @@ def fits(runs, ratio):
             out["loss_nd_problem"] = str(e)
     for task, fit in task_fits(runs, ratio).items():
         out.setdefault("tasks" if isinstance(fit, ladder.Fit) else "task_problems", {})[task] = \
-            {**fit.to_json(), **chance_of(runs, task)} if isinstance(fit, ladder.Fit) else fit
+            {**fit.to_json(), **chance_of([r for r in runs if r["tokens_per_param"] == ratio], task)} \
+            if isinstance(fit, ladder.Fit) else fit
     return out
 
 
