@@ -64,7 +64,7 @@ def run(tmp_path_factory):
 
 class Request:  # what the adapter reads of lm-eval's Instance
     def __init__(self, *args):
-        self.args, self.task_name, self.doc_id = args, "test", 0
+        self.args, self.task_name = args, "test"
 
 
 def plain_logprob(model, context, continuation):
@@ -266,6 +266,7 @@ def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
                       "--device", "cpu"])
     exported = json.loads((tmp_path / "hf.eval.json").read_text())["results"]
     for task in tasks:
+        assert theirs[task].get("chance") == ours[task].get("chance") == exported[task].get("chance")
         for metric in ("acc", "acc_norm", "perplexity"):
             if metric in theirs[task]:
                 assert theirs[task][metric] == pytest.approx(ours[task][metric], rel=1e-4), (task, metric)

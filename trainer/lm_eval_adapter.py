@@ -17,7 +17,6 @@ Local tasks: lm-eval's own task configs (prompt, process_docs, metrics) with onl
 by DATA_DIR/<task>.jsonl, through a YAML that `include`s the built-in one. train.py never imports this
 module: lm-eval takes seconds to import and is not needed to train.
 """
-import collections
 import itertools
 import json
 import os
@@ -53,7 +52,6 @@ class GPTLM(TemplateLM):
         self.block_size = model.config.block_size
         self._device, self._rank, self._world_size = device, rank, world_size
         self.counts = torch.zeros(2, dtype=torch.long)  # pairs scored, pairs cut from the left
-        self.requests_per_doc = collections.Counter()  # (task, doc): a multiple-choice question asks one per choice
 
     @property
     def eot_token_id(self):
@@ -64,11 +62,6 @@ class GPTLM(TemplateLM):
 
     def tok_decode(self, ids):
         return self.encoding.decode(ids)
-
-    def loglikelihood(self, requests, disable_tqdm=False):
-        """TemplateLM's, counting each document's requests, from which evaluate() has each task's chance."""
-        self.requests_per_doc.update((r.task_name, r.doc_id) for r in requests)
-        return super().loglikelihood(requests, disable_tqdm)
 
     def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs):
         """[(log-likelihood, greedy)] of lm-eval's tokenized ((context, continuation), ids, ids) requests."""
@@ -237,24 +230,25 @@ def evaluate(lm, tasks, data_dir, include_path=(), limit=None):
     with tempfile.TemporaryDirectory() as folder:
         write_local_tasks(folder, [t for t in tasks if t in PAPER_TASKS], data_dir)
         manager = task_manager([folder, *include_path])
-        # bootstrap_iters: the stderr of a perplexity is bootstrapped; lm-eval's 100,000 take minutes on 2 cores
+        # bootstrap_iters: the stderr of a perplexity is bootstrapped; lm-eval's 100,000 take minutes on 2 cores.
+        # log_samples: each question's requests, one per choice, which is what chance() counts
         out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit, task_manager=manager,
-                                      log_samples=False, bootstrap_iters=1000)
+                                      log_samples=True, bootstrap_iters=1000)
     if out is None:
         return None
     return {task: {**{_metric_name(key): value for key, value in metrics.items() if "," in key},
-                   "n": out["n-samples"][task]["effective"], **chance(lm, task, out["configs"].get(task, {}))}
+                   "n": out["n-samples"][task]["effective"],
+                   **chance(out["samples"].get(task, []), out["configs"].get(task, {}))}
             for task, metrics in out["results"].items()}
 
 
-def chance(lm, task, config):
-    """{'chance': the mean over the questions lm scored of one over its choices} for a multiple-choice task, {}
-    for another (LAMBADA's word is no choice among a few). The sigmoid of a score against the loss starts there
-    (trainer/ladder.py's fit_task). Under torchrun, over rank 0's share of the questions."""
-    counts = [n for (name, _), n in lm.requests_per_doc.items() if name == task]
-    if config.get("output_type") != "multiple_choice" or not counts:
+def chance(samples, config):
+    """{'chance': the mean over the questions scored of one over its choices (lm-eval asks a log-likelihood of
+    each)} for a multiple-choice task, {} for another (LAMBADA's word is no choice among a few). The sigmoid of a
+    score against the loss starts there (trainer/ladder.py's fit_task)."""
+    if config.get("output_type") != "multiple_choice" or not samples:
         return {}
-    return {"chance": sum(1 / n for n in counts) / len(counts)}
+    return {"chance": sum(1 / len(s["arguments"]) for s in samples) / len(samples)}
 
 
 def _metric_name(key):
