@@ -171,6 +171,7 @@ PUBLISHED = {"seed7": {"adamw": (0.048, 0.048, 0.005), "muon": (-0.014, -0.036, 
              "fp32_seed53": {"adamw": (-0.0039, -0.0039, 0.0148), "muon": (-0.0082, 0.0823, 0.0174)},
              "scored_seed57": {"adamw": (0.0152, 0.0152, 0.0037), "muon": (0.0025, -0.0422, -0.0012)},  # tiny_bf16
              "scored_seed59": {"adamw": (0.0287, 0.0287, 0.024), "muon": (-0.0132, 0.0795, 0.012)},
+             "scored_seed61": {"adamw": (0.0006, 0.0006, 0.020), "muon": (0.0030, 0.0769, 0.0195)},
              "one_seed17": {"adamw": (-0.0741, -0.0741, -0.0400), "muon": (-0.0040, -0.0361, 0.0052)},  # one seed
              "small_seed9": {"adamw": (0.059, 0.059, 0.026), "muon": (0.156, 0.156, 0.040)},  # config/ladder_tiny_small.py
              "half_seed7": {"adamw": (0.042, 0.042, 0.036), "muon": (-0.026, -0.026, -0.002)},  # ladder_tiny_half_tokens
@@ -227,6 +228,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "fp32_seed53": {"adamw": (-0.0017, -0.0204), "muon": (-0.0059, -0.0262)},
              "scored_seed57": {"adamw": (0.0193, -0.0289), "muon": (-0.0015, -0.0028)},  # ladder_tiny_bf16.py
              "scored_seed59": {"adamw": (0.0346, 0.0047), "muon": (-0.0010, -0.0050)},
+             "scored_seed61": {"adamw": (0.0300, 0.0030), "muon": (-0.0035, -0.0034)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -300,19 +302,21 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
 
 # At a quarter's warmup: config/ladder_tiny_bf16.py's named seeds, and config/ladder_tiny.py's (fp32, three seeds)
 WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43, 45, 51)] + ["fp32_seed47", "fp32_seed53"] + \
-    ["scored_seed57", "scored_seed59"]
+    ["scored_seed57", "scored_seed59", "scored_seed61"]
 
 
 def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say():
     """docs/ladder_evidence.md, "Warmup and the AdamW seeds": each ladder's held-out size inside its interval and
-    within 3% (both recipes), the recommended rate within 2x of the sweep's best, the forecast with the prior
-    within 3% at half-way but for seed 39's Muon (FORECASTS, re-derived from the curves by the test above, which
-    also checks it beats the val loss now at 25%), and the two sizes held out still over-predicted by over 10%."""
+    within 3% (both recipes), the recommended rate within 2x of the sweep's best (but for seed 61's Muon), the
+    forecast with the prior within 3% at half-way but for seed 39's Muon (FORECASTS, re-derived from the curves by
+    the test above, which also checks it beats the val loss now at 25%), and the two sizes held out still
+    over-predicted by over 10%."""
     for name in WARMUP_LADDERS:
         result = json.loads(kept_ladder(name).read_text())
         for recipe in ("adamw", "muon"):
             held = result["recipes"][recipe]["held_out"]
-            assert held["inside"] and abs(held["relative_error"]) <= 0.03 and 0.5 <= held["lr_ratio"] <= 2
+            assert held["inside"] and abs(held["relative_error"]) <= 0.03
+            assert (0.5 <= held["lr_ratio"] <= 2) == ((name, recipe) != ("scored_seed61", "muon"))  # 2.06x
             assert result["recipes"][recipe]["held_out_further"][0]["relative_error"] > 0.10
             half_way = FORECASTS[name][recipe][1]
             assert (abs(half_way) <= 0.03) == ((name, recipe) != ("warmup_seed39", "muon"))
@@ -320,7 +324,7 @@ def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say():
 
 # "Scores on the config": the held-out w160 (one and two sizes out) as each task's sigmoid read it at the predicted
 # loss, free and from chance 0.25 to 1, and its measured score, in points: seed 57's ladder fitted the free one
-# (eval.py gave no chance then), seed 59's, named to check the change, the one from chance
+# (eval.py gave no chance then), seeds 59 and 61, named to check the change, the one from chance
 SCORES = {"scored_seed57": {("adamw", "next_line/acc_norm"): ((31.0, 31.8), (26.6, 28.6), 33.4),
                             ("adamw", "next_line_swaps/acc"): ((82.1, 88.5), (73.0, 84.3), 86.9),
                             ("muon", "next_line/acc_norm"): ((35.3, 37.3), (36.4, 36.0), 35.8),
@@ -328,7 +332,11 @@ SCORES = {"scored_seed57": {("adamw", "next_line/acc_norm"): ((31.0, 31.8), (26.
           "scored_seed59": {("adamw", "next_line/acc_norm"): ((29.6, 30.3), (26.6, 28.8), 33.2),
                             ("adamw", "next_line_swaps/acc"): ((81.6, 89.4), (74.9, 87.9), 87.4),
                             ("muon", "next_line/acc_norm"): ((37.3, 38.4), (34.5, 35.7), 35.6),
-                            ("muon", "next_line_swaps/acc"): ((95.8, 92.8), (86.7, 88.9), 93.0)}}
+                            ("muon", "next_line_swaps/acc"): ((95.8, 92.8), (86.7, 88.9), 93.0)},
+          "scored_seed61": {("adamw", "next_line/acc_norm"): ((31.2, 31.7), (31.5, 29.0), 33.7),
+                            ("adamw", "next_line_swaps/acc"): ((83.6, 89.0), (74.0, 83.5), 87.7),
+                            ("muon", "next_line/acc_norm"): ((34.2, 36.5), (None, 33.5), 36.7),  # None: a step, no fit
+                            ("muon", "next_line_swaps/acc"): ((92.7, 92.2), (87.1, 88.8), 93.4)}}
 
 
 @pytest.mark.parametrize("name", sorted(SCORES))
@@ -336,7 +344,7 @@ def test_the_scores_on_the_config_are_what_the_docs_say(name):
     """docs/ladder_evidence.md, "Scores on the config": each ladder's held-out scores as its ladder.json holds them
     (the sigmoid it fitted), and both sigmoids read off its runs, with chance given to each run or taken away."""
     result = json.loads(kept_ladder(name).read_text())
-    ratio, anchored = result["tokens_per_param"][0], name == "scored_seed59"
+    ratio, anchored = result["tokens_per_param"][0], name != "scored_seed57"
     for (recipe, task), (one, two, measured) in SCORES[name].items():
         rec = result["recipes"][recipe]
         free = [{k: v for k, v in r.items() if k != "chance"} for r in rec["runs"]]
@@ -345,8 +353,11 @@ def test_the_scores_on_the_config_are_what_the_docs_say(name):
             assert 100 * kept["scores"][task]["predicted"] == pytest.approx(both[anchored], abs=0.05)
             assert 100 * kept["scores"][task]["measured"] == pytest.approx(measured, abs=0.05)
             for runs, published in ((free, both[0]), (from_chance, both[1])):
-                assert 100 * ladder_analysis.held_out(runs, ratio, k)["scores"][task]["predicted"] == \
-                    pytest.approx(published, abs=0.05)
+                read = ladder_analysis.held_out(runs, ratio, k)["scores"][task]
+                if published is None:  # no fit: the scores below rise as a step
+                    assert "the fit is a step" in read["problem"]
+                else:
+                    assert 100 * read["predicted"] == pytest.approx(published, abs=0.05)
 
 
 def test_chinchilla_on_the_config_is_what_the_docs_say():
