@@ -299,9 +299,9 @@ def fit_task(losses, scores, chance=None):
     """Bhagia et al.'s second step: a task's score against a loss, a sigmoid falling as the loss rises (b the
     floor, a + b the ceiling). Given the task's chance (a multiple-choice guess), the floor is chance and the
     ceiling 1 (OLMo's ladder code anchors the top the same way, with a point of zero loss at the task's
-    maximum), and only where and how steeply the score rises are fitted: left free, floor and ceiling settle where the
-    ladder's scores stop, and a larger size was read below its score (docs/ladder_evidence.md, "Scores on the
-    config")."""
+    maximum), and only where and how steeply the score rises are fitted: left free, floor and ceiling settle
+    where the ladder's scores stop, and a larger size was read below its score (docs/ladder_evidence.md, "Scores
+    on the config")."""
     x, y = np.asarray(losses, float), np.asarray(scores, float)
     if chance is None or not 0 < chance < 1:
         found = fit("sigmoid", x, y, [max(y.max() - y.min(), 1e-3) * 2, -5.0, float(np.median(x)), y.min() * 0.9],
