@@ -212,12 +212,13 @@ class Ladder:
         start = metrics.read(out_dir, "start")[-1]
         evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
         final = math.nan if lost or evals[-1].get("val_loss") is None else evals[-1]["val_loss"]  # None: not finite
+        results = eval_results(out_dir)
         return {"recipe": name, "size": size, **shape, "params": start["params"], "lr": float(f"{lr:.3g}"),
                 "seed": cfg.seed, "replica": seed is not None, "tokens_per_param": ratio,
                 "tokens": start["max_iters"] * start["tokens_per_iter"],
                 "flops": 6 * start["params"] * start["max_iters"] * start["tokens_per_iter"],
                 "final_val_loss": final, "out_dir": str(out_dir),
-                "scores": scores(out_dir), "chance": chances(out_dir),
+                "scores": scores(results), "chance": chances(results),
                 "curve": [[r["iter"] / start["max_iters"], r["val_loss"]] for r in evals  # for forecast.Prior
                           if r.get("val_loss") is not None]}
 
@@ -395,19 +396,18 @@ def why_it_failed(result):
     return (said or logged or lines or [f"{ended}, with no error line (its train.log may say more)"])[-1]
 
 
-def scores(out_dir):
-    """The newest checkpoint's zero-shot scores (scripts/eval.py's ckpt_N.eval.json beside it; an older
-    checkpoint's, scored mid-run, are not the final val loss's): {task/metric: value}. Scores only: a
-    perplexity or bits per byte is a loss, which Bhagia et al.'s sigmoid in the loss does not describe."""
-    results = eval_results(out_dir)
+def scores(results):
+    """The zero-shot scores of eval_results (the newest checkpoint's: an older one's, scored mid-run, are not the
+    final val loss's): {task/metric: value}. Scores only: a perplexity or bits per byte is a loss, which Bhagia et
+    al.'s sigmoid in the loss does not describe."""
     return {f"{task}/{metric}": value for task, figures in results.items() for metric, value in figures.items()
             if metric not in ("n", "chance") and not metric.endswith(("_stderr", "perplexity", "bits_per_byte"))
             and isinstance(value, (int, float))}
 
 
-def chances(out_dir):
-    """{task: the accuracy of a guess} for the multiple-choice tasks of scores(out_dir), where eval.py says it."""
-    return {task: figures["chance"] for task, figures in eval_results(out_dir).items() if "chance" in figures}
+def chances(results):
+    """{task: the accuracy of a guess} for the multiple-choice tasks of eval_results, where eval.py says it."""
+    return {task: figures["chance"] for task, figures in results.items() if "chance" in figures}
 
 
 def eval_results(out_dir):
