@@ -452,9 +452,10 @@ def plot(result, path, target_params=None):
                    label=f"{name}: best of each sweep")
         fit = ladder.Fit.from_json(rec["fits"]["loss"])
         bands = np.array([fit.predict(n) for n in grid])
+        bands[~np.isfinite(bands)] = np.nan  # no band where the fit has no interval (ladder.UNJUDGED)
         ax.plot(6 * ratio * grid ** 2, bands[:, 0], color=color, label=f"{name}: {fit.form} fit")
         ax.fill_between(6 * ratio * grid ** 2, bands[:, 1], bands[:, 2], color=color, alpha=0.15)
-        if "predicted_val_loss" in (held := rec["held_out"]):  # fitted without the largest size: its prediction
+        if (held := rec["held_out"]).get("interval"):  # fitted without the largest size: its prediction
             low, high = held["interval"]
             ax.errorbar([best[-1]["flops"]], [held["predicted_val_loss"]], fmt="x", color=color, capsize=4,
                         yerr=[[held["predicted_val_loss"] - low], [high - held["predicted_val_loss"]]],
@@ -612,8 +613,12 @@ def nd_lines(h):
         return [f"    chinchilla: no check, {nd['problem']}"]
     return ["    chinchilla, fitted on the same sizes' runs at every ratio, predicted " + ", ".join(
         f"{c['predicted_val_loss']:.4f} at {c['tokens_per_param']:g} tokens per parameter (measured "
-        f"{c['measured_val_loss']:.4f}, {c['relative_error']:+.1%}, {'inside' if c['inside'] else 'OUTSIDE'})"
-        for c in nd)]
+        f"{c['measured_val_loss']:.4f}, {c['relative_error']:+.1%}{against_interval(c)})" for c in nd)]
+
+
+def against_interval(check):
+    """Whether a check's measurement fell inside its interval; nothing where it had none."""
+    return "" if check["inside"] is None else ", inside the interval" if check["inside"] else ", OUTSIDE the interval"
 
 
 def held_out_line(h):
@@ -621,9 +626,9 @@ def held_out_line(h):
     what = f"{h['size']} ({h['params']:,} params, " if h["held_out_sizes"] == 1 else \
         f"the {h['held_out_sizes']} largest sizes ({h['size']} predicted, "
     return (f"  held out {what}{h['extrapolation']:.1f}x beyond the fitted sizes): {h['form']} predicted "
-            f"{h['predicted_val_loss']:.4f} [{h['interval'][0]:.4f}, {h['interval'][1]:.4f}], measured "
-            f"{h['measured_val_loss']:.4f} ({h['relative_error']:+.1%}, {'inside' if h['inside'] else 'OUTSIDE'} "
-            f"the interval; the last step's slope carried on: {h['last_step']['predicted_val_loss']:.4f}, "
+            f"{h['predicted_val_loss']:.4f} {ladder.interval_text(h['interval'], '.4f')}, measured "
+            f"{h['measured_val_loss']:.4f} ({h['relative_error']:+.1%}{against_interval(h)}; "
+            f"the last step's slope carried on: {h['last_step']['predicted_val_loss']:.4f}, "
             f"{h['last_step']['relative_error']:+.1%}); recommended lr {h['recommended_lr']:.3g}, {rate_check(h)}")
 
 

@@ -722,7 +722,8 @@ def ladder_text(plan):
                          f"{lad['extrapolation']:.1f}x the ladder's largest size ({lad['largest_params'] / 1e6:,.1f}M)")
         for name, r in lad["recipes"].items():
             (loss, low, high), (lr, lr_low, lr_high) = r["val_loss"], r["lr"]
-            lines.append(f"  {name}: final val loss {loss:.3f} [{low:.3f}, {high:.3f}] ({r['form']} fit), "
+            lines.append(f"  {name}: final val loss {loss:.3f} {ladder_fits.interval_text((low, high), '.3f')} "
+                         f"({r['form']} fit), "
                          f"learning rate {lr:.3g} [{lr_low:.3g}, {lr_high:.3g}]")
             if r["nd_checks"]:  # each prediction with the ladder's own misses beneath it
                 lines.append("    its largest size predicted from the sizes below by this fit, the miss at each distance "
@@ -731,7 +732,7 @@ def ladder_text(plan):
             if "along_the_ratio" in r:
                 form, (loss, low, high) = r["along_the_ratio"]
                 lines.append(f"    final val loss by the fit along the ladder's ratio (this run keeps it): {loss:.3f} "
-                             f"[{low:.3f}, {high:.3f}] ({form} fit)")
+                             f"{ladder_fits.interval_text((low, high), '.3f')} ({form} fit)")
             if r["checks"]:
                 lines.append("    its largest size predicted from the sizes below by the fit along its ratio, the miss "
                              "at each distance: " + ", ".join(f"{x:.1f}x {e:+.1%} ({form})" for x, e, form in r["checks"]))

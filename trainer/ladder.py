@@ -106,11 +106,16 @@ class Fit:
     def predict(self, x):
         """(value, low, high) at one point: ±Z sigma of the fit's uncertainty there, one run's scatter, and
         beyond the fitted sizes the drift: the form itself may be wrong, by as much per unit of log N as its
-        backtest missed (the fit's covariance assumes the form is right, and so narrows where it is not)."""
+        backtest missed (the fit's covariance assumes the form is right, and so narrows where it is not).
+        Beyond the sizes of a fit no backtest judged (drift inf: too few sizes), low and high are unbounded: on
+        the CPU ladders, power laws through three sizes read 5.6x out missed their intervals 20 times in 20
+        (docs/ladder_evidence.md, "Intervals no backtest judged")."""
         value = float(np.ravel(self.raw(x))[0])
-        grad = jacobian(FORMS[self.form][0], x, self.params)[0]  # the prediction's sensitivity to each parameter
         beyond = max(math.log(float(np.ravel(x)[0]) / self.reach), 0.0) if self.drift else 0.0
-        drift = self.drift * beyond * (1.0 if FORMS[self.form][2] else abs(value))
+        if beyond and math.isinf(self.drift):  # no backtest judged the form: nothing bounds it out here
+            return (math.exp(value), 0.0, math.inf) if FORMS[self.form][2] else (value, -math.inf, math.inf)
+        grad = jacobian(FORMS[self.form][0], x, self.params)[0]  # the prediction's sensitivity to each parameter
+        drift = self.drift * beyond * (1.0 if FORMS[self.form][2] else abs(value)) if beyond else 0.0
         sigma = math.sqrt(max(float(grad @ self.cov @ grad), 0.0) + self.scatter ** 2 + drift ** 2)
         low, high = value - Z * sigma, value + Z * sigma
         return tuple(map(math.exp, (value, low, high))) if FORMS[self.form][2] else (value, low, high)
@@ -127,13 +132,16 @@ class Fit:
                 "named": self.named(), "cov": self.cov.tolist(), "n": self.n,
                 "scatter": self.scatter if math.isfinite(self.scatter) else None,  # None: an exact fit
                 "stderr": dict(zip(FORMS[self.form][1], np.sqrt(np.clip(np.diag(self.cov), 0, None)).tolist())),
-                **({"drift": self.drift, "reach": self.reach} if self.drift else {})}
+                # drift None: no backtest judged the form (inf, which JSON cannot hold)
+                **({"drift": self.drift if math.isfinite(self.drift) else None, "reach": self.reach}
+                   if self.drift else {})}
 
     @classmethod
     def from_json(cls, d):
         scatter = math.inf if d["scatter"] is None else d["scatter"]
+        drift = math.inf if "drift" in d and d["drift"] is None else d.get("drift", 0.0)
         return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], scatter, d["n"],
-                   d.get("drift", 0.0), d.get("reach", math.inf))
+                   drift, d.get("reach", math.inf))
 
 
 def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="points"):
@@ -205,7 +213,7 @@ def fit_loss(sizes, losses, tokens=None):
         d = np.asarray(tokens, float)
         several = lambda keep: np.ptp(np.log(d[keep] / n[keep])) > 0.1  # ratios: without them D says nothing
         if several(slice(None)):
-            # the sizes below the largest at one ratio cannot judge the form: no backtest, and no drift
+            # the sizes below the largest at one ratio cannot judge the form: no backtest, no interval beyond
             miss = chinchilla_backtest(n, d, y) if several(n < n.max()) else math.inf
             return with_drift(fit_chinchilla(n, d, y), miss, n)
     misses = {form: backtest(form, n, y) for form in ALONG_THE_RULE}
@@ -249,11 +257,21 @@ def chinchilla_backtest(n, d, y):
 
 def with_drift(loss_fit, miss, sizes):
     """loss_fit, its drift set from its backtest's miss: one step, log(largest / next size), missed by that
-    much (none where the backtest could not be made)."""
+    much; inf where the backtest could not be made, so that nothing beyond the largest size is bounded."""
     top = np.unique(np.asarray(sizes, float))[-2:]  # a size measured at several ratios is one size
-    if math.isfinite(miss):
-        loss_fit.drift, loss_fit.reach = miss / math.log(top[1] / top[0]), float(top[1])
+    loss_fit.drift, loss_fit.reach = miss / math.log(top[1] / top[0]), float(top[1])
     return loss_fit
+
+
+UNJUDGED = "no interval: too few sizes for a backtest to judge the form this far out; add a size"
+
+
+def interval_text(interval, fmt):
+    """'[low, high]' in fmt, or UNJUDGED where there is none: interval None (a held-out check's) or unbounded
+    (Fit.predict's)."""
+    if interval is None or not math.isfinite(interval[1]):
+        return f"({UNJUDGED})"
+    return f"[{interval[0]:{fmt}}, {interval[1]:{fmt}}]"
 
 
 def backtest(form, sizes, losses):

@@ -129,7 +129,7 @@ def held_out(runs, ratio, k=1):
     return {"size": last["size"], "params": last["params"], "held_out_sizes": k,
             "extrapolation": last["params"] / sizes[-1], "measured_val_loss": measured, "form": loss_fit.form,
             "seed_losses": last.get("seed_losses", {}),  # what measured_val_loss is the mean of, with seeds
-            "predicted_val_loss": loss[0], "interval": loss[1:], "inside": loss[1] <= measured <= loss[2],
+            "predicted_val_loss": loss[0], **judged(loss, measured),
             "relative_error": (loss[0] - measured) / measured, "recommended_lr": lr[0], "lr_interval": lr[1:],
             "last_step": {"predicted_val_loss": last_step, "relative_error": last_step / measured - 1},
             "sweep_best_lr": last["sweep_best_lr"], "lr_ratio": lr[0] / last["sweep_best_lr"],
@@ -155,10 +155,18 @@ def held_out_nd(runs, ratio, fitted, size):
     for r in sorted((r for r in at_best if r["size"] == size), key=lambda r: -r["tokens_per_param"]):
         value, low, high = nd.predict((r["params"], r["tokens"]))
         measured = r["final_val_loss"]
-        checks.append({"tokens_per_param": r["tokens_per_param"], "predicted_val_loss": value, "interval": [low, high],
-                       "measured_val_loss": measured, "relative_error": (value - measured) / measured,
-                       "inside": low <= measured <= high})
+        checks.append({"tokens_per_param": r["tokens_per_param"], "predicted_val_loss": value,
+                       **judged((value, low, high), measured), "measured_val_loss": measured,
+                       "relative_error": (value - measured) / measured})
     return {"chinchilla": checks}
+
+
+def judged(prediction, measured):
+    """{"interval", "inside"} of a (value, low, high) prediction beside its measurement; both None where the
+    prediction has no interval (ladder.UNJUDGED: JSON holds no infinity, and a check it cannot fail is none)."""
+    _, low, high = prediction
+    bounded = math.isfinite(high)
+    return {"interval": [low, high] if bounded else None, "inside": low <= measured <= high if bounded else None}
 
 
 def swept(runs, size, ratio):
