@@ -138,9 +138,10 @@ def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):
     if isinstance(prior, str):
         log(f"forecast with the ladder's prior: none, {prior}")
     elif prior:  # beside it, the ladder's: its prediction for this size and its shape at this run's level
-        made, (predicted, low, high) = prior.forecast(points, max_iters), prior.predicted
+        made, (predicted, *interval) = prior.forecast(points, max_iters), prior.predicted
         log(f"forecast with the ladder's prior: " + (f"none yet, {made}" if isinstance(made, str) else
-            f"val loss {made[0]:.4f} (±{made[1]:.4f})") + f"; the ladder predicted {predicted:.4f} {ladder.interval_text((low, high), '.4f')}"
+            f"val loss {made[0]:.4f} (±{made[1]:.4f})")
+            + f"; the ladder predicted {predicted:.4f} {ladder.interval_text(interval, '.4f')}"
             + (f"; measured now {points[-1][1]:.4f}" if points else ""))
         if not isinstance(made, str):
             record("forecast", iter_num, at_iter=max_iters, val_loss=made[0], error=made[1], source="ladder prior",
