@@ -455,10 +455,10 @@ def plot(result, path, target_params=None):
         bands[~np.isfinite(bands)] = np.nan  # no band where the fit has no interval (ladder.UNJUDGED)
         ax.plot(6 * ratio * grid ** 2, bands[:, 0], color=color, label=f"{name}: {fit.form} fit")
         ax.fill_between(6 * ratio * grid ** 2, bands[:, 1], bands[:, 2], color=color, alpha=0.15)
-        if (held := rec["held_out"]).get("interval"):  # fitted without the largest size: its prediction
-            low, high = held["interval"]
-            ax.errorbar([best[-1]["flops"]], [held["predicted_val_loss"]], fmt="x", color=color, capsize=4,
-                        yerr=[[held["predicted_val_loss"] - low], [high - held["predicted_val_loss"]]],
+        if "predicted_val_loss" in (held := rec["held_out"]):  # fitted without the largest size: its prediction
+            value, interval = held["predicted_val_loss"], held["interval"] or [held["predicted_val_loss"]] * 2
+            ax.errorbar([best[-1]["flops"]], [value], fmt="x", color=color, capsize=4,  # no bar where no interval
+                        yerr=[[value - interval[0]], [interval[1] - value]],
                         label=f"{name}: {held['size']} predicted without it")
     ax.set_xscale("log")
     ax.set_xlabel(f"training compute, FLOPs (6 N D, D = {ratio:g} N)")
