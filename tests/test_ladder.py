@@ -882,7 +882,11 @@ def test_every_shipped_ladder_config_loads(config, tmp_path, monkeypatch):
     settings = ladder_script.load_settings(str(REPO / "config" / config))
     assert len(settings["sizes"]) >= 4 and settings["base"] and settings["seeds"] >= 1
     if config.startswith("ladder_tiny"):
-        quarter = ("ladder_tiny.py", "ladder_tiny_bf16.py", "ladder_tiny_bf16_nd.py")  # the config and its second ratio
+        quarter = ("ladder_tiny.py", "ladder_tiny_bf16.py", "ladder_tiny_bf16_nd.py",  # the config, its second ratio
+                   "ladder_tiny_bf16_beyond.py")  # and its size beyond
+        if config == "ladder_tiny_bf16_beyond.py":  # the config's sizes and sweeps, then w320 once per seed
+            config_sizes = ladder_script.load_settings(str(REPO / "config" / "ladder_tiny_bf16.py"))["sizes"]
+            assert list(settings["sizes"]) == [*config_sizes, "w320"] and settings["sweep_points"][-1] == 1
         assert settings["warmup_fraction"] == (0.25 if config in quarter else 0.1)
     if config.startswith("ladder_tiny_bf16"):
         assert "--dtype=bfloat16" in settings["common"].split()
