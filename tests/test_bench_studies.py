@@ -229,6 +229,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "scored_seed57": {"adamw": (0.0193, -0.0289), "muon": (-0.0015, -0.0028)},  # ladder_tiny_bf16.py
              "scored_seed59": {"adamw": (0.0346, 0.0047), "muon": (-0.0010, -0.0050)},
              "scored_seed61": {"adamw": (0.0300, 0.0030), "muon": (-0.0035, -0.0034)},
+             "scored_seed63": {"adamw": (-0.0030, -0.0269), "muon": (-0.0034, -0.0219)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -302,7 +303,7 @@ def test_two_seeds_read_off_the_ladders_is_what_the_docs_say(tmp_path, monkeypat
 
 # At a quarter's warmup: config/ladder_tiny_bf16.py's named seeds, and config/ladder_tiny.py's (fp32, three seeds)
 WARMUP_LADDERS = [f"warmup_seed{s}" for s in (39, 41, 43, 45, 51)] + ["fp32_seed47", "fp32_seed53"] + \
-    ["scored_seed57", "scored_seed59", "scored_seed61"]
+    ["scored_seed57", "scored_seed59", "scored_seed61", "scored_seed63"]
 
 
 def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say():
@@ -323,22 +324,45 @@ def test_the_ladders_at_a_quarters_warmup_are_what_the_docs_say():
 
 
 def test_a_fit_no_backtest_judged_has_no_interval_beyond_its_sizes():
-    """docs/ladder_evidence.md, "Intervals no backtest judged": on the ten quarter-warmup ladders, power laws through
-    w32-w64 alone (no backtest) read at w160, 5.6x out, over-predicted by 18-35% and the intervals the kept
-    ladder.json gave them (written before the change) held it 0 times in 20; through w32-w96, whose backtest judged
-    power and whose drift widened the interval, 19 in 20 at 2.6x. Now the three sizes' fits have no interval."""
-    inside = {2: 0, 3: 0}
+    """docs/ladder_evidence.md, "Intervals no backtest judged": on the ten quarter-warmup ladders kept before the
+    change, power laws through w32-w64 alone (no backtest) read at w160, 5.6x out, over-predicted by 18-35% and the
+    intervals their ladder.json gave them held it 0 times in 20; through w32-w96, whose backtest judged power and
+    whose drift widened the interval, 19 in 20 at 2.6x (seed 63's, kept after it: 21 in 22). Now the three sizes'
+    fits have no interval."""
+    inside, old = {2: 0, 3: 0}, 0
     for name in WARMUP_LADDERS:
         result = json.loads(kept_ladder(name).read_text())
         for rec in result["recipes"].values():
             two, three = (ladder_analysis.held_out(rec["runs"], result["tokens_per_param"][0], k) for k in (2, 3))
             kept = rec["held_out_further"][1]
             assert three["relative_error"] == pytest.approx(kept["relative_error"], abs=1e-6)
-            assert 0.18 < three["relative_error"] < 0.35 and kept["interval"][0] > kept["measured_val_loss"]
+            assert 0.18 < three["relative_error"] < 0.35
             assert three["interval"] is None and three["inside"] is None
             inside[2] += two["inside"]
-            inside[3] += kept["inside"]
-    assert inside == {2: 19, 3: 0}
+            if kept["interval"] is not None:  # written before the change
+                assert kept["interval"][0] > kept["measured_val_loss"]
+                inside[3], old = inside[3] + kept["inside"], old + 1
+    assert inside == {2: 21, 3: 0} and old == 20
+
+
+def test_next_lines_acc_starts_below_chance_and_so_is_fitted_free():
+    """docs/ladder_evidence.md, "Five times beyond": next_line's unnormalised acc starts at 0.21-0.22, under its
+    chance of 0.25, on every scored ladder; fitted from chance it read AdamW's held-out w160 (28-29%) as 65-70%
+    (seeds 61 and 63; seed 59's was a step), fitted free within 2 points on all six of seeds 59, 61 and 63."""
+    from trainer import ladder
+    for name in ("scored_seed59", "scored_seed61", "scored_seed63"):
+        result = json.loads(kept_ladder(name).read_text())
+        ratio = result["tokens_per_param"][0]
+        for recipe, rec in result["recipes"].items():
+            held = ladder_analysis.held_out(rec["runs"], ratio)
+            assert "chance" not in ladder_analysis.fits(rec["runs"], ratio)["tasks"]["next_line/acc"]
+            acc = held["scores"]["next_line/acc"]
+            assert abs(acc["predicted"] - acc["measured"]) < 0.02
+            below = [r for r in ladder_analysis.scored_runs(rec["runs"], ratio) if r["size"] != held["size"]]
+            if recipe == "adamw" and name != "scored_seed59":
+                forced = ladder.fit_task([r["final_val_loss"] for r in below],
+                                         [r["scores"]["next_line/acc"] for r in below], 0.25)
+                assert float(forced(held["predicted_val_loss"])) > 0.6 > 0.3 > acc["measured"]
 
 
 # "Scores on the config": the held-out w160 (one and two sizes out) as each task's sigmoid read it at the predicted
@@ -355,7 +379,11 @@ SCORES = {"scored_seed57": {("adamw", "next_line/acc_norm"): ((31.0, 31.8), (26.
           "scored_seed61": {("adamw", "next_line/acc_norm"): ((31.2, 31.7), (31.5, 29.0), 33.7),
                             ("adamw", "next_line_swaps/acc"): ((83.6, 89.0), (74.0, 83.5), 87.7),
                             ("muon", "next_line/acc_norm"): ((34.2, 36.5), (None, 33.5), 36.7),  # None: a step, no fit
-                            ("muon", "next_line_swaps/acc"): ((92.7, 92.2), (87.1, 88.8), 93.4)}}
+                            ("muon", "next_line_swaps/acc"): ((92.7, 92.2), (87.1, 88.8), 93.4)},
+          "scored_seed63": {("adamw", "next_line/acc_norm"): ((None, 30.5), (26.5, 28.0), 32.4),
+                            ("adamw", "next_line_swaps/acc"): ((81.0, 90.3), (73.8, 85.2), 87.4),
+                            ("muon", "next_line/acc_norm"): ((34.9, 37.4), (32.6, 35.5), 36.6),
+                            ("muon", "next_line_swaps/acc"): ((93.7, 92.2), (91.0, 88.9), 93.0)}}
 
 
 @pytest.mark.parametrize("name", sorted(SCORES))

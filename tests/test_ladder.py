@@ -204,6 +204,22 @@ def test_the_task_sigmoid_from_chance_fits_only_where_and_how_steeply_the_score_
     assert abs(float(free(1.9)) - law(1.9)) > 2 * abs(value - law(1.9))
 
 
+def test_a_task_whose_weakest_checkpoints_score_below_chance_gets_the_free_sigmoid():
+    """lm-eval's unnormalised acc can favour an answer's length, so models that know nothing score under a guess;
+    a fit from chance cannot pass through them. Where the weakest quarter's mean is below chance by more than
+    twice its standard error, the task has no chance (ladder_analysis.chance_of) and its fit is free."""
+    losses = np.linspace(2.4, 4.0, 16)
+    rising = 0.25 + 0.5 / (1 + np.exp(5.0 * (losses - 2.6)))
+    biased = 0.21 + 0.5 / (1 + np.exp(5.0 * (losses - 2.6)))  # its floor 0.21: under a 4-way guess
+    assert not ladder.below_chance(losses, noisy(rising, 0.01), 0.25)
+    assert ladder.below_chance(losses, noisy(biased, 0.01), 0.25)
+    assert not ladder.below_chance(losses, noisy(biased, 0.01), 0.2)  # a 5-way task: above its chance
+    runs = [{"final_val_loss": float(x), "scores": {"t/acc": float(y), "t/acc_norm": float(z)},
+             "chance": {"t": 0.25}} for x, y, z in zip(losses, noisy(biased, 0.01), noisy(rising, 0.01))]
+    assert ladder_analysis.chance_of(runs, "t/acc") == {} and ladder_analysis.chance_of(runs, "t/acc_norm") == \
+        {"chance": 0.25}
+
+
 def test_best_lr_is_the_parabolas_vertex_and_says_when_it_is_at_an_edge():
     lrs = [1e-3, 2e-3, 4e-3, 8e-3]
     losses = [(math.log(lr / 3e-3)) ** 2 + 2.0 for lr in lrs]

@@ -336,6 +336,22 @@ def fit_task(losses, scores, chance=None):
     return found
 
 
+FLOOR_SHARE = 0.25  # the share of a task's checkpoints, those of highest loss, that says where its scores start
+
+
+def below_chance(losses, scores, chance):
+    """Whether a task's weakest checkpoints (FLOOR_SHARE of them, 3 at least) score below chance by more than twice
+    their mean's standard error. lm-eval's unnormalised acc can favour short or long answers, so a model that knows
+    nothing scores under a guess; a sigmoid whose floor is chance cannot pass through such scores (on the CPU
+    ladders next_line's acc started at 0.21-0.22 against 0.25, and the fit from chance read AdamW's held-out 28%
+    as 65-70%), so such a task gets the free sigmoid."""
+    order = np.argsort(np.asarray(losses, float))[::-1]
+    weakest = np.asarray(scores, float)[order][:max(3, int(len(order) * FLOOR_SHARE))]
+    if len(weakest) < 2:
+        return False
+    return float(weakest.mean()) < chance - 2 * float(weakest.std(ddof=1)) / math.sqrt(len(weakest))
+
+
 def best_lr(lrs, losses):
     """(best learning rate, which edge of the sweep it is on or None): the vertex of a parabola in log lr
     through the lowest final loss and its two neighbours, kept between them; at an edge, that point; of a

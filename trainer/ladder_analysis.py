@@ -46,8 +46,7 @@ def fits(runs, ratio):
             out["loss_nd_problem"] = str(e)
     for task, fit in task_fits(runs, ratio).items():
         out.setdefault("tasks" if isinstance(fit, ladder.Fit) else "task_problems", {})[task] = \
-            {**fit.to_json(), **chance_of([r for r in runs if r["tokens_per_param"] == ratio], task)} \
-            if isinstance(fit, ladder.Fit) else fit
+            {**fit.to_json(), **chance_of(scored_runs(runs, ratio), task)} if isinstance(fit, ladder.Fit) else fit
     return out
 
 
@@ -84,8 +83,7 @@ def task_fits(runs, ratio):
     loss), or why it cannot be fitted}, on every run of the sweeps that was scored: how a loss maps to a score
     does not depend on the learning rate that reached it, and Bhagia et al. fit it on every checkpoint of
     their ladder, not only each size's best."""
-    scored = [r for r in runs if r["tokens_per_param"] == ratio and r["scores"] and math.isfinite(r["final_val_loss"])]
-    out = {}
+    scored, out = scored_runs(runs, ratio), {}
     for task in sorted({k for r in scored for k in r["scores"]}):
         have = [r for r in scored if task in r["scores"]]
         try:
@@ -96,11 +94,22 @@ def task_fits(runs, ratio):
     return out
 
 
+def scored_runs(runs, ratio):
+    """The runs at the ratio that were scored and whose loss is finite: the points of every task fit."""
+    return [r for r in runs if r["tokens_per_param"] == ratio and r["scores"] and math.isfinite(r["final_val_loss"])]
+
+
 def chance_of(runs, task):
     """{'chance': the accuracy of a guess at task ('hellaswag/acc_norm'), as eval.py gave it for every run that
-    was scored on it}, or {} where it gave none (not a multiple-choice task, or scored before eval.py said)."""
-    said = {r.get("chance", {}).get(task.split("/")[0]) for r in runs if task in r["scores"]}
-    return {"chance": said.pop()} if len(said) == 1 and None not in said else {}
+    was scored on it}: the task's fit starts from it; {} where it gave none (not a multiple-choice task, or scored
+    before eval.py said) or where the weakest of these runs score below it (ladder.below_chance)."""
+    have = [r for r in runs if task in r["scores"]]
+    said = {r.get("chance", {}).get(task.split("/")[0]) for r in have}
+    if len(said) != 1 or None in said:
+        return {}
+    chance = said.pop()
+    below = ladder.below_chance([r["final_val_loss"] for r in have], [r["scores"][task] for r in have], chance)
+    return {} if below else {"chance": chance}
 
 
 def held_out(runs, ratio, k=1):
