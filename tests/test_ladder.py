@@ -110,6 +110,7 @@ def test_beyond_its_sizes_the_interval_widens_by_what_the_backtest_missed_per_st
     step = math.log(sizes[-1] / sizes[-2])
     assert fit.drift == pytest.approx(ladder.backtest(fit.form, sizes, noisy(law(sizes), 0.005)) / step)
     assert fit.drift > 0 and fit.reach == pytest.approx(sizes[-1])
+    fit.others = {}  # the other forms' readings widen it too (the next test): here the drift alone
     blind = ladder.Fit(fit.form, fit.params, fit.cov, fit.scatter, fit.n)  # the same fit without its drift
     far = sizes[-1] * 8
     value, low, high = fit.predict(far)
@@ -119,6 +120,28 @@ def test_beyond_its_sizes_the_interval_widens_by_what_the_backtest_missed_per_st
     assert fit.predict(sizes[2]) == blind.predict(sizes[2])  # inside the ladder: the scatter and the fit alone
     again = ladder.Fit.from_json(json.loads(json.dumps(fit.to_json())))
     assert (again.drift, again.reach) == (fit.drift, fit.reach) and again.predict(far) == pytest.approx(fit.predict(far))
+
+
+def test_beyond_its_sizes_the_interval_reaches_the_other_forms_readings():
+    """A backtest one step out cannot see a bend further out: beyond the sizes the interval spans what every
+    form along the rule that the sizes fit with a point to spare reads there; inside them it does not."""
+    sizes = np.geomspace(3e4, 6e5, 6)
+    law = lambda n: 2.8 * (1 + n / 2e5) ** -0.3 * (1 + 0.05 * np.tanh(np.log(n / 2e5)))
+    fit = ladder.fit_loss(sizes, noisy(law(sizes), 0.005))
+    assert set(fit.others) == set(ladder.ALONG_THE_RULE) - {fit.form}
+    far = sizes[-1] * 8
+    readings = [float(ladder.Fit(form, params, np.zeros((len(params),) * 2), 0.0, 6)(far))
+                for form, params in fit.others.items()]
+    value, low, high = fit.predict(far)
+    alone = ladder.Fit(fit.form, fit.params, fit.cov, fit.scatter, fit.n, fit.drift, fit.reach).predict(far)
+    assert (low, high) == (min(alone[1], *readings), max(alone[2], *readings)) and value == alone[0]
+    assert fit.predict(sizes[2]) == ladder.Fit(fit.form, fit.params, fit.cov, fit.scatter, fit.n).predict(sizes[2])
+    again = ladder.Fit.from_json(json.loads(json.dumps(fit.to_json(), allow_nan=False)))
+    assert again.predict(far) == pytest.approx(fit.predict(far))
+    # four sizes: the three-parameter forms fit with a point to spare, local (three sizes, two parameters) too
+    assert set(ladder.fit_loss(sizes[:4], noisy(law(sizes[:4]), 0.005)).others) == \
+        set(ladder.ALONG_THE_RULE) - {"power"}
+    assert ladder.other_forms("power", sizes[:3], law(sizes[:3])) == {}  # three: only power has one to spare
 
 
 def test_chinchilla_is_fitted_when_the_ladder_measured_several_ratios():

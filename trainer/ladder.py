@@ -88,12 +88,14 @@ FORMS = {
 
 class Fit:
     """A fitted form: its parameters, their covariance, the scatter of the points about it, and for a loss
-    law how fast its backtest says it drifts from the truth beyond the sizes it was fitted on."""
+    law how fast its backtest says it drifts from the truth beyond the sizes it was fitted on, and the other
+    forms fitted to the same sizes (their readings beyond them bound its interval too)."""
 
-    def __init__(self, form, params, cov, scatter, n, drift=0.0, reach=math.inf):
+    def __init__(self, form, params, cov, scatter, n, drift=0.0, reach=math.inf, others=None):
         self.form, self.params, self.cov = form, np.asarray(params, float), np.asarray(cov, float)
         self.scatter, self.n = scatter, n  # residual standard deviation (log space for 'lr'; inf: an exact fit)
         self.drift, self.reach = drift, reach  # relative miss per unit of log N beyond reach, the largest size
+        self.others = others or {}  # {form: its parameters}: the forms along the rule it was chosen over
 
     def raw(self, x):
         fn, _, _ = FORMS[self.form]
@@ -107,9 +109,12 @@ class Fit:
         """(value, low, high) at one point: ±Z sigma of the fit's uncertainty there, one run's scatter, and
         beyond the fitted sizes the drift: the form itself may be wrong, by as much per unit of log N as its
         backtest missed (the fit's covariance assumes the form is right, and so narrows where it is not).
-        Beyond the sizes of a fit no backtest judged (drift inf: too few sizes), low and high are unbounded: on
-        the CPU ladders, power laws through three sizes read 5.6x out missed their intervals 20 times in 20
-        (docs/ladder_evidence.md, "Intervals no backtest judged")."""
+        Beyond the sizes, low and high also reach the other forms' readings: a backtest one step out cannot see
+        a bend further out, and on the CPU ladder read 3.8x beyond its sizes the chosen form missed by 10-17%,
+        outside its drift's interval, where the forms' readings bracketed the measurement (docs/ladder_evidence.md,
+        "w320: beyond the config"). Beyond the sizes of a fit no backtest judged (drift inf: too few sizes), low and high
+        are unbounded: on the CPU ladders, power laws through three sizes read 5.6x out missed their intervals 20
+        times in 20 ("Intervals no backtest judged")."""
         value = float(np.ravel(self.raw(x))[0])
         beyond = max(math.log(float(np.ravel(x)[0]) / self.reach), 0.0) if self.drift else 0.0
         if beyond and math.isinf(self.drift):  # no backtest judged the form: nothing bounds it out here
@@ -118,6 +123,9 @@ class Fit:
         drift = self.drift * beyond * (1.0 if FORMS[self.form][2] else abs(value)) if beyond else 0.0
         sigma = math.sqrt(max(float(grad @ self.cov @ grad), 0.0) + self.scatter ** 2 + drift ** 2)
         low, high = value - Z * sigma, value + Z * sigma
+        if beyond:  # the forms it was chosen over, read here: the form is what a backtest cannot settle
+            readings = [float(np.ravel(FORMS[form][0](x, *params))[0]) for form, params in self.others.items()]
+            low, high = min([low, *readings]), max([high, *readings])
         return tuple(map(math.exp, (value, low, high))) if FORMS[self.form][2] else (value, low, high)
 
     def named(self):
@@ -134,14 +142,15 @@ class Fit:
                 "stderr": dict(zip(FORMS[self.form][1], np.sqrt(np.clip(np.diag(self.cov), 0, None)).tolist())),
                 # drift None: no backtest judged the form (inf, which JSON cannot hold)
                 **({"drift": self.drift if math.isfinite(self.drift) else None, "reach": self.reach}
-                   if self.drift else {})}
+                   if self.drift else {}),
+                **({"others": {form: list(params) for form, params in self.others.items()}} if self.others else {})}
 
     @classmethod
     def from_json(cls, d):
         scatter = math.inf if d["scatter"] is None else d["scatter"]
         drift = math.inf if "drift" in d and d["drift"] is None else d.get("drift", 0.0)
         return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], scatter, d["n"],
-                   drift, d.get("reach", math.inf))
+                   drift, d.get("reach", math.inf), d.get("others"))
 
 
 def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="points"):
@@ -224,7 +233,23 @@ def fit_loss(sizes, losses, tokens=None):
         chosen = fit_form(next(f for f in ALONG_THE_RULE if misses[f] <= least + 1e-4), n, y)
     except FitError:  # the sizes below the largest chose it, all of them do not determine it
         chosen = fit_form("power", n, y)
+    chosen.others = other_forms(chosen.form, n, y)
     return with_drift(chosen, misses[chosen.form], n)
+
+
+def other_forms(chosen, n, y):
+    """{form: parameters} of each form along the rule but the chosen one that these sizes fit with a point to
+    spare (through as many points as parameters any curve passes, and says nothing of the law); local only
+    where it is not power through all of them."""
+    out = {}
+    for form in ALONG_THE_RULE:
+        if form == chosen or len(n) <= len(FORMS[form][1]) or (form == "local" and len(n) <= LOCAL_SIZES):
+            continue
+        try:
+            out[form] = fit_form(form, n, y).params.tolist()
+        except FitError:  # a form these sizes do not determine bounds nothing
+            continue
+    return out
 
 
 def along_last_step(sizes, losses, n):
