@@ -231,6 +231,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "scored_seed61": {"adamw": (0.0300, 0.0030), "muon": (-0.0035, -0.0034)},
              "scored_seed63": {"adamw": (-0.0030, -0.0269), "muon": (-0.0034, -0.0219)},
              "beyond_seed63": {"adamw": (-0.0326, -0.0349), "muon": (-0.1451, -0.0009)},  # w320, 3.8x beyond
+             "beyond_seed61": {"adamw": (-0.0695, -0.0769), "muon": (-0.1394, -0.0036)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -346,23 +347,30 @@ def test_a_fit_no_backtest_judged_has_no_interval_beyond_its_sizes():
     assert inside == {2: 21, 3: 0} and old == 20
 
 
-def test_w320_beyond_the_config_is_what_the_docs_say():
-    """docs/ladder_evidence.md, "w320: beyond the config": seed 63's ladder with w320 (3.8x w160) trained once a
-    seed at the predicted rate. The chosen forms, fitted on w32-w160 and on w32-w128 (5.9x), under-predicted it by
-    9.6-20.2%, outside the intervals of their drift alone; the intervals that reach the other forms' readings
-    held it (Muon's one size out at its top edge)."""
+# "w320: beyond the config": w320's misses from w32-w160 (3.8x) and w32-w128 (5.9x) by the chosen form, and
+# whether the interval that reaches the other forms' readings held it (seed 63's made the rule; seed 61 checked it)
+BEYOND = {"beyond_seed63": {"adamw": ((-0.165, "plateau", True), (-0.202, "plateau", True)),
+                            "muon": ((-0.096, "local", True), (-0.134, "local", True))},
+          "beyond_seed61": {"adamw": ((-0.175, "plateau", True), (-0.174, "plateau", True)),
+                            "muon": ((-0.113, "local", False), (-0.123, "local", True))}}
+
+
+@pytest.mark.parametrize("name", sorted(BEYOND))
+def test_w320_beyond_the_config_is_what_the_docs_say(name):
+    """docs/ladder_evidence.md, "w320: beyond the config": a ladder with w320 (3.8x w160) trained once a seed at the
+    predicted rate. The chosen forms under-predicted it by 9.6-20.2%, outside the intervals of their drift alone;
+    the intervals that reach the other forms' readings held it but for seed 61's Muon from w32-w160."""
     from trainer import ladder
-    result = json.loads(kept_ladder("beyond_seed63").read_text())
+    result = json.loads(kept_ladder(name).read_text())
     ratio = result["tokens_per_param"][0]
-    published = {"adamw": ((-0.165, "plateau"), (-0.202, "plateau")), "muon": ((-0.096, "local"), (-0.134, "local"))}
-    for recipe, checks in published.items():
+    for recipe, checks in BEYOND[name].items():
         runs = result["recipes"][recipe]["runs"]
         best = ladder.best_runs(runs, ratio)
         assert best[-1]["size"] == "w320" and len(best[-1]["seed_losses"]) == 2
-        for k, (error, form) in enumerate(checks, start=1):
+        for k, (error, form, inside) in enumerate(checks, start=1):
             held = ladder_analysis.held_out(runs, ratio, k)
             assert (held["relative_error"], held["form"]) == (pytest.approx(error, abs=5e-4), form)
-            assert held["inside"]
+            assert held["inside"] == inside
             fit = ladder.fit_loss([r["params"] for r in best[:-k]], [r["final_val_loss"] for r in best[:-k]])
             fit.others = {}  # the drift alone
             _, low, high = fit.predict(best[-1]["params"])
