@@ -377,6 +377,19 @@ def test_w320_beyond_the_config_is_what_the_docs_say(name):
             assert not low <= held["measured_val_loss"] <= high
 
 
+def test_the_bench_tables_say_no_interval_where_a_held_out_check_has_none(tmp_path, capsys):
+    """A ladder of four sizes holds out one from three: no backtest, so no interval, and form_choice's table says
+    so instead of failing on it."""
+    result = json.loads(kept_ladder("scored_seed63").read_text())
+    for rec in result["recipes"].values():
+        rec["runs"] = [r for r in rec["runs"] if r["size"] in ("w32", "w48", "w64", "w96")]
+    (tmp_path / "four").mkdir()
+    (tmp_path / "four" / "ladder.json").write_text(json.dumps(result))
+    study("form_choice").real_ladders([str(tmp_path / "four" / "ladder.json")])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| four | ")]
+    assert rows and all("no interval" in row for row in rows if "last step" not in row)
+
+
 def test_next_lines_acc_starts_below_chance_and_so_is_fitted_free():
     """docs/ladder_evidence.md, "Five times beyond": next_line's unnormalised acc starts at 0.21-0.22, under its
     chance of 0.25, on every scored ladder; fitted from chance it read AdamW's held-out w160 (28-29%) as 65-70%

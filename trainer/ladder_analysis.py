@@ -178,6 +178,11 @@ def judged(prediction, measured):
     return {"interval": [low, high] if bounded else None, "inside": low <= measured <= high if bounded else None}
 
 
+def where(check):
+    """'inside' or 'outside' its interval, or 'no interval' where the check had none (judged)."""
+    return "no interval" if check["inside"] is None else "inside" if check["inside"] else "outside"
+
+
 def swept(runs, size, ratio):
     """One size's sweep at the ratio as (learning rate, final val loss) pairs, sorted (not the replicas)."""
     return sorted((r["lr"], r["final_val_loss"]) for r in runs

@@ -84,8 +84,8 @@ def main(argv=None):
                 measured = ", ".join(f"{v:.4f}" for v in h["seed_losses"].values()) or f"{h['measured_val_loss']:.4f}"
                 print(f"| {Path(path).parent.name} | {name} | {seeds}x{rates}{'a' if adaptive else ''} | "
                       f"{h['predicted_val_loss']:.4f} "
-                      f"[{h['interval'][0]:.4f}, {h['interval'][1]:.4f}] | {h['measured_val_loss']:.4f} ({measured}) | "
-                      f"{h['relative_error']:+.1%}, {'inside' if h['inside'] else 'outside'} | "
+                      f"{ladder.interval_text(h['interval'], '.4f')} | {h['measured_val_loss']:.4f} ({measured}) | "
+                      f"{h['relative_error']:+.1%}, {ladder_analysis.where(h)} | "
                       f"{h['lr_ratio']:.2f}x | {two.get('relative_error', float('nan')):+.1%} | {len(runs)} | "
                       f"{minutes(runs):.0f} |")
 
