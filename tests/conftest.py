@@ -3,6 +3,7 @@ process (`pytest -m "not e2e"` runs the in-process rest), the helpers that start
 GPT-2's BPE ranks for offline tests."""
 import contextlib
 import gc
+import importlib.util
 import io
 import os
 import signal
@@ -36,6 +37,14 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 def pytest_configure(config):
     config.addinivalue_line("markers", "e2e: starts real processes (signals, torchrun, resume across processes, "
                                        "the launchers, the README's commands); `-m \"not e2e\"` leaves them out")
+
+
+def load_script(name, path):
+    """A script (path: from the repo root) imported as module name, without running its __main__ block."""
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def python(args, cwd=REPO, env=None, timeout=300):

@@ -4,7 +4,6 @@ scripts/eval.py prints the paper's table from local files with the hub off, writ
 checkpoint, agrees with itself under torchrun and takes custom task configs; --watch scores each
 checkpoint once and resumes; plot_log.py draws the curves; an export scores the same under lm-eval's
 own `hf` model. Tiny random models and made-up task files (data/eval/prepare.py --synthetic): no hub."""
-import importlib.util
 import json
 import shlex
 import os
@@ -18,20 +17,13 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from conftest import REPO, torchrun
+from conftest import REPO, load_script, torchrun
 from model import GPT, GPTConfig, mask_padding
 from trainer import bins, checkpoint, hf, lm_eval_adapter, metrics
 from trainer.tokenizer import get_encoding
 
 ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=48, vocab_size=320, bias=False)
 BYTES = get_encoding("bytes")
-
-
-def load_script(name, path):
-    spec = importlib.util.spec_from_file_location(name, REPO / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 eval_script = load_script("eval_script", "scripts/eval.py")  # sets the hub off for this process, as eval.py does
@@ -271,13 +263,6 @@ def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
             if metric in theirs[task]:
                 assert theirs[task][metric] == pytest.approx(ours[task][metric], rel=1e-4), (task, metric)
                 assert exported[task][metric] == pytest.approx(ours[task][metric], rel=1e-4), (task, metric)
-
-
-def load_script(name, path):
-    spec = importlib.util.spec_from_file_location(name, REPO / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_eval_with_no_checkpoint_advises_a_command_eval_accepts(tmp_path, capsys):

@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from trainer import bins, preparation
-from conftest import REPO
+from conftest import REPO, load_script
 from trainer.tokenizer import get_encoding
 
 WORDS = ["the", "of", "naïve", "café", "東京", "🚀", "<|endoftext|>", "\n", "\n\n", "  ", "x=1;", "Ünïcödé"]
@@ -286,6 +286,15 @@ def test_hub_stream_resumes_from_its_state(tmp_path, monkeypatch):
     position = json.loads(json.dumps(chunks[4][1]))  # as the manifest stores it
     rest = preparation.HubDataset(str(tmp_path), "text").chunks(position)
     assert [r for records, _ in rest for r in records] == everything[5 * 300:]
+
+
+def test_quickstart_max_bytes_reads_a_longer_prefix_of_the_stdlib():
+    """--max_bytes takes more of the same sorted walk: the default corpus's files come first, so the larger one's
+    validation documents (chosen by a hash of their text) include the default's."""
+    quickstart = load_script("quickstart_prepare", "data/quickstart/prepare.py")
+    default, more = quickstart.stdlib_files(), quickstart.stdlib_files(2 * quickstart.MAX_BYTES)
+    assert len(more) > len(default) and more[:len(default)] == default
+    assert sum(map(os.path.getsize, default)) <= quickstart.MAX_BYTES
 
 
 @pytest.mark.e2e
