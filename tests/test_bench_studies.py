@@ -101,6 +101,23 @@ def test_val_windows_study_measures_the_windows_train_py_measured(data_dir, tmp_
     assert f"| {out} | 6 of " in capsys.readouterr().out
 
 
+def test_train_val_gap_compares_the_last_quarter_of_steps_with_its_evals(tmp_path, capsys):
+    """Steps from iteration 6 of 8 on (a rolled-back step's later record standing), the evals there: train 1.0
+    against val 1.25, a gap of -20%; a run without its done record is left out."""
+    done, unfinished = tmp_path / "done", tmp_path / "unfinished"
+    records = [{"kind": "start", "iter": 0, "max_iters": 8},
+               *({"kind": "step", "iter": i, "loss": 3.0 if i < 6 else 1.0} for i in range(8)),
+               {"kind": "step", "iter": 7, "loss": 1.0}, {"kind": "eval", "iter": 4, "val_loss": 2.0},
+               {"kind": "eval", "iter": 6, "val_loss": 1.3}, {"kind": "eval", "iter": 8, "val_loss": 1.2}]
+    for run, end in ((done, [{"kind": "done", "iter": 8}]), (unfinished, [])):
+        run.mkdir()
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records + end))
+    study("train_val_gap").main([str(done), str(unfinished), "--out", str(tmp_path / "g.json")])
+    [row] = json.loads((tmp_path / "g.json").read_text())
+    assert (row["train"], row["val"], row["gap"]) == pytest.approx((1.0, 1.25, -0.2))
+    assert "gap -20.0%" in capsys.readouterr().out
+
+
 def test_seed_rules_reads_a_ladder_as_each_smaller_rule_would_have_trained_it(tmp_path, capsys):
     """Each size: a lucky run at 2e-3 (0.99 of the law) whose other seeds end 5-6% above it, and 1e-3 at the law
     at every seed. 3x1 keeps the lucky rate's seeds; 3x2 also 1e-3's, and takes it for its lower mean."""
