@@ -626,9 +626,14 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
         distances = [rec.get("held_out", {}), *rec.get("held_out_further", [])]  # the ladder's own checks
         row = {"form": loss_fit.form, "val_loss": loss_fit.predict((n, tokens) if nd else n),
                "lr": ladder_fits.Fit.from_json(fits["lr"]).predict(n), "scores": {},
-               "checks": [(h["extrapolation"], h["relative_error"], h["form"]) for h in distances if "extrapolation" in h],
+               "checks": [(h["extrapolation"], h["relative_error"], h["form"], h.get("last_step", {}).get("relative_error"))
+                          for h in distances if "extrapolation" in h],
                "nd_checks": [(h["extrapolation"], [(c["tokens_per_param"], c["relative_error"]) for c in h["chinchilla"]])
                              for h in distances if isinstance(h.get("chinchilla"), list)] if nd else []}
+        top = ladder_fits.best_runs(rec.get("runs", []), ratio)[-2:]
+        if len(top) == 2 and keeps_ratio(out):  # a reading beside the fit, whose misses the checks line shows too
+            row["last_step"] = ladder_fits.along_last_step([r["params"] for r in top],
+                                                           [r["final_val_loss"] for r in top], n)
         if nd and keeps_ratio(out):  # the fit along the ladder's ratio applies too, without splitting N from D
             rule = ladder_fits.Fit.from_json(fits["loss"])
             row["along_the_ratio"] = (rule.form, rule.predict(n))
@@ -725,6 +730,9 @@ def ladder_text(plan):
             lines.append(f"  {name}: final val loss {loss:.3f} {ladder_fits.interval_text((low, high), '.3f')} "
                          f"({r['form']} fit), "
                          f"learning rate {lr:.3g} [{lr_low:.3g}, {lr_high:.3g}]")
+            if "last_step" in r:
+                lines.append(f"    the last step's slope carried on to this size (a reading beside the fit, no interval): "
+                             f"{r['last_step']:.3f}")
             if r["nd_checks"]:  # each prediction with the ladder's own misses beneath it
                 lines.append("    its largest size predicted from the sizes below by this fit, the miss at each distance "
                              "(and tokens per parameter): " + "; ".join(f"{x:.1f}x " + ", ".join(
@@ -735,7 +743,9 @@ def ladder_text(plan):
                              f"{ladder_fits.interval_text((low, high), '.3f')} ({form} fit)")
             if r["checks"]:
                 lines.append("    its largest size predicted from the sizes below by the fit along its ratio, the miss "
-                             "at each distance: " + ", ".join(f"{x:.1f}x {e:+.1%} ({form})" for x, e, form in r["checks"]))
+                             "at each distance: " + ", ".join(
+                                 f"{x:.1f}x {e:+.1%} ({form}" + ("" if last is None else f"; the last step {last:+.1%}") + ")"
+                                 for x, e, form, last in r["checks"]))
             if "compute_multiplier" in r:
                 m = r["compute_multiplier"]
                 lines.append(f"    compute multiplier against {next(iter(lad['recipes']))}: "

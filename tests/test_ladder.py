@@ -916,16 +916,21 @@ def test_the_lr_fit_leaves_out_a_size_trained_once_at_the_rate_it_predicted():
 def test_every_shipped_ladder_config_loads(config, tmp_path, monkeypatch):
     """Every config/ladder_*.py is settings scripts/ladder.py accepts, read from another folder (a config that
     execs another finds it beside itself), the bf16 configs set what their comments say, and the tiny studies
-    keep the tenth's warmup they were measured at where the config (and its second ratio) warm up over a quarter."""
+    keep the tenth's warmup they were measured at where the config (and its second ratio) warm up over a quarter;
+    the _full configs are the config on the whole standard library, and nothing else changed."""
     monkeypatch.chdir(tmp_path)
     settings = ladder_script.load_settings(str(REPO / "config" / config))
     assert len(settings["sizes"]) >= 4 and settings["base"] and settings["seeds"] >= 1
     if config.startswith("ladder_tiny"):
         quarter = ("ladder_tiny.py", "ladder_tiny_bf16.py", "ladder_tiny_bf16_nd.py",  # the config, its second ratio
-                   "ladder_tiny_bf16_beyond.py")  # and its size beyond
-        if config == "ladder_tiny_bf16_beyond.py":  # the config's sizes and sweeps, then w320 once per seed
+                   "ladder_tiny_bf16_beyond.py", "ladder_tiny_bf16_full.py", "ladder_tiny_bf16_beyond_full.py")
+        if "beyond" in config:  # the config's sizes and sweeps, then w320 once per seed
             config_sizes = ladder_script.load_settings(str(REPO / "config" / "ladder_tiny_bf16.py"))["sizes"]
             assert list(settings["sizes"]) == [*config_sizes, "w320"] and settings["sweep_points"][-1] == 1
+        if config.endswith("_full.py"):
+            same = ladder_script.load_settings(str(REPO / "config" / config.replace("_full", "")))
+            assert settings["common"] == same["common"] + " --dataset=quickstart_full"
+            assert {**settings, "common": same["common"]} == same
         assert settings["warmup_fraction"] == (0.25 if config in quarter else 0.1)
     if config.startswith("ladder_tiny_bf16"):
         assert "--dtype=bfloat16" in settings["common"].split()
@@ -978,13 +983,18 @@ def synthetic_ladder(path, cfg, loss_scale=1.0):
                 "lr": ladder.fit_lr(n[4:], noisy(0.3 * n[4:] ** -0.25, 0.02)).to_json(),
                 "tasks": {"hellaswag/acc_norm": ladder.fit_task(
                     loss_grid, 0.6 / (1 + np.exp(5 * (loss_grid - 2.6))) + 0.25).to_json()}}
-    checks = {"runs": [{"params": float(x)} for x in n[4:]],  # the ladder's own check, held out by 1 and 2 sizes
-              "held_out": {"extrapolation": 1.3e9 / 760e6, "relative_error": -0.012, "form": "power",
-                           "chinchilla": [{"tokens_per_param": 20, "relative_error": 0.021},
-                                          {"tokens_per_param": 10, "relative_error": -0.004}]},
-              "held_out_further": [{"extrapolation": 1.3e9 / 350e6, "relative_error": 0.034, "form": "power"}]}
+    def runs(scale):  # each size's one run at 20 tokens per parameter, on the law
+        return [{"size": f"{x:.0e}", "params": float(x), "tokens_per_param": 20, "lr": 1e-3,
+                 "final_val_loss": scale * (1.7 + 400 * x ** -0.34 + 410 * (20 * x) ** -0.28)} for x in n[4:]]
+    checks = {  # the ladder's own check, held out by 1 and 2 sizes
+        "held_out": {"extrapolation": 1.3e9 / 760e6, "relative_error": -0.012, "form": "power",
+                     "last_step": {"relative_error": -0.005},
+                     "chinchilla": [{"tokens_per_param": 20, "relative_error": 0.021},
+                                    {"tokens_per_param": 10, "relative_error": -0.004}]},
+        "held_out_further": [{"extrapolation": 1.3e9 / 350e6, "relative_error": 0.034, "form": "power"}]}
     path.write_text(json.dumps({"data": ladder.identity(cfg), "tokens_per_param": [20, 10], "recipes": {
-        "adamw": {"fits": fits(1.0), **checks}, "muon": {"fits": fits(loss_scale), **checks}}}))
+        "adamw": {"fits": fits(1.0), "runs": runs(1.0), **checks},
+        "muon": {"fits": fits(loss_scale), "runs": runs(loss_scale), **checks}}}))
     return str(path)
 
 
@@ -999,7 +1009,12 @@ def test_plan_prints_the_ladders_loss_lr_scores_and_days_to_a_target(tmp_path):
     assert "compute multiplier against adamw: " in out  # Muon's 3% lower loss, as adamw's extra compute
     # how far the target lies beyond the ladder, beside how the ladder's fit missed its own sizes at a distance
     assert "this run's 6,648.8M parameters are 5.1x the ladder's largest size (1,300.0M)" in out  # less wpe
-    assert "the miss at each distance: 1.7x -1.2% (power), 3.7x +3.4% (power)" in out
+    assert "the miss at each distance: 1.7x -1.2% (power; the last step -0.5%), 3.7x +3.4% (power)" in out
+    # beside the fit, the log-log line through the two largest sizes' runs carried on to 6.7B
+    top = [(x, 1.7 + 400 * x ** -0.34 + 410 * (20 * x) ** -0.28) for x in (760e6, 1.3e9)]
+    slope = math.log(top[1][1] / top[0][1]) / math.log(1.3e9 / 760e6)
+    reading = top[1][1] * (6648.8e6 / 1.3e9) ** slope
+    assert f"the last step's slope carried on to this size (a reading beside the fit, no interval): {reading:.3f}" in out
     # and Chinchilla's own check, where the ladder made it (here one step out only)
     assert "by this fit, the miss at each distance (and tokens per parameter): 1.7x +2.1% at 20, -0.4% at 10\n" in out
     # the run keeps the ladder's first ratio (20), so the fit along it is read too, its own misses beneath it

@@ -19,6 +19,10 @@ recipe's held-out check (ladder.json's held_out) under each rule, and beside the
 interval).
 
     python scripts/bench/form_choice.py --ladders docs/ladder_runs/seed7/ladder.json docs/ladder_runs/seed8/ladder.json
+
+With --further, each real ladder's checks at every distance instead (its k largest sizes held out, k = 1, 2, ...),
+the chosen form's error beside the last step's, and per k their mean absolute errors and how often the last step
+was the nearer (docs/ladder_evidence.md, "The last step, further out").
 """
 import argparse
 import contextlib
@@ -70,15 +74,41 @@ def real_ladders(paths):
                   f"{h['measured_val_loss']:.4f} | {t['relative_error']:+.1%} |")
 
 
+def further_out(paths):
+    """Each ladder.json's held-out checks at every distance, remade from its runs: the fit's error and the last
+    step's; then per k, the mean of each's absolute error and the count where the last step's was the smaller."""
+    print("| ladder | recipe | held out | distance | the fit | the last step |")
+    print("|---|---|---|---|---|---|")
+    by_k = {}
+    for path in paths:
+        result = json.loads(Path(path).read_text())
+        ratio = result["tokens_per_param"][0]
+        for name, rec in result["recipes"].items():
+            for k in range(1, len(ladder.best_runs(rec["runs"], ratio)) - ladder.MIN_SIZES + 1):
+                h = ladder_analysis.held_out(rec["runs"], ratio, k)
+                if "problem" in h:
+                    continue
+                fit, last = h["relative_error"], h["last_step"]["relative_error"]
+                by_k.setdefault(k, []).append((abs(fit), abs(last)))
+                print(f"| {Path(path).parent.name} | {name} | {h['size']} from {k} below | {h['extrapolation']:.1f}x | "
+                      f"{h['form']} {fit:+.1%} | {last:+.1%} |")
+    print("\n| sizes held out | checks | the fit: mean miss | the last step: mean miss | the last step nearer |")
+    print("|---|---|---|---|---|")
+    for k, pairs in sorted(by_k.items()):
+        fit, last = np.array(pairs).T
+        print(f"| {k} | {len(pairs)} | {fit.mean():.1%} | {last.mean():.1%} | {np.sum(last < fit)} of {len(pairs)} |")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--draws", type=int, default=40)
     p.add_argument("--noise", type=float, nargs="+", default=[0.005, 0.01])
     p.add_argument("--ladders", nargs="+", metavar="LADDER_JSON", help="real ladders' held-out checks instead")
+    p.add_argument("--further", action="store_true", help="with --ladders: their checks at every distance")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")  # curve_fit's warnings on the draws whose fits strain
     if args.ladders:
-        return real_ladders(args.ladders)
+        return (further_out if args.further else real_ladders)(args.ladders)
     print("| law | noise | rule | mean error | worst | within 3% | interval holds | at 4x: mean error | holds |")
     print("|---|---|---|---|---|---|---|---|---|")
     far = 4 * SIZES[-1]
