@@ -626,7 +626,8 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
         distances = [rec.get("held_out", {}), *rec.get("held_out_further", [])]  # the ladder's own checks
         row = {"form": loss_fit.form, "val_loss": loss_fit.predict((n, tokens) if nd else n),
                "lr": ladder_fits.Fit.from_json(fits["lr"]).predict(n), "scores": {},
-               "checks": [(h["extrapolation"], h["relative_error"], h["form"], h.get("last_step", {}).get("relative_error"))
+               "checks": [(h["extrapolation"], h["relative_error"], h["form"],
+                           h.get("last_step", {}).get("relative_error"))
                           for h in distances if "extrapolation" in h],
                "nd_checks": [(h["extrapolation"], [(c["tokens_per_param"], c["relative_error"]) for c in h["chinchilla"]])
                              for h in distances if isinstance(h.get("chinchilla"), list)] if nd else []}
@@ -731,8 +732,8 @@ def ladder_text(plan):
                          f"({r['form']} fit), "
                          f"learning rate {lr:.3g} [{lr_low:.3g}, {lr_high:.3g}]")
             if "last_step" in r:
-                lines.append(f"    the last step's slope carried on to this size (a reading beside the fit, no interval): "
-                             f"{r['last_step']:.3f}")
+                lines.append("    the last step's slope carried on to this size (a reading beside the fit, no "
+                             f"interval): {r['last_step']:.3f}")
             if r["nd_checks"]:  # each prediction with the ladder's own misses beneath it
                 lines.append("    its largest size predicted from the sizes below by this fit, the miss at each distance "
                              "(and tokens per parameter): " + "; ".join(f"{x:.1f}x " + ", ".join(
@@ -742,10 +743,10 @@ def ladder_text(plan):
                 lines.append(f"    final val loss by the fit along the ladder's ratio (this run keeps it): {loss:.3f} "
                              f"{ladder_fits.interval_text((low, high), '.3f')} ({form} fit)")
             if r["checks"]:
+                misses = [f"{x:.1f}x {e:+.1%} ({form}" + ("" if last is None else f"; the last step {last:+.1%}") + ")"
+                          for x, e, form, last in r["checks"]]
                 lines.append("    its largest size predicted from the sizes below by the fit along its ratio, the miss "
-                             "at each distance: " + ", ".join(
-                                 f"{x:.1f}x {e:+.1%} ({form}" + ("" if last is None else f"; the last step {last:+.1%}") + ")"
-                                 for x, e, form, last in r["checks"]))
+                             "at each distance: " + ", ".join(misses))
             if "compute_multiplier" in r:
                 m = r["compute_multiplier"]
                 lines.append(f"    compute multiplier against {next(iter(lad['recipes']))}: "

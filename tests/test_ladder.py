@@ -1014,7 +1014,8 @@ def test_plan_prints_the_ladders_loss_lr_scores_and_days_to_a_target(tmp_path):
     top = [(x, 1.7 + 400 * x ** -0.34 + 410 * (20 * x) ** -0.28) for x in (760e6, 1.3e9)]
     slope = math.log(top[1][1] / top[0][1]) / math.log(1.3e9 / 760e6)
     reading = top[1][1] * (6648.8e6 / 1.3e9) ** slope
-    assert f"the last step's slope carried on to this size (a reading beside the fit, no interval): {reading:.3f}" in out
+    assert f"the last step's slope carried on to this size (a reading beside the fit, no interval): {reading:.3f}" \
+        in out
     # and Chinchilla's own check, where the ladder made it (here one step out only)
     assert "by this fit, the miss at each distance (and tokens per parameter): 1.7x +2.1% at 20, -0.4% at 10\n" in out
     # the run keeps the ladder's first ratio (20), so the fit along it is read too, its own misses beneath it
