@@ -731,9 +731,6 @@ def ladder_text(plan):
             lines.append(f"  {name}: final val loss {loss:.3f} {ladder_fits.interval_text((low, high), '.3f')} "
                          f"({r['form']} fit), "
                          f"learning rate {lr:.3g} [{lr_low:.3g}, {lr_high:.3g}]")
-            if "last_step" in r:
-                lines.append("    the last step's slope carried on to this size (a reading beside the fit, no "
-                             f"interval): {r['last_step']:.3f}")
             if r["nd_checks"]:  # each prediction with the ladder's own misses beneath it
                 lines.append("    its largest size predicted from the sizes below by this fit, the miss at each distance "
                              "(and tokens per parameter): " + "; ".join(f"{x:.1f}x " + ", ".join(
@@ -747,6 +744,9 @@ def ladder_text(plan):
                           for x, e, form, last in r["checks"]]
                 lines.append("    its largest size predicted from the sizes below by the fit along its ratio, the miss "
                              "at each distance: " + ", ".join(misses))
+            if "last_step" in r:
+                lines.append("    the last step's slope carried on to this size (a reading beside the fit, no "
+                             f"interval): {r['last_step']:.3f}")
             if "compute_multiplier" in r:
                 m = r["compute_multiplier"]
                 lines.append(f"    compute multiplier against {next(iter(lad['recipes']))}: "

@@ -249,6 +249,8 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "scored_seed63": {"adamw": (-0.0030, -0.0269), "muon": (-0.0034, -0.0219)},
              "beyond_seed63": {"adamw": (-0.0326, -0.0349), "muon": (-0.1451, -0.0009)},  # w320, 3.8x beyond
              "beyond_seed61": {"adamw": (-0.0695, -0.0769), "muon": (-0.1394, -0.0036)},
+             "full6_seed65": {"adamw": (0.0036, 0.0033), "muon": (-0.0086, -0.0269)},  # the whole stdlib
+             "full_seed65": {"adamw": (-0.0068, -0.0528), "muon": (-0.1381, -0.0175)},  # and w320 on it
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},

@@ -5,7 +5,7 @@ data/quickstart/{train,val}.bin. A tenth of the files go to val so that it holds
 256-token blocks. The corpus depends on the Python version, not on what is installed.
 
     python data/quickstart/prepare.py
-    python data/quickstart/prepare.py --max_bytes 40e6 --data_dir data/quickstart_full   # all of it, ~31.5 MB
+    python data/quickstart/prepare.py --max_bytes 40e6 --data_dir data/quickstart_full   # Python 3.11's all: 31.5 MB
 """
 import os
 import sys
@@ -33,7 +33,7 @@ def stdlib_files(max_bytes=MAX_BYTES):
 
 
 if __name__ == "__main__":
-    # a tenth of the 8 MB for val.bin: ~0.6M byte tokens, plenty for a tiny model
+    # a tenth of the files for val.bin: at the default 8 MB ~0.6M byte tokens, plenty for a tiny model
     p = preparation.parser(__doc__, source=STDLIB, data_dir="data/quickstart", encoding="bytes",
                            val_fraction=0.1, min_val_tokens=500_000)
     # more of the stdlib, for a run that should not see a byte twice (docs/ladder_evidence.md, "Unrepeated data")
@@ -41,5 +41,7 @@ if __name__ == "__main__":
                    help="read the stdlib's files in sorted order up to this many bytes (default: %(default)d)")
     args = p.parse_args()
     stdlib = args.source == [STDLIB]
+    if not stdlib and args.max_bytes != MAX_BYTES:
+        p.error("--max_bytes reads the standard library: with --source, use --max_tokens")
     source = preparation.LocalFiles([STDLIB], stdlib_files(int(args.max_bytes)), args.text_field) if stdlib else None
     sys.exit(preparation.run(args, source))

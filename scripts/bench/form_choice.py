@@ -76,7 +76,8 @@ def real_ladders(paths):
 
 def further_out(paths):
     """Each ladder.json's held-out checks at every distance, remade from its runs: the fit's error and the last
-    step's; then per k, the mean of each's absolute error and the count where the last step's was the smaller."""
+    step's; then per k, the mean of each's absolute error and the count where the last step's was the smaller.
+    A check the ladder cannot make (too few sizes below, a fit that fails) is left out."""
     print("| ladder | recipe | held out | distance | the fit | the last step |")
     print("|---|---|---|---|---|---|")
     by_k = {}
@@ -106,6 +107,8 @@ def main(argv=None):
     p.add_argument("--ladders", nargs="+", metavar="LADDER_JSON", help="real ladders' held-out checks instead")
     p.add_argument("--further", action="store_true", help="with --ladders: their checks at every distance")
     args = p.parse_args(argv)
+    if args.further and not args.ladders:
+        p.error("--further reads real ladders: name them with --ladders")
     warnings.filterwarnings("ignore")  # curve_fit's warnings on the draws whose fits strain
     if args.ladders:
         return (further_out if args.further else real_ladders)(args.ladders)

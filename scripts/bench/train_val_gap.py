@@ -22,15 +22,18 @@ from trainer import metrics  # noqa: E402
 
 def gap(run, since=0.75):
     """{"train", "val", "gap"} over the run's steps from since × its max_iters on; None if it has not ended."""
-    start = metrics.read(run, "start")[-1]
-    first, last = since * start["max_iters"], start["max_iters"]
+    starts = metrics.read(run, "start")
+    if not starts or not metrics.read(run, "done"):
+        return None
+    max_iters = starts[-1]["max_iters"]
+    first = since * max_iters
     evals = [r["val_loss"] for r in metrics.latest_per_iter(metrics.read(run, "eval"))
              if r["iter"] >= first and r.get("val_loss") is not None]
     steps = [r["loss"] for r in metrics.latest_per_iter(metrics.read(run, "step")) if r["iter"] >= first]
-    if not metrics.read(run, "done") or not evals or not steps:
+    if not evals or not steps:
         return None
     train, val = float(np.mean(steps)), float(np.mean(evals))
-    return {"run": str(run), "max_iters": last, "train": train, "val": val, "gap": train / val - 1}
+    return {"run": str(run), "max_iters": max_iters, "train": train, "val": val, "gap": train / val - 1}
 
 
 def main(argv=None):
