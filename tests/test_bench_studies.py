@@ -251,6 +251,8 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "beyond_seed61": {"adamw": (-0.0695, -0.0769), "muon": (-0.1394, -0.0036)},
              "full6_seed65": {"adamw": (0.0036, 0.0033), "muon": (-0.0086, -0.0269)},  # the whole stdlib
              "full_seed65": {"adamw": (-0.0068, -0.0528), "muon": (-0.1381, -0.0175)},  # and w320 on it
+             "full6_seed67": {"adamw": (0.0182, 0.0086), "muon": (-0.0042, -0.0284)},
+             "full_seed67": {"adamw": (-0.0590, -0.0643), "muon": (-0.1260, -0.0510)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -374,15 +376,19 @@ BEYOND = {"beyond_seed63": {"adamw": ((-0.165, "plateau", True), (-0.202, "plate
                             "muon": ((-0.113, "local", False), (-0.123, "local", True))},
           # "Unrepeated data": the same on the whole standard library, where w320 trains 0.36 of a pass
           "full_seed65": {"adamw": ((-0.076, "plateau", True), (-0.094, "plateau", True)),
-                          "muon": ((-0.120, "local", True), (-0.295, "plateau", True))}}
+                          "muon": ((-0.120, "local", True), (-0.295, "plateau", True))},
+          "full_seed67": {"adamw": ((-0.028, "local", True), (0.005, "local", True)),
+                          "muon": ((-0.096, "local", True), (-0.113, "local", True))}}
+# the checks whose drift alone held w320 (seed 67's AdamW at both distances, its Muon at 5.9x): all others missed it
+DRIFT_HELD = {("full_seed67", "adamw", 1), ("full_seed67", "adamw", 2), ("full_seed67", "muon", 2)}
 
 
 @pytest.mark.parametrize("name", sorted(BEYOND))
 def test_w320_beyond_the_config_is_what_the_docs_say(name):
     """docs/ladder_evidence.md, "w320: beyond the config": a ladder with w320 (3.8x w160) trained once a seed at the
-    predicted rate. The chosen forms under-predicted it by 9.6-20.2% (7.6-29.5% on unrepeated data), outside the
-    intervals of their drift alone; the intervals that reach the other forms' readings held it but for seed 61's
-    Muon from w32-w160."""
+    predicted rate. The chosen forms under-predicted it by 9.6-20.2% on the quick-start corpus, outside the
+    intervals of their drift alone; on unrepeated data Muon's by 9.6-29.5% again, AdamW's by 2.8-9.4% (or +0.5%);
+    the intervals that reach the other forms' readings held it but for seed 61's Muon from w32-w160."""
     from trainer import ladder
     result = json.loads(kept_ladder(name).read_text())
     ratio = result["tokens_per_param"][0]
@@ -397,7 +403,7 @@ def test_w320_beyond_the_config_is_what_the_docs_say(name):
             fit = ladder.fit_loss([r["params"] for r in best[:-k]], [r["final_val_loss"] for r in best[:-k]])
             fit.others = {}  # the drift alone
             _, low, high = fit.predict(best[-1]["params"])
-            assert not low <= held["measured_val_loss"] <= high
+            assert (low <= held["measured_val_loss"] <= high) == ((name, recipe, k) in DRIFT_HELD)
 
 
 def test_the_bench_tables_say_no_interval_where_a_held_out_check_has_none(tmp_path, capsys):
@@ -413,19 +419,28 @@ def test_the_bench_tables_say_no_interval_where_a_held_out_check_has_none(tmp_pa
     assert rows and all("no interval" in row for row in rows if "last step" not in row)
 
 
-def test_the_six_sizes_on_unrepeated_data_are_what_the_docs_say():
-    """docs/ladder_evidence.md, "Unrepeated data": on the whole standard library w160 held out missed by -1.0%
-    (AdamW) and -5.2% (Muon, outside 3%), both inside; rates 1.15x and 0.78x the sweeps' best; two sizes out
-    +9.3% and +13.2%; next_line acc_norm and next_line_swaps acc one size out -0.4, +2.3 (AdamW) and -1.5, -1.3
-    points (Muon); next_line's unnormalised acc below chance at the smallest sizes, so fitted free, -2.0 and -4.9;
-    Muon's compute multiplier 4.3x at w32 and 7.4x at w160 (on the ladder with w320)."""
-    result = json.loads(kept_ladder("full6_seed65").read_text())
+# "Unrepeated data": the six sizes on the whole standard library, w160 held out: (its miss, the recommended rate over
+# the sweep's best, the miss two sizes out, the scores' misses one size out in points), and Muon's compute
+# multiplier at w32 and w160 as the ladder with w320 measured it (only there do AdamW's sizes span Muon's w160 loss)
+UNREPEATED = {65: ({"adamw": (-0.010, 1.15, 0.093, {"next_line/acc_norm": -0.4, "next_line_swaps/acc": 2.3,
+                                                    "next_line/acc": -2.0}),
+                    "muon": (-0.052, 0.78, 0.132, {"next_line/acc_norm": -1.5, "next_line_swaps/acc": -1.3,
+                                                   "next_line/acc": -4.9})}, (4.33, 7.41)),
+              67: ({"adamw": (0.015, 0.79, 0.120, {"next_line/acc_norm": -1.2, "next_line_swaps/acc": -0.6,
+                                                   "next_line/acc": -1.4}),
+                    "muon": (-0.006, 0.76, 0.129, {"next_line/acc_norm": -1.7, "next_line_swaps/acc": -1.2,
+                                                   "next_line/acc": -1.5})}, (4.39, 6.91))}
+
+
+@pytest.mark.parametrize("seed", sorted(UNREPEATED))
+def test_the_six_sizes_on_unrepeated_data_are_what_the_docs_say(seed):
+    """docs/ladder_evidence.md, "Unrepeated data": each held-out w160 inside its interval (seed 65's Muon outside
+    3%), the rates, two sizes out, the scores one size out (next_line's unnormalised acc, below chance at the
+    smallest sizes, fitted free) and Muon's compute multiplier, falling and then rising with size."""
+    checks, (at_w32, at_w160) = UNREPEATED[seed]
+    result = json.loads(kept_ladder(f"full6_seed{seed}").read_text())
     assert result["data"]["dataset"] == "quickstart_full"
-    published = {"adamw": (-0.010, 1.15, 0.093, {"next_line/acc_norm": -0.4, "next_line_swaps/acc": 2.3,
-                                                 "next_line/acc": -2.0}),
-                 "muon": (-0.052, 0.78, 0.132, {"next_line/acc_norm": -1.5, "next_line_swaps/acc": -1.3,
-                                                "next_line/acc": -4.9})}
-    for recipe, (error, rate, two_out, scores) in published.items():
+    for recipe, (error, rate, two_out, scores) in checks.items():
         rec = result["recipes"][recipe]
         held = ladder_analysis.held_out(rec["runs"], result["tokens_per_param"][0])
         assert held["inside"] and held["relative_error"] == pytest.approx(error, abs=5e-4)
@@ -435,20 +450,21 @@ def test_the_six_sizes_on_unrepeated_data_are_what_the_docs_say():
             assert 100 * (held["scores"][task]["predicted"] - held["scores"][task]["measured"]) == \
                 pytest.approx(miss, abs=0.05)
         assert "chance" not in rec["fits"]["tasks"]["next_line/acc"]
-    # measured where AdamW's sizes span Muon's loss: at w160 only with w320 in the ladder
-    multiplier = json.loads(kept_ladder("full_seed65").read_text())["recipes"]["muon"]["compute_multiplier_vs_adamw"]
-    assert [multiplier[size]["by"] for size in ("w32", "w160")] == ["measured", "measured"]
-    assert (multiplier["w32"]["multiplier"], multiplier["w160"]["multiplier"]) == pytest.approx((4.33, 7.41), abs=5e-3)
+    beyond = json.loads(kept_ladder(f"full_seed{seed}").read_text())["recipes"]["muon"]
+    multiplier = {size: m["multiplier"] for size, m in beyond["compute_multiplier_vs_adamw"].items()
+                  if m["by"] == "measured"}
+    assert (multiplier["w32"], multiplier["w160"]) == pytest.approx((at_w32, at_w160), abs=5e-3)
+    assert multiplier["w64"] < min(at_w32, at_w160)
 
 
 def test_the_last_step_is_nearer_than_the_fit_more_than_one_size_out(capsys):
     """docs/ladder_evidence.md, "The last step, further out": every kept ladder's checks at every distance."""
     ladders = sorted(str(p) for p in (REPO / "docs" / "ladder_runs").glob("*/ladder.json"))
-    assert len(ladders) == 41
+    assert len(ladders) == 43
     study("form_choice").main(["--ladders", *ladders, "--further"])
     out = capsys.readouterr().out
-    for row in ("| 1 | 82 | 2.9% | 2.2% | 47 of 82 |", "| 2 | 82 | 14.9% | 7.4% | 81 of 82 |",
-                "| 3 | 80 | 23.9% | 14.6% | 76 of 80 |", "| 4 | 6 | 35.8% | 17.5% | 6 of 6 |"):
+    for row in ("| 1 | 86 | 2.9% | 2.3% | 49 of 86 |", "| 2 | 86 | 14.7% | 7.2% | 84 of 86 |",
+                "| 3 | 84 | 23.8% | 14.5% | 80 of 84 |", "| 4 | 8 | 36.5% | 18.2% | 8 of 8 |"):
         assert row in out
 
 
