@@ -533,6 +533,9 @@ def seed_mean(same):
             "seed_losses": {str(r.get("seed")): r["final_val_loss"] for r in same}, "seeds_in_mean": len(finite)}
 
 
+RUN_KEYS = {"size", "params", "tokens_per_param", "lr", "final_val_loss"}  # a run's record, as best_runs reads it
+
+
 def load(path, recipe=None, expected=None, fitted=False):
     """(ladder.json's contents, the recipe: the first one unless named): the one reader of a ladder, for
     plan.py, forecast_prior and scripts/ladder.py. FitError when the file is not a ladder.json with recipes and
@@ -547,7 +550,10 @@ def load(path, recipe=None, expected=None, fitted=False):
         raise FitError(f"{path} has no recipes: rerun scripts/ladder.py to write it whole")
     whole = lambda r: isinstance(r, dict) and (isinstance(r.get("fits"), dict) and {"loss", "lr"} <= set(r["fits"])
                                                if fitted else isinstance(r.get("runs"), list))
-    if not isinstance(result.get("data", {}), dict) or not all(map(whole, recipes.values())):
+    # runs, where there are any, with what best_runs reads: plan.py and the prior read them too
+    runs_whole = lambda r: isinstance(r.get("runs", []), list) and all(
+        isinstance(run, dict) and RUN_KEYS <= set(run) for run in r.get("runs", []))
+    if not isinstance(result.get("data", {}), dict) or not all(whole(r) and runs_whole(r) for r in recipes.values()):
         raise FitError(f"{path} is not a whole ladder.json (its data, or a recipe's runs or fits, are missing): "
                        "rerun scripts/ladder.py to write it")
     if recipe and recipe not in recipes:
