@@ -112,9 +112,10 @@ class Fit:
         Beyond the sizes, low and high also reach the other forms' readings: a backtest one step out cannot see
         a bend further out, and on the CPU ladders read 3.8x beyond their sizes the chosen forms missed by 3-18%,
         mostly outside their drift's intervals, where the forms' readings bracketed the measurement in 15 of 16
-        checks at 3.8x and 5.9x (docs/ladder_evidence.md, "w320: beyond the config", "Unrepeated data"). Beyond the sizes of a fit no backtest judged (drift inf: too few sizes), low
-        and high are unbounded: on the CPU ladders, power laws through three sizes read 5.6x out missed their
-        intervals 20 times in 20 ("Intervals no backtest judged")."""
+        checks at 3.8x and 5.9x (docs/ladder_evidence.md, "w320: beyond the config", "Unrepeated data").
+        Beyond the sizes of a fit no backtest judged (drift inf: too few sizes), low and high are unbounded: on
+        the CPU ladders, power laws through three sizes read 5.6x out missed their intervals 20 times in 20
+        ("Intervals no backtest judged")."""
         value = float(np.ravel(self.raw(x))[0])
         beyond = max(math.log(float(np.ravel(x)[0]) / self.reach), 0.0) if self.drift else 0.0
         if beyond and math.isinf(self.drift):  # no backtest judged the form: nothing bounds it out here

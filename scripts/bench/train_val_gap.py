@@ -22,14 +22,15 @@ from trainer import metrics  # noqa: E402
 
 def gap(run, since=0.75):
     """{"train", "val", "gap"} over the run's steps from since × its max_iters on; None if it has not ended."""
-    starts = metrics.read(run, "start")
-    if not starts or not metrics.read(run, "done"):
+    records = metrics.read(run)  # one pass over the file, split by kind below
+    of = lambda kind: [r for r in records if r.get("kind") == kind]
+    if not of("start") or not of("done"):
         return None
-    max_iters = starts[-1]["max_iters"]
+    max_iters = of("start")[-1]["max_iters"]
     first = since * max_iters
-    evals = [r["val_loss"] for r in metrics.latest_per_iter(metrics.read(run, "eval"))
+    evals = [r["val_loss"] for r in metrics.latest_per_iter(of("eval"))
              if r["iter"] >= first and r.get("val_loss") is not None]
-    steps = [r["loss"] for r in metrics.latest_per_iter(metrics.read(run, "step")) if r["iter"] >= first]
+    steps = [r["loss"] for r in metrics.latest_per_iter(of("step")) if r["iter"] >= first]
     if not evals or not steps:
         return None
     train, val = float(np.mean(steps)), float(np.mean(evals))
