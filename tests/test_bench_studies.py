@@ -2,6 +2,7 @@
 figures they print are the docs' measurements at full size (docs/performance.md, docs/configuration.md)."""
 import importlib.util
 import json
+import math
 import sys
 
 import pytest
@@ -465,6 +466,27 @@ def test_the_last_step_is_nearer_than_the_fit_more_than_one_size_out(capsys):
     out = capsys.readouterr().out
     for row in ("| 1 | 86 | 2.9% | 2.3% | 49 of 86 |", "| 2 | 86 | 14.7% | 7.2% | 84 of 86 |",
                 "| 3 | 84 | 23.8% | 14.5% | 80 of 84 |", "| 4 | 8 | 36.5% | 18.2% | 8 of 8 |"):
+        assert row in out
+
+
+def test_the_s_shaped_fit_recovers_its_law_from_the_ladders_six_sizes():
+    """form_choice's s-shaped law, drawn without noise at the CPU ladder's sizes, fitted back to its parameters."""
+    forms = study("form_choice")
+    y = forms.LAWS["s-shaped"](forms.SIZES)
+    e, logl0, lognb, alpha = forms.fit_s_shaped(forms.SIZES, y)
+    assert (e, math.exp(logl0), math.exp(lognb), alpha) == pytest.approx((1.1, 2.63, 1e6, 4.3), rel=1e-4)
+    assert forms.s_shaped_misses(forms.SIZES[:4], y[:4], forms.SIZES[-1], y[-1]) is None  # four sizes: no fit
+
+
+def test_the_s_shaped_form_over_reads_muon_beyond_the_config(capsys):
+    """docs/ladder_evidence.md, "The s-shaped form, fitted": on the w320 ladders it reads Muon's w320 too high
+    where the chosen forms read it too low, and by its backtest the rule would take it twice in eight."""
+    ladders = [str(kept_ladder(name)) for name in ("beyond_seed61", "beyond_seed63", "full_seed65", "full_seed67")]
+    study("form_choice").main(["--ladders", *ladders, "--s_shaped"])
+    out = capsys.readouterr().out
+    muon = [line.split(" | ") for line in out.splitlines() if " | muon | w320 from 1 below" in line]
+    assert len(muon) == 4 and all(row[4].endswith("%") and "-" in row[4] and row[5].startswith("+") for row in muon)
+    for row in ("| 1 | 8 | 10.9% | 12.4% | 4 of 8 | 2 | 10.6% |", "| 2 | 8 | 14.3% | 18.8% | 3 of 8 | 0 | 14.3% |"):
         assert row in out
 
 

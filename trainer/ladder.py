@@ -24,7 +24,9 @@ E); plateau bends it the other way, a broken power law (Caballero et al., arXiv 
 segment is flat: the smallest models sit near what a model of the bytes' frequencies reaches (Hestness et
 al.'s "small data region", arXiv 1712.00409), and the power law only starts above them. Local follows a
 curve whose slope has settled at the top after changing below (steepening then straight, as the CPU ladder's
-Muon runs): plateau, fitted on the steepening, carries it on past the top.
+Muon runs): plateau, fitted on the steepening, carries it on past the top. A four-parameter s-shaped form (a
+plateau easing to a floor) was tried along the rule and not adopted: it read Muon's largest sizes too high, by more
+than these read them too low (docs/ladder_evidence.md, "The s-shaped form, fitted").
 """
 import json
 import math

@@ -12,8 +12,8 @@ away, docs/scaling_ladder.md). Each rule fits the five smaller sizes and predict
 then all six and predicts 4x the largest (a GPU ladder's 1.3B to 6.7B is 5x). "least" is the ladder's: the
 form whose backtest misses least. "no local" is the rule it replaced: the same without the local form (both
 with the interval's drift term). Prints, per law and noise, each rule's mean and worst error against the law's
-true value one step beyond, the share within 3%, and how often the ±2 sigma interval held the truth; then the mean error
-and the interval's record at 4x. Trains nothing; about a minute. With --ladders, real ladders instead: each
+true value one step beyond, the share within 3%, and how often the ±2 sigma interval held the truth; then the mean
+error and the interval's record at 4x. Trains nothing; about a minute. With --ladders, real ladders instead: each
 recipe's held-out check (ladder.json's held_out) under each rule, and beside them the last step's slope
 (ladder.along_last_step: the log-log line through the two largest sizes fitted, read at the held-out size; no
 interval).
@@ -22,8 +22,11 @@ interval).
 
 With --further, each real ladder's checks at every distance instead (its k largest sizes held out, k = 1, 2, ...),
 the chosen form's error beside the last step's, and per k their mean absolute errors and how often the last step
-was the nearer (docs/ladder_evidence.md, "The last step, further out").
+was the nearer (docs/ladder_evidence.md, "The last step, further out"). With --s_shaped, the same checks with the
+s-shaped law fitted as a form (where at least five sizes are fitted) beside the chosen form, and the rule that would
+choose it where its backtest misses least (docs/ladder_evidence.md, "The s-shaped form, fitted").
 """
+import math
 import argparse
 import contextlib
 import json
@@ -37,10 +40,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from trainer import ladder, ladder_analysis  # noqa: E402
 
 SIZES = np.geomspace(34976, 638960, 6)
+
+
+def s_shaped(n, e, logl0, lognb, alpha):
+    """L = E + (L0 - E)(1 + N/Nb)^-alpha: flat at L0 well below Nb, then a power law that eases to the floor E."""
+    return e + (np.exp(logl0) - e) * np.exp(-alpha * np.log1p(n / np.exp(lognb)))
+
+
 LAWS = {"power": lambda n: 40 * n ** -0.2,
         "saturating": lambda n: 1.0 + 30 * n ** -0.3,
         "plateau": lambda n: 2.8 * (1 + n / 2e5) ** -0.35,
-        "s-shaped": lambda n: 1.1 + 1.53 * (1 + n / 1e6) ** -4.3}
+        "s-shaped": lambda n: s_shaped(n, 1.1, math.log(2.63), math.log(1e6), 4.3)}
+S_SHAPED_SIZES = 5  # its four parameters and a point to spare
+
+
+def fit_s_shaped(n, y):
+    """The s-shaped law's parameters (E, log L0, log Nb, alpha) by least squares from several starts (it has local
+    minima in Nb and E), or None where no start converges. Here, not in trainer/ladder.py: it was tried as a form
+    along the rule and not adopted (docs/ladder_evidence.md, "The s-shaped form, fitted")."""
+    from scipy.optimize import curve_fit
+    n, y = np.asarray(n, float), np.asarray(y, float)
+    bounds = ([0, math.log(y.min()), math.log(n.min()) - 10, 0],
+              [y.min(), math.log(y.max()) + 3, math.log(n.max()) + 10, 10])
+    found = []
+    for lognb in np.linspace(math.log(n.min()) - 1, math.log(n.max()) + 1, 8):
+        for e in (0.0, 0.5 * y.min(), 0.9 * y.min()):
+            try:
+                params, _ = curve_fit(s_shaped, n, y, p0=[e, math.log(y.max()), lognb, 1.0], bounds=bounds,
+                                      maxfev=20000)
+            except (RuntimeError, ValueError):
+                continue
+            found.append((float(((s_shaped(n, *params) - y) ** 2).sum()), params))
+    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 # each rule is the ladder's fit_loss choosing among these forms
@@ -66,38 +97,79 @@ def real_ladders(paths):
             for rule_name, forms in RULES.items():
                 with choosing_among(forms):
                     h = ladder_analysis.held_out(rec["runs"], result["tokens_per_param"][0])
-                print(f"| {Path(path).parent.name} | {name} | {rule_name} | {h['form']} | {h['predicted_val_loss']:.4f} "
-                      f"{ladder.interval_text(h['interval'], '.4f')} | {h['measured_val_loss']:.4f} | "
+                print(f"| {Path(path).parent.name} | {name} | {rule_name} | {h['form']} | "
+                      f"{h['predicted_val_loss']:.4f} {ladder.interval_text(h['interval'], '.4f')} | {h['measured_val_loss']:.4f} | "
                       f"{h['relative_error']:+.1%}, {ladder_analysis.where(h)} |")
             t = h["last_step"]  # the same under every rule: it reads the runs, not a form
             print(f"| {Path(path).parent.name} | {name} | last step | - | {t['predicted_val_loss']:.4f} | "
                   f"{h['measured_val_loss']:.4f} | {t['relative_error']:+.1%} |")
 
 
-def further_out(paths):
-    """Each ladder.json's held-out checks at every distance, remade from its runs: the fit's error and the last
-    step's; then per k, the mean of each's absolute error and the count where the last step's was the smaller.
-    A check the ladder cannot make (too few sizes below, a fit that fails) is left out."""
-    print("| ladder | recipe | held out | distance | the fit | the last step |")
-    print("|---|---|---|---|---|---|")
-    by_k = {}
+def every_distance(paths, fewest=ladder.MIN_SIZES):
+    """(the row's first four cells, k, the sizes fitted's best runs, ladder_analysis.held_out's check) for each
+    ladder.json's held-out checks at every distance, remade from its runs, with at least fewest sizes fitted. A
+    check the ladder cannot make (too few sizes below, a fit that fails) is left out."""
     for path in paths:
         result = json.loads(Path(path).read_text())
         ratio = result["tokens_per_param"][0]
         for name, rec in result["recipes"].items():
-            for k in range(1, len(ladder.best_runs(rec["runs"], ratio)) - ladder.MIN_SIZES + 1):
+            best = ladder.best_runs(rec["runs"], ratio)
+            for k in range(1, len(best) - fewest + 1):
                 h = ladder_analysis.held_out(rec["runs"], ratio, k)
-                if "problem" in h:
-                    continue
-                fit, last = h["relative_error"], h["last_step"]["relative_error"]
-                by_k.setdefault(k, []).append((abs(fit), abs(last)))
-                print(f"| {Path(path).parent.name} | {name} | {h['size']} from {k} below | {h['extrapolation']:.1f}x | "
-                      f"{h['form']} {fit:+.1%} | {last:+.1%} |")
+                if "problem" not in h:
+                    where = f"{h['size']} from {k} below | {h['extrapolation']:.1f}x"
+                    yield f"| {Path(path).parent.name} | {name} | {where} |", k, best[:-k], h
+
+
+def further_out(paths):
+    """Each ladder's checks at every distance (every_distance): the fit's error and the last step's; then per k,
+    the mean of each's absolute error and the count where the last step's was the smaller."""
+    print("| ladder | recipe | held out | distance | the fit | the last step |")
+    print("|---|---|---|---|---|---|")
+    by_k = {}
+    for cells, k, _, h in every_distance(paths):
+        fit, last = h["relative_error"], h["last_step"]["relative_error"]
+        by_k.setdefault(k, []).append((abs(fit), abs(last)))
+        print(f"{cells} {h['form']} {fit:+.1%} | {last:+.1%} |")
     print("\n| sizes held out | checks | the fit: mean miss | the last step: mean miss | the last step nearer |")
     print("|---|---|---|---|---|")
     for k, pairs in sorted(by_k.items()):
         fit, last = np.array(pairs).T
         print(f"| {k} | {len(pairs)} | {fit.mean():.1%} | {last.mean():.1%} | {np.sum(last < fit)} of {len(pairs)} |")
+
+
+def s_shaped_misses(n, y, at, measured):
+    """(the s-shaped law's relative miss of measured at size at, fitted on sizes n and losses y; its backtest's miss,
+    inf where the sizes below the largest are too few to fit it), or None where n are too few or no fit converges."""
+    if len(n) < S_SHAPED_SIZES or (params := fit_s_shaped(n, y)) is None:
+        return None
+    below = fit_s_shaped(n[:-1], y[:-1]) if len(n) > S_SHAPED_SIZES else None
+    backtest = math.inf if below is None else abs(float(s_shaped(n[-1], *below)) / y[-1] - 1)
+    return float(s_shaped(at, *params)) / measured - 1, backtest
+
+
+def s_shaped_checks(paths):
+    """Each ladder's checks at every distance (every_distance) with the s-shaped law fitted too: its miss beside
+    the chosen form's, and the rule that takes it where its backtest misses less than every form along the rule;
+    per k, the mean absolute misses of the fit, the s-shaped law and that rule."""
+    print("| ladder | recipe | held out | distance | the fit | s-shaped | chosen by its backtest |")
+    print("|---|---|---|---|---|---|---|")
+    by_k = {}
+    for cells, k, fitted, h in every_distance(paths, S_SHAPED_SIZES):
+        n, y = (np.array([r[key] for r in fitted], float) for key in ("params", "final_val_loss"))
+        if (tried := s_shaped_misses(n, y, h["params"], h["measured_val_loss"])) is None:
+            continue
+        fit, (miss, backtest) = h["relative_error"], tried
+        chosen = backtest < min(ladder.backtest(form, n, y) for form in ladder.ALONG_THE_RULE)
+        by_k.setdefault(k, []).append((abs(fit), abs(miss), chosen, abs(miss if chosen else fit)))
+        print(f"{cells} {h['form']} {fit:+.1%} | {miss:+.1%} | {'yes' if chosen else 'no'} |")
+    print("\n| sizes held out | checks | the fit: mean miss | s-shaped: mean miss | s-shaped nearer | "
+          "chosen by its backtest | the rule with it: mean miss |")
+    print("|---|---|---|---|---|---|---|")
+    for k, rows in sorted(by_k.items()):
+        fit, tried, chosen, rule = np.array(rows, float).T
+        print(f"| {k} | {len(rows)} | {fit.mean():.1%} | {tried.mean():.1%} | {int(np.sum(tried < fit))} of "
+              f"{len(rows)} | {int(chosen.sum())} | {rule.mean():.1%} |")
 
 
 def main(argv=None):
@@ -106,12 +178,13 @@ def main(argv=None):
     p.add_argument("--noise", type=float, nargs="+", default=[0.005, 0.01])
     p.add_argument("--ladders", nargs="+", metavar="LADDER_JSON", help="real ladders' held-out checks instead")
     p.add_argument("--further", action="store_true", help="with --ladders: their checks at every distance")
+    p.add_argument("--s_shaped", action="store_true", help="with --ladders: the s-shaped law fitted beside them")
     args = p.parse_args(argv)
-    if args.further and not args.ladders:
-        p.error("--further reads real ladders: name them with --ladders")
+    if (args.further or args.s_shaped) and not args.ladders:
+        p.error(f"--{'further' if args.further else 's_shaped'} reads real ladders: name them with --ladders")
     warnings.filterwarnings("ignore")  # curve_fit's warnings on the draws whose fits strain
     if args.ladders:
-        return (further_out if args.further else real_ladders)(args.ladders)
+        return (s_shaped_checks if args.s_shaped else further_out if args.further else real_ladders)(args.ladders)
     print("| law | noise | rule | mean error | worst | within 3% | interval holds | at 4x: mean error | holds |")
     print("|---|---|---|---|---|---|---|---|---|")
     far = 4 * SIZES[-1]
