@@ -98,8 +98,8 @@ def real_ladders(paths):
                 with choosing_among(forms):
                     h = ladder_analysis.held_out(rec["runs"], result["tokens_per_param"][0])
                 print(f"| {Path(path).parent.name} | {name} | {rule_name} | {h['form']} | "
-                      f"{h['predicted_val_loss']:.4f} {ladder.interval_text(h['interval'], '.4f')} | {h['measured_val_loss']:.4f} | "
-                      f"{h['relative_error']:+.1%}, {ladder_analysis.where(h)} |")
+                      f"{h['predicted_val_loss']:.4f} {ladder.interval_text(h['interval'], '.4f')} | "
+                      f"{h['measured_val_loss']:.4f} | {h['relative_error']:+.1%}, {ladder_analysis.where(h)} |")
             t = h["last_step"]  # the same under every rule: it reads the runs, not a form
             print(f"| {Path(path).parent.name} | {name} | last step | - | {t['predicted_val_loss']:.4f} | "
                   f"{h['measured_val_loss']:.4f} | {t['relative_error']:+.1%} |")
