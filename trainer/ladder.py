@@ -112,9 +112,9 @@ class Fit:
         beyond the fitted sizes the drift: the form itself may be wrong, by as much per unit of log N as its
         backtest missed (the fit's covariance assumes the form is right, and so narrows where it is not).
         Beyond the sizes, low and high also reach the other forms' readings: a backtest one step out cannot see
-        a bend further out, and on the CPU ladders read 3.8x beyond their sizes the chosen forms missed by 3-18%,
-        mostly outside their drift's intervals, where the forms' readings bracketed the measurement in 15 of 16
-        checks at 3.8x and 5.9x (docs/ladder_evidence.md, "w320: beyond the config", "Unrepeated data").
+        a bend further out, and on the CPU ladders read 3.8x beyond their sizes the chosen forms missed by up to
+        18% (Muon's by 10-12% on every seed), mostly outside their drift's intervals, where the forms' readings
+        bracketed the measurement in 19 of 20 checks at 3.8x and 5.9x (docs/ladder_evidence.md, "w320: beyond the config", "Unrepeated data").
         Beyond the sizes of a fit no backtest judged (drift inf: too few sizes), low and high are unbounded: on
         the CPU ladders, power laws through three sizes read 5.6x out missed their intervals 20 times in 20
         ("Intervals no backtest judged")."""
