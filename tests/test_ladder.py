@@ -917,17 +917,24 @@ def test_every_shipped_ladder_config_loads(config, tmp_path, monkeypatch):
     """Every config/ladder_*.py is settings scripts/ladder.py accepts, read from another folder (a config that
     execs another finds it beside itself), the bf16 configs set what their comments say, and the tiny studies
     keep the tenth's warmup they were measured at where the config (and its second ratio) warm up over a quarter;
-    the _full configs are the config on the whole standard library, and nothing else changed."""
+    the _full configs are the config on the whole standard library, and nothing else changed; further_full is
+    beyond_full with w400 once per seed."""
     monkeypatch.chdir(tmp_path)
     settings = ladder_script.load_settings(str(REPO / "config" / config))
     assert len(settings["sizes"]) >= 4 and settings["base"] and settings["seeds"] >= 1
     if config.startswith("ladder_tiny"):
         quarter = ("ladder_tiny.py", "ladder_tiny_bf16.py", "ladder_tiny_bf16_nd.py",  # the config, its second ratio
-                   "ladder_tiny_bf16_beyond.py", "ladder_tiny_bf16_full.py", "ladder_tiny_bf16_beyond_full.py")
+                   "ladder_tiny_bf16_beyond.py", "ladder_tiny_bf16_full.py", "ladder_tiny_bf16_beyond_full.py",
+                   "ladder_tiny_bf16_further_full.py")
         if "beyond" in config:  # the config's sizes and sweeps, then w320 once per seed
             config_sizes = ladder_script.load_settings(str(REPO / "config" / "ladder_tiny_bf16.py"))["sizes"]
             assert list(settings["sizes"]) == [*config_sizes, "w320"] and settings["sweep_points"][-1] == 1
-        if config.endswith("_full.py"):
+        if "further" in config:  # beyond_full, then w400 once per seed
+            beyond = ladder_script.load_settings(str(REPO / "config" / "ladder_tiny_bf16_beyond_full.py"))
+            assert list(settings["sizes"]) == [*beyond["sizes"], "w400"]
+            assert settings["sweep_points"] == (*beyond["sweep_points"], 1)
+            assert {**settings, "sizes": beyond["sizes"], "sweep_points": beyond["sweep_points"]} == beyond
+        elif config.endswith("_full.py"):
             same = ladder_script.load_settings(str(REPO / "config" / config.replace("_full", "")))
             assert settings["common"] == same["common"] + " --dataset=quickstart_full"
             assert {**settings, "common": same["common"]} == same
