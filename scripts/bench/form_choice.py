@@ -26,10 +26,10 @@ was the nearer (docs/ladder_evidence.md, "The last step, further out"). With --s
 s-shaped law fitted as a form (where at least five sizes are fitted) beside the chosen form, and the rule that would
 choose it where its backtest misses least (docs/ladder_evidence.md, "The s-shaped form, fitted").
 """
-import math
 import argparse
 import contextlib
 import json
+import math
 import sys
 import warnings
 from pathlib import Path
