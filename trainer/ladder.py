@@ -115,7 +115,7 @@ class Fit:
         a bend further out, and on the CPU ladders read 3.8x beyond their sizes the chosen forms missed by up to
         18% (Muon's by 10-12% on every seed), mostly outside their drift's intervals, where the forms' readings
         bracketed the measurement in 19 of 20 checks at 3.8x and 5.9x (docs/ladder_evidence.md, "w320: beyond the
-        config", "Unrepeated data").
+        config", "Unrepeated data"); at 6.0x Muon's curve flattened past every form's reading ("w400: further").
         Beyond the sizes of a fit no backtest judged (drift inf: too few sizes), low and high are unbounded: on
         the CPU ladders, power laws through three sizes read 5.6x out missed their intervals 20 times in 20
         ("Intervals no backtest judged")."""
