@@ -122,20 +122,24 @@ def every_distance(paths, fewest=ladder.MIN_SIZES):
 
 
 def further_out(paths):
-    """Each ladder's checks at every distance (every_distance): the fit's error and the last step's; then per k,
-    the mean of each's absolute error and the count where the last step's was the smaller."""
-    print("| ladder | recipe | held out | distance | the fit | the last step |")
-    print("|---|---|---|---|---|---|")
+    """Each ladder's checks at every distance (every_distance): the fit's error and the last step's, and where
+    the fit's interval put the measurement; then per k, the mean of each's absolute error, the count where the
+    last step's was the smaller, and how often the interval held the measurement, of the checks it judged."""
+    print("| ladder | recipe | held out | distance | the fit | interval | the last step |")
+    print("|---|---|---|---|---|---|---|")
     by_k = {}
     for cells, k, _, h in every_distance(paths):
         fit, last = h["relative_error"], h["last_step"]["relative_error"]
-        by_k.setdefault(k, []).append((abs(fit), abs(last)))
-        print(f"{cells} {h['form']} {fit:+.1%} | {last:+.1%} |")
-    print("\n| sizes held out | checks | the fit: mean miss | the last step: mean miss | the last step nearer |")
-    print("|---|---|---|---|---|")
-    for k, pairs in sorted(by_k.items()):
-        fit, last = np.array(pairs).T
-        print(f"| {k} | {len(pairs)} | {fit.mean():.1%} | {last.mean():.1%} | {np.sum(last < fit)} of {len(pairs)} |")
+        by_k.setdefault(k, []).append((abs(fit), abs(last), h["inside"]))
+        print(f"{cells} {h['form']} {fit:+.1%} | {ladder_analysis.where(h)} | {last:+.1%} |")
+    print("\n| sizes held out | checks | the fit: mean miss | the last step: mean miss | the last step nearer | "
+          "the interval held |")
+    print("|---|---|---|---|---|---|")
+    for k, rows in sorted(by_k.items()):
+        fit, last = np.array([row[:2] for row in rows]).T
+        judged = [row[2] for row in rows if row[2] is not None]
+        print(f"| {k} | {len(rows)} | {fit.mean():.1%} | {last.mean():.1%} | {np.sum(last < fit)} of {len(rows)} | "
+              f"{sum(judged)} of {len(judged)} |")
 
 
 def s_shaped_misses(n, y, at, measured):
