@@ -25,4 +25,4 @@ sweep_factors = (2.0, 1.41)
 # rate (docs/ladder_evidence.md, "Warmup and the AdamW seeds"); untried on a GPU
 warmup_fraction = 0.05
 evaluations = 20
-target = 'config/train_gpt3_6b_fast.py'  # ladder.png extrapolates each fit to its size
+target = 'config/train_gpt3_6b.py'  # ladder.png extrapolates each fit to its size

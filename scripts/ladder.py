@@ -4,9 +4,10 @@ to forecast the final val loss, best learning rate and zero-shot scores of a siz
     python data/quickstart/prepare.py
     nice -n 10 python scripts/ladder.py config/ladder_tiny.py --jobs 2 --out out/ladder_tiny \\
         --recipe "adamw: --optimizer=adamw --learning_rate=1e-2" --recipe "muon: --optimizer=muon --learning_rate=3e-2"
-    python scripts/ladder.py config/ladder_gpt3.py --recipe "fast: --optimizer=muon" --nproc 8 --out out/ladder
+    python scripts/ladder.py config/ladder_gpt3_fast.py --recipe "fast:" --recipe "adamw: --optimizer=adamw" \
+        --nproc 8 --out out/ladder --eval_tasks hellaswag,lambada_openai,piqa,winogrande
 
-The ladder's config (config/ladder_tiny.py, config/ladder_gpt3.py) names the train.py configs every run
+The ladder's config (config/ladder_tiny.py, config/ladder_gpt3_fast.py) names the train.py configs every run
 starts from, the sizes (the architecture keys it varies), the tokens rule (tokens_per_param: a fixed number
 of training tokens per parameter; a second ratio adds one run per size at its best learning rate, which
 lets Chinchilla's L(N, D) be fitted; with `steps`, the batch grows with size so that every size takes
@@ -139,18 +140,21 @@ class Stopped(Exception):
     """A climb stopped because another recipe's failed: that failure is the one to report."""
 
 
-def device_slots(jobs, nproc, device, environ=os.environ, count=None):
+def device_slots(jobs, nproc, device, environ=os.environ, count=None, rocm=bool(torch.version.hip)):
     """What each of `jobs` runs at once is told of the GPUs: nproc of its own, none shared, through the variable
-    the user narrowed the GPUs with (HIP_VISIBLE_DEVICES on ROCm, else CUDA_VISIBLE_DEVICES, which both honour).
-    A run told nothing takes the first GPU, so two at once would train on one. Runs on the CPU (device, the
-    runs' config's) or no GPU: nothing to tell, the runs share the cores. count: the GPUs visible (torch's)."""
+    the user narrowed the GPUs with (HIP_VISIBLE_DEVICES on a ROCm build, else CUDA_VISIBLE_DEVICES, which both
+    honour). A run told nothing takes the first GPU, so two at once would train on one. Runs on the CPU (device,
+    the runs' config's) or no GPU: nothing to tell, the runs share the cores. count: the GPUs visible (torch's);
+    rocm: whether torch is a ROCm build."""
     count = 0 if device == "cpu" else torch.cuda.device_count() if count is None else count
     if count == 0:
         return [{}] * jobs
     if jobs * nproc > count:
         raise SystemExit(f"error: --jobs {jobs} x --nproc {nproc} needs {jobs * nproc} GPUs and {count} are "
                          "visible: lower --jobs or --nproc")
-    name = "HIP_VISIBLE_DEVICES" if environ.get("HIP_VISIBLE_DEVICES") else "CUDA_VISIBLE_DEVICES"
+    # by the build, not the environment: a CUDA build ignores a stray HIP_VISIBLE_DEVICES, and every run would
+    # then train on the first GPU
+    name = "HIP_VISIBLE_DEVICES" if rocm and environ.get("HIP_VISIBLE_DEVICES") else "CUDA_VISIBLE_DEVICES"
     visible = environ[name].split(",") if environ.get(name) else [str(i) for i in range(count)]
     return [{name: ",".join(visible[k * nproc:(k + 1) * nproc])} for k in range(jobs)]
 
@@ -231,9 +235,10 @@ class Ladder:
             if self.stopped.is_set():
                 raise Stopped()
             # from the user's folder, as they would type it: its paths (--out, the configs) read as the ladder read them
-            command = [*(["torchrun", "--standalone", f"--nproc_per_node={self.nproc}"] if self.nproc > 1 else
-                         [sys.executable]), os.path.relpath(REPO / script), *args]
-            shown = " ".join(command if self.nproc > 1 else command[1:])  # the script, or torchrun and its flags
+            # torchrun as this interpreter's module, not whichever torchrun is first on PATH (another env's, or none)
+            launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.nproc}"]
+            command = [sys.executable, *(launcher if self.nproc > 1 else []), os.path.relpath(REPO / script), *args]
+            shown = " ".join(["torchrun", *command[3:]] if self.nproc > 1 else command[1:])  # as a user types it
             print(f"+ {shown}", flush=True)
             env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **slot)
             result = subprocess.run(command, env=env, capture_output=True, text=True)

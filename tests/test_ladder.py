@@ -500,8 +500,10 @@ def test_each_run_at_once_gets_gpus_of_its_own_through_the_variable_the_user_nar
                                                                      {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}]
     assert ladder_script.device_slots(2, 1, "cuda", {"CUDA_VISIBLE_DEVICES": "6,7"}, count=2) == [
         {"CUDA_VISIBLE_DEVICES": "6"}, {"CUDA_VISIBLE_DEVICES": "7"}]  # the user's own GPUs, not 0 and 1
-    assert ladder_script.device_slots(2, 1, "cuda", {"HIP_VISIBLE_DEVICES": "2,3"}, count=2) == [
+    assert ladder_script.device_slots(2, 1, "cuda", {"HIP_VISIBLE_DEVICES": "2,3"}, count=2, rocm=True) == [
         {"HIP_VISIBLE_DEVICES": "2"}, {"HIP_VISIBLE_DEVICES": "3"}]  # ROCm's own variable, where the user set it
+    assert ladder_script.device_slots(2, 1, "cuda", {"HIP_VISIBLE_DEVICES": "2,3"}, count=2, rocm=False) == [
+        {"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]  # a CUDA build ignores a stray HIP variable
     with pytest.raises(SystemExit, match=r"^error: --jobs 3 x --nproc 4 needs 12 GPUs and 8 are visible: lower"):
         ladder_script.device_slots(3, 4, "cuda", {}, count=8)
 
@@ -1138,6 +1140,27 @@ def test_plan_refuses_a_ladder_without_its_fits_in_one_line(tmp_path):
     with pytest.raises(ladder.FitError, match="is not a whole ladder.json .*: rerun scripts/ladder.py to write it$"):
         plan.ladder_forecast(cfg, plan.make_plan(cfg, "h200", 0.4, 2.0, 1), str(path))
 
+def test_the_fast_ladder_is_measured_on_the_fast_runs_data_and_a_pile_ladder_is_refused_for_it():
+    """config/ladder_gpt3_fast.py's runs take config/recipe_fast.py, as config/train_gpt3_6b_fast.py does, so
+    plan.py and --forecast_prior read its fits for that run; config/ladder_gpt3.py's (the Pile alone) are refused:
+    a data_mixture of None is no mixture, not a figure missing (a ladder.json without the key is not judged)."""
+    fast = configurator.load_config([FAST])
+    problems = {}
+    for name in ("ladder_gpt3_fast", "ladder_gpt3"):
+        settings = ladder_script.load_settings(f"config/{name}.py")
+        base = configurator.load_config([*settings["base"], *settings["common"].split()])
+        problems[name] = ladder.identity_problem(ladder.identity(base), ladder.identity(fast), "it was measured")
+        if name == "ladder_gpt3_fast":
+            assert (base.optimizer, base.lr_schedule, base.fp8) == (fast.optimizer, fast.lr_schedule, fast.fp8)
+            assert settings["target"] == FAST
+    assert problems["ladder_gpt3_fast"] is None
+    assert problems["ladder_gpt3"].startswith("it was measured on other data or vocabulary (data_mixture None, "
+                                              "here {'data/dclm': 0.4")
+    older = {k: v for k, v in ladder.identity(configurator.load_config(["config/train_gpt3_125m.py"])).items()
+             if k != "data_mixture"}
+    assert ladder.identity_problem(older, ladder.identity(fast), "it was measured") is None
+
+
 def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):
     cfg = configurator.load_config([FAST])
     target = plan.make_plan(cfg, "h200", 0.4, 2.0, 1)
@@ -1285,7 +1308,9 @@ def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):
     assert not fake_train  # train.py would refuse each run: the ladder did, before the first
     config.write_text(config.read_text().replace("--gradient_accumulation_steps=1", "--gradient_accumulation_steps=2"))
     ladder_script.main([str(config), "--out", str(tmp_path / "out"), "--nproc", "2", "--recipe", "a: --optimizer=adamw"])
-    assert {tuple(c[:3]) for c in fake_train.commands} == {("torchrun", "--standalone", "--nproc_per_node=2")}
+    # torchrun as this interpreter's module: a torchrun on PATH may be another env's, or missing
+    assert {tuple(c[:5]) for c in fake_train.commands} == {
+        (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")}
 
 
 def test_a_fit_that_cannot_be_made_names_its_recipe():

@@ -578,8 +578,10 @@ def identity(cfg):
 def identity_problem(found, expected, where, why="its fits do not apply"):
     """One line ("{where} on other data or vocabulary (...): {why}") when a ladder (found: its ladder.json's
     "data") was measured on other data or vocabulary than expected, whose losses its fits do not predict; else
-    None. A figure missing on either side is not compared."""
-    differs = {k: (found.get(k), v) for k, v in expected.items() if found.get(k) != v and None not in (found.get(k), v)}
+    None. A figure missing on either side is not compared; a data_mixture of None is one: no mixture, one dataset."""
+    known = lambda k, v: v is not None or k == "data_mixture"
+    differs = {k: (found[k], v) for k, v in expected.items()
+               if k in found and found[k] != v and known(k, found[k]) and known(k, v)}
     if differs:
         return (f"{where} on other data or vocabulary ("
                 + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b) in differs.items()) + f"): {why}")
