@@ -694,7 +694,8 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
     GPU, MFU and price: each size's sweep at the first tokens_per_param, its lowest rates at the other seeds, and
     one run per other ratio (the extra points a sweep's edge adds are not counted), and its share of this
     run's GPU-hours; and its days on this plan's GPUs, the runs one after another on all of them (--jobs, runs on
-    fewer GPUs each at once, spends the same GPU-hours)."""
+    fewer GPUs each at once, spends the same GPU-hours); and the disk its runs' checkpoints hold once they end,
+    keep_last_n a run (None where a run keeps them all)."""
     import ladder as ladder_runs  # scripts/ladder.py, beside this file: the runs it would train
     settings = ladder_runs.load_settings(path)
     runner, rows = ladder_runs.Ladder(settings, out=None, nproc=gpus), []
@@ -703,12 +704,16 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
             count = runner.planned_runs(i) if j == 0 else 1
             one = make_plan(configurator.load_config(runner.argv([], shape, 1e-3, ratio)), plan["gpu"], mfu,
                             price_per_hour, gpus)
+            kept = one["keep_last_n"] if one["keep_last_n"] > 0 else None  # the newest ones, at most
             rows.append({"size": size, "tokens_per_param": ratio, "runs": count, "params": one["params"],
                          "n": one["params_without_position_embeddings"],  # N as the ladder's runs count it
-                         "gpu_hours": count * one["days"] * 24 * gpus, "cost_usd": count * one["cost_usd"]})
+                         "gpu_hours": count * one["days"] * 24 * gpus, "cost_usd": count * one["cost_usd"],
+                         "disk_gb": kept and count * kept * one["checkpoint_gb"]})
     hours = sum(r["gpu_hours"] for r in rows)
+    disk = [r["disk_gb"] for r in rows]
     return {"config": path, "rows": rows, "gpu_hours": hours, "days": hours / gpus / 24, "gpus": gpus,
-            "cost_usd": sum(r["cost_usd"] for r in rows),
+            "cost_usd": sum(r["cost_usd"] for r in rows), "disk_gb": None if None in disk else sum(disk),
+            "keep_last_n": kept,  # the common config's, as every run's
             "share": hours / (plan["days"] * 24 * plan["gpus"]),
             "extrapolation": plan["params_without_position_embeddings"] / max(r["n"] for r in rows)}
 
@@ -768,6 +773,10 @@ def ladder_text(plan):
                       f"{lp['extrapolation']:.1f}x its largest"]
         lines += [f"  {r['size']:<6} {r['params'] / 1e6:7.0f}M params, {r['tokens_per_param']:g} tokens/param: "
                   f"{r['runs']} run(s), {r['gpu_hours']:,.1f} GPU-hours" for r in lp["rows"]]
+        lines.append("  checkpoints once its runs end: " + (
+            f"{lp['disk_gb']:,.0f} GB of disk per recipe (keep_last_n={lp['keep_last_n']} a run; the ladder and "
+            "eval.py need only the newest: --keep_last_n=1 in the config's common keeps one)" if lp["disk_gb"] is not None
+            else "keep_last_n <= 0 keeps them all: set it in the config's common"))
     return "\n" + "\n".join(lines) if lines else ""
 
 def budget_note(cfg, config_args):

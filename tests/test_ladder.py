@@ -1177,6 +1177,16 @@ def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):
     assert on_eight["days"] == pytest.approx(on_eight["gpu_hours"] / 8 / 24)
     assert f"{cost['days']:,.1f} days on 1 GPU(s)" in plan.ladder_text({"ladder_plan": cost})
     assert cost["extrapolation"] == pytest.approx(6_648_762_368 / 1_311_082_496)  # 6.7B over 1.3B, less wpe
+    one = plan.make_plan(configurator.load_config(ladder_script.Ladder(ladder_script.load_settings(
+        "config/ladder_gpt3.py"), out=None).argv([], {"n_layer": 24, "n_head": 16, "n_embd": 2048}, 1e-3, 20.0)),
+        "h200", 0.4, 2.0, 1)
+    assert cost["rows"][-2]["disk_gb"] == pytest.approx(3 * one["checkpoint_gb"])  # 1.3B's one run keeps its newest 3
+    assert cost["disk_gb"] == pytest.approx(sum(r["disk_gb"] for r in cost["rows"])) and cost["keep_last_n"] == 3
+    assert f"{cost['disk_gb']:,.0f} GB of disk per recipe (keep_last_n=3 a run" in plan.ladder_text({"ladder_plan": cost})
+    config.write_text(Path("config/ladder_gpt3.py").read_text().replace("--checkpoint_interval=1000",
+                                                                        "--checkpoint_interval=1000 --keep_last_n=0"))
+    every = plan.ladder_cost(str(config), target, 0.4, 2.0, 1)
+    assert every["disk_gb"] is None and "keep_last_n <= 0 keeps them all" in plan.ladder_text({"ladder_plan": every})
 
 
 def test_seeds_trains_each_sizes_lowest_run_again_and_the_fits_take_the_seeds_mean(tmp_path, fake_train, capsys):
