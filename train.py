@@ -183,7 +183,9 @@ if wandb_run:
     record.forward = lambda r: metrics.to_wandb(wandb_run, r)  # wandb charts the records metrics.jsonl gets
 forecaster = forecast.Forecaster([schedule.learning_rate(it, cfg, start.cooldown_from) for it in range(cfg.max_iters)],
                                  cfg.warmup_iters) if master and cfg.eval_interval > 0 else None
-ladder_prior = forecaster and forecast.prior(cfg.forecast_prior, n_params)  # a scaling ladder's, beside the forecast
+ladder_prior = forecaster and forecast.prior(cfg.forecast_prior, n_params, cfg, cfg.max_iters * tokens_per_iter)
+if isinstance(ladder_prior, str):  # a ladder's prior the run cannot use: said now, not first at an evaluation
+    log(f"forecast_prior: none for this run, {ladder_prior}")
 
 
 # -----------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 # Li et al. 2024, arXiv 2406.11794). Every time and quality figure for this recipe is an estimate until a GPU
 # run measures it. Days and dollars beside the GPT-3 recipe's:
 #   python scripts/plan.py config/train_gpt3_6b_fast.py --gpu h200 --beside config/train_gpt3_6b.py
-# What it will reach, from a ladder of small runs of the same recipe (docs/scaling_ladder.md):
-#   python scripts/ladder.py config/ladder_gpt3_fast.py --recipe "fast:" --nproc 8 --out out/ladder_fast
+# What it will reach, from a ladder of small runs of the same recipe: config/ladder_gpt3_fast.py and
+# docs/scaling_ladder.md.
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "train_gpt3_6b.py")).read())
@@ -23,3 +23,7 @@ wandb_run_name = 'gpt3-6.7b-fast'
 _params = 6_657_150_976  # train_gpt3_6b.py's count
 _tokens = 20 * _params  # 133.1B (Chinchilla)
 max_iters = lr_decay_iters = round(_tokens / _tokens_per_iter)
+# warmup over as many tokens as parameters (6.7B, 5% of the run; OLMo's ladder rule), not GPT-3's 375M (0.3%): the
+# schedule of config/ladder_gpt3_fast.py's runs in fractions of their length, whose curves the in-run forecast's
+# ladder prior reads (on the CPU ladder a prior of another warmup share missed by 5% at half-way)
+warmup_iters = round(_params / _tokens_per_iter)

@@ -559,7 +559,8 @@ def main(argv=None):
     except ladder.FitError as e:
         raise SystemExit(f"error: {e}")
     for name, recipe in recipes.items():
-        result["recipes"][name] = {"overrides": recipe, "runs": runs[name], **analysis[name]}
+        result["recipes"][name] = {"overrides": recipe, "schedule": ladder.schedule(configs[f"recipe {name}"]),
+                                   "runs": runs[name], **analysis[name]}
     out.mkdir(parents=True, exist_ok=True)
     bins.write_json_atomic(out / "ladder.json", result)
     plot(result, out / "ladder.png", target)

@@ -660,8 +660,8 @@ def ladder_forecast(cfg, plan, path, target_loss=None, target=None):
 
 
 def keeps_ratio(forecast):
-    """Whether the run's tokens per parameter is the ladder's first ratio (within 10%)."""
-    return abs(math.log(forecast["run_ratio"] / forecast["ladder_ratio"])) <= 0.1
+    """Whether the run's tokens per parameter is the ladder's first ratio (ladder.same_ratio)."""
+    return ladder_fits.same_ratio(forecast["run_ratio"], forecast["ladder_ratio"])
 
 
 def target_loss_for(fits, target):
@@ -773,10 +773,10 @@ def ladder_text(plan):
                       f"{lp['extrapolation']:.1f}x its largest"]
         lines += [f"  {r['size']:<6} {r['params'] / 1e6:7.0f}M params, {r['tokens_per_param']:g} tokens/param: "
                   f"{r['runs']} run(s), {r['gpu_hours']:,.1f} GPU-hours" for r in lp["rows"]]
+        kept = (f"{lp['disk_gb']:,.0f} GB of disk per recipe (keep_last_n={lp['keep_last_n']} a run; the ladder and "
+                "eval.py need only the newest: --keep_last_n=1 in the config's common keeps one)")
         lines.append("  checkpoints once its runs end: " + (
-            f"{lp['disk_gb']:,.0f} GB of disk per recipe (keep_last_n={lp['keep_last_n']} a run; the ladder and "
-            "eval.py need only the newest: --keep_last_n=1 in the config's common keeps one)" if lp["disk_gb"] is not None
-            else "keep_last_n <= 0 keeps them all: set it in the config's common"))
+            kept if lp["disk_gb"] is not None else "keep_last_n <= 0 keeps them all: set it in the config's common"))
     return "\n" + "\n".join(lines) if lines else ""
 
 def budget_note(cfg, config_args):

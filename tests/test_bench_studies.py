@@ -278,6 +278,20 @@ def test_the_published_ladders_forecasts_with_their_prior_are_what_the_docs_say(
     assert "| adamw | " in capsys.readouterr().out
 
 
+def test_a_prior_of_another_warmup_share_misses_more_than_one_of_the_runs_own(capsys):
+    """docs/scaling_ladder.md, "In the run: forecast_prior": each kept ladder of one family's prior against the
+    others' largest runs, by the two warmup shares: why ladder.shape_problem refuses a run off its ladder's."""
+    ladders = [str(p) for kind in ("warmup", "bf16", "scored")
+               for p in sorted((REPO / "docs" / "ladder_runs").glob(f"{kind}_seed*/ladder.json"))]
+    study("forecast_accuracy").main(["--across", *ladders])
+    out = capsys.readouterr().out
+    for row in ("| 0.1, 0.1 | adamw | 42 | 2.1% | 2.3% |", "| 0.1, 0.1 | muon | 42 | 0.6% | 1.0% |",
+                "| 0.1, 0.25 | adamw | 63 | 4.7% | 2.4% |", "| 0.1, 0.25 | muon | 63 | 4.0% | 3.2% |",
+                "| 0.25, 0.1 | adamw | 63 | 2.6% | 5.2% |", "| 0.25, 0.1 | muon | 63 | 4.3% | 4.4% |",
+                "| 0.25, 0.25 | adamw | 72 | 1.6% | 1.3% |", "| 0.25, 0.25 | muon | 72 | 0.9% | 1.5% |"):
+        assert row in out
+
+
 def prior_errors_under_rule(name, rule, tmp_path, monkeypatch):
     """{(recipe, fraction of the run): the forecast with the prior's relative error} of a kept ladder read under
     a seed rule by forecast_accuracy.py (the curves in its ladder.json: the run folders are not here)."""

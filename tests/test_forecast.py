@@ -130,6 +130,69 @@ def test_the_prior_uses_only_the_ladders_sizes_below_the_run(tmp_path):
     assert forecast.prior(path, 5e4) == "the ladder has 2 size(s) below this run's 50,000 parameters; its prior needs 3"
 
 
+def test_the_prior_reads_no_shape_before_the_ladders_first_evaluation(tmp_path):
+    """The ladder's curves start at 5% (ladder_json's first evaluation): before it their shape is a straight line
+    across the steepest fall of the loss, which nothing measured."""
+    prior = forecast.prior(ladder_json(tmp_path / "ladder.json"), 1e6)
+    final = 20 * 1e6 ** -0.2
+    early = [(it, final * (1 + 0.6 * (1 - it / 400) ** 2)) for it in (4, 8, 12, 16)]  # up to 4% of 400 steps
+    assert prior.forecast(early, 400) == ("the ladder's runs were first evaluated at 5% of their length: their "
+                                          "shape starts there")
+    assert prior.forecast(early + [(20, final * (1 + 0.6 * 0.95 ** 2))], 400)[0] == pytest.approx(final, rel=1e-3)
+
+
+def run_config(**overrides):
+    """A run's config as the prior reads it: 400 steps, a tenth's warmup and floor, cosine to the end."""
+    return types.SimpleNamespace(**{**configurator.DEFAULTS, **dict(max_iters=400, lr_decay_iters=400, warmup_iters=40,
+                                                                     learning_rate=1e-3, min_lr=1e-4), **overrides})
+
+
+def test_the_prior_refuses_a_run_that_does_not_follow_the_ladders_schedule_naming_what_to_set(tmp_path):
+    """Each of the run's tokens per parameter, warmup share, floor, decay's end and schedule (what scripts/ladder.py
+    records of its recipe) against the ladder's: the first that differs is the one line the run logs, and
+    the run goes on without a prior. What an older ladder.json did not record is not compared."""
+    path = ladder_json(tmp_path / "ladder.json")
+    result = json.loads(open(path).read())
+    result["settings"] = {"warmup_fraction": 0.1, "min_lr_ratio": 0.1}
+    result["recipes"]["adamw"]["schedule"] = {"lr_schedule": "cosine"}
+    (tmp_path / "ladder.json").write_text(json.dumps(result))
+    assert isinstance(forecast.prior(path, 1e6, run_config(), 2e6), forecast.Prior)  # 2 tokens a parameter
+    for cfg, tokens, line in (
+            (run_config(), 4.5e6, "the ladder's runs trained 2 tokens per parameter and this run 4.5: its curves and "
+                                  "its prediction are another run's; ladder this ratio (tokens_per_param)"),
+            (run_config(warmup_iters=1), 2e6, "the ladder's runs warmed up over 10.0% of their length and this run "
+                                              "over 0.25%: set warmup_iters=40"),
+            (run_config(min_lr=0.0), 2e6, "the ladder's runs decayed to 0.1 of their peak rate and this run to 0: "
+                                          "set min_lr=0.0001"),
+            (run_config(lr_decay_iters=300), 2e6, "the ladder's runs decayed until their last step and this run until "
+                                                  "iter 300 of 400: set lr_decay_iters=400"),
+            (run_config(lr_schedule="wsd"), 2e6, "the ladder's runs followed another schedule (lr_schedule 'cosine', "
+                                                 "here 'wsd'): ladder this one")):
+        assert forecast.prior(path, 1e6, cfg, tokens) == line
+    assert isinstance(forecast.prior(ladder_json(tmp_path / "older.json"), 1e6, run_config(lr_schedule="wsd"), 2e6),
+                      forecast.Prior)  # recorded neither settings nor schedule: only the ratio is judged
+
+
+def test_the_fast_run_follows_its_ladders_schedule_and_the_gpt3_run_is_not_its_ladders_shape():
+    """config/train_gpt3_6b_fast.py warms up, decays and ends as config/ladder_gpt3_fast.py's runs do, in
+    fractions of their length, so its prior is read; config/train_gpt3_6b.py trains 45 tokens per parameter
+    where config/ladder_gpt3.py's runs train 20, so its prior says so."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import ladder as ladder_script
+    from trainer import cost, ladder
+    problems = {}
+    for name, target in (("ladder_gpt3_fast", "train_gpt3_6b_fast"), ("ladder_gpt3", "train_gpt3_6b")):
+        settings = ladder_script.load_settings(str(REPO / "config" / f"{name}.py"))
+        recipe = configurator.load_config([str(REPO / b) for b in settings["base"]] + settings["common"].split())
+        result = {"tokens_per_param": list(settings["tokens_per_param"]), "settings": settings,
+                  "recipes": {"r": {"schedule": ladder.schedule(recipe)}}}
+        run = configurator.load_config([str(REPO / "config" / f"{target}.py")])
+        tokens = run.max_iters * run.batch_size * run.gradient_accumulation_steps * run.block_size
+        problems[name] = ladder.shape_problem(result, "r", run, tokens / cost.meta_model(run, "none").get_num_params())
+    assert problems["ladder_gpt3_fast"] is None
+    assert problems["ladder_gpt3"].startswith("the ladder's runs trained 20 tokens per parameter and this run 45.1")
+
+
 def test_report_prints_the_ladders_prediction_beside_the_forecast_and_the_measured_loss(tmp_path):
     rates = lrs("cosine")
     prior = forecast.prior(ladder_json(tmp_path / "ladder.json"), 1e6)

@@ -1182,7 +1182,8 @@ def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):
         "h200", 0.4, 2.0, 1)
     assert cost["rows"][-2]["disk_gb"] == pytest.approx(3 * one["checkpoint_gb"])  # 1.3B's one run keeps its newest 3
     assert cost["disk_gb"] == pytest.approx(sum(r["disk_gb"] for r in cost["rows"])) and cost["keep_last_n"] == 3
-    assert f"{cost['disk_gb']:,.0f} GB of disk per recipe (keep_last_n=3 a run" in plan.ladder_text({"ladder_plan": cost})
+    disk = f"{cost['disk_gb']:,.0f} GB of disk per recipe (keep_last_n=3 a run"
+    assert disk in plan.ladder_text({"ladder_plan": cost})
     config.write_text(Path("config/ladder_gpt3.py").read_text().replace("--checkpoint_interval=1000",
                                                                         "--checkpoint_interval=1000 --keep_last_n=0"))
     every = plan.ladder_cost(str(config), target, 0.4, 2.0, 1)

@@ -26,8 +26,8 @@ the backtest can be made (b still in warmup, too few points before b, or, for WS
 no forecast, and none while E is over MAX_RELATIVE_ERROR of the forecast.
 
 With forecast_prior (a scaling ladder's ladder.json, scripts/ladder.py) a second forecast comes beside it from
-the first evaluation: Prior, the ladder's curve shape at this run's level, and the ladder's own prediction
-for this size, so one run tells whether the ladder was right.
+the ladder's first evaluation (5% of the run): Prior, the ladder's curve shape at this run's level, and the
+ladder's own prediction for this size, so one run tells whether the ladder was right.
 """
 import math
 import os
@@ -157,10 +157,10 @@ class Prior:
     curves: each best run's curve divided by its final val loss, by fraction of the run. At each fraction the
     shape is the line in log N through the two largest sizes below n, read at n; the run's own evaluations
     give the level (val loss / shape, averaged over its last LEVEL_POINTS evaluations). So the law's shape
-    comes from the ladder and its level from the run: one number to measure, from the first evaluation
-    (warmup's included: the ladder's runs warmed up over the same share). It assumes the run follows the
-    ladder's recipe and schedule in fractions of its length (the same tokens-per-parameter rule, warmup share
-    and decay).
+    comes from the ladder and its level from the run: one number to measure, from the ladder's first evaluation
+    after the start (5% of the run where the ladder evaluated 20 times). The run must follow the ladder's
+    recipe and schedule in fractions of its length (the same tokens per parameter, warmup share and decay:
+    ladder.shape_problem, which prior() checks).
 
     Why the two nearest sizes, not a line through all: a curve's shape changes with size unevenly (a small
     run has learned most of what it will by half-way, a larger one still has much to come), so the nearest
@@ -180,6 +180,9 @@ class Prior:
         fit = ladder.fit_loss([r["params"] for r in runs], [r["final_val_loss"] for r in runs])
         self.predicted = fit.predict(n)  # (value, low, high)
         self.n, self.curves = n, [(math.log(r["params"]), np.array(r["curve"])) for r in runs[-3:]]
+        # before the curves' first evaluation after the start their shape is a straight line across the steepest
+        # fall of the loss: nothing measured it, so no forecast is read there
+        self.start = max(float(c[c[:, 0] > 0, 0].min()) for _, c in self.curves)
 
     def shape(self, fraction):
         """(val loss / final val loss at this fraction of the run, its backtested error)."""
@@ -190,9 +193,12 @@ class Prior:
 
     def forecast(self, points, end):
         """(val_loss, error) at the end of the run from its (iteration, val loss) points so far."""
-        points = [(it, loss) for it, loss in points if 0 < it < end and math.isfinite(loss)][-LEVEL_POINTS:]
+        points = [(it, loss) for it, loss in points if 0 < it < end and math.isfinite(loss)]
         if not points:
             return "no evaluation yet"
+        points = [(it, loss) for it, loss in points if it >= self.start * end][-LEVEL_POINTS:]
+        if not points:
+            return f"the ladder's runs were first evaluated at {self.start:.0%} of their length: their shape starts there"
         shapes = [self.shape(it / end) for it, _ in points]
         levels = np.array([loss / ratio for (_, loss), (ratio, _) in zip(points, shapes)])
         value = float(levels.mean())
@@ -200,13 +206,17 @@ class Prior:
         return value, math.hypot(value * shapes[-1][1] / shapes[-1][0], spread)
 
 
-def prior(spec, n):
+def prior(spec, n, cfg=None, tokens=None):
     """The Prior of forecast_prior = 'OUT/ladder.json' or 'OUT/ladder.json:RECIPE' (default: the ladder's first
-    recipe) for a run of n parameters; None when spec is ''; why there is none when the ladder cannot give one
-    for this size (report logs it: the run goes on without it). prior_problem has checked the file."""
+    recipe) for a run of n parameters (cfg: its config, training tokens in all: where given, the ladder's curves
+    must be its shape); None when spec is ''; why there is none when the ladder cannot give one for this run
+    (train.py logs it, and report at each evaluation: the run goes on without it). prior_problem has checked
+    the file."""
     if not spec:
         return None
     result, recipe = ladder.load(*split_spec(spec))
+    if cfg is not None and (problem := ladder.shape_problem(result, recipe, cfg, tokens / n)):
+        return problem
     try:
         return Prior(result, recipe, n)
     except ladder.FitError as e:

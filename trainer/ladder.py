@@ -567,6 +567,47 @@ def load(path, recipe=None, expected=None, fitted=False):
     return result, recipe or next(iter(recipes))
 
 
+SCHEDULE = ("lr_schedule", "lr_decay_fraction", "lr_decay_shape")  # a recipe's, in ladder.json beside its runs
+
+
+def same_ratio(a, b):
+    """Whether two tokens-per-parameter ratios (or two shares of a run) are one, within 10%."""
+    return a == b or (a > 0 and b > 0 and abs(math.log(a / b)) <= 0.1)
+
+
+def schedule(cfg):
+    """A recipe's learning-rate schedule as ladder.json records it (SCHEDULE's keys; for cosine the decay's
+    fraction and shape say nothing)."""
+    return {k: getattr(cfg, k) for k in SCHEDULE[:1 if cfg.lr_schedule == "cosine" else None]}
+
+
+def shape_problem(result, recipe, cfg, tokens_per_param):
+    """Why a ladder's curves (result: its ladder.json; recipe: its name) are not the shape of cfg's run, which
+    trains tokens_per_param: one line naming what differs and how to match it, or None. Its runs follow one
+    schedule in fractions of their length; a run on another ratio, warmup share, decay or floor follows
+    another curve (on the CPU ladder a quarter's warmup read for a tenth's missed by 5% at half-way,
+    docs/scaling_ladder.md). What an older ladder.json did not record is not compared."""
+    ratio, settings = result["tokens_per_param"][0], result.get("settings", {})
+    if not same_ratio(ratio, tokens_per_param):
+        return (f"the ladder's runs trained {ratio:g} tokens per parameter and this run {tokens_per_param:.1f}: its "
+                "curves and its prediction are another run's; ladder this ratio (tokens_per_param)")
+    if "warmup_fraction" in settings and not same_ratio(settings["warmup_fraction"], cfg.warmup_iters / cfg.max_iters):
+        share, warmup = cfg.warmup_iters / cfg.max_iters, round(settings["warmup_fraction"] * cfg.max_iters)
+        return (f"the ladder's runs warmed up over {settings['warmup_fraction']:.1%} of their length and this run over "
+                f"{share:.2%}: set warmup_iters={warmup}")
+    if "min_lr_ratio" in settings and not same_ratio(settings["min_lr_ratio"], cfg.min_lr / cfg.learning_rate):
+        return (f"the ladder's runs decayed to {settings['min_lr_ratio']:g} of their peak rate and this run to "
+                f"{cfg.min_lr / cfg.learning_rate:.3g}: set min_lr={settings['min_lr_ratio'] * cfg.learning_rate:.3g}")
+    if cfg.lr_decay_iters != cfg.max_iters:
+        return (f"the ladder's runs decayed until their last step and this run until iter {cfg.lr_decay_iters} of "
+                f"{cfg.max_iters}: set lr_decay_iters={cfg.max_iters}")
+    recorded = result["recipes"][recipe].get("schedule")
+    if recorded and (differs := {k: (v, getattr(cfg, k)) for k, v in recorded.items() if v != getattr(cfg, k)}):
+        return ("the ladder's runs followed another schedule (" + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b)
+                                                                        in differs.items()) + "): ladder this one")
+    return None
+
+
 def identity(cfg):
     """What a ladder's losses were measured on (cfg: a resolved config): its data and vocabulary."""
     info = bins.read_meta(cfg.data_dir) or {}

@@ -18,6 +18,13 @@ size's best run (and each run of --runs, against its recipe's prior) and sets be
 below it: the ladder's shape at the run's level) and "the val loss now", each with its error against the final.
 A ladder kept without its runs' folders (docs/ladder_runs/) still has each run's curve in its ladder.json: the
 prior and the val loss now are read off it; the law, which needs the run's schedule, says its folder is gone.
+
+    python scripts/bench/forecast_accuracy.py --across docs/ladder_runs/{warmup,bf16}_seed*/ladder.json
+
+With --across, each ladder's prior is read against every other ladder's largest best run (same sizes and
+steps, another seed or schedule), per recipe, at 25% and 50% of that run; then the mean absolute miss per
+pair of warmup shares (the prior's, the run's): what a run off its ladder's schedule costs the prior
+(docs/scaling_ladder.md, "In the run: forecast_prior").
 """
 import argparse
 import json
@@ -26,6 +33,8 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -50,7 +59,10 @@ def main(argv=None):
                    "R rates would hold them (scripts/bench/seed_rules.py), e.g. 1x1: one seed a size")
     p.add_argument("--runs", nargs="*", default=[], metavar="RECIPE=OUT_DIR",
                    help="with --ladder, these runs too (sizes beyond the ladder), each against its recipe's prior")
+    p.add_argument("--across", nargs="+", metavar="LADDER_JSON", help="each ladder's prior against the others' runs")
     args = p.parse_args(argv)
+    if args.across:
+        return across_ladders(args.across)
     if args.ladder:
         return ladder_table(args.ladder, args.out, args.runs, args.rule)
     rows, coverage = [], []
@@ -153,6 +165,33 @@ def ladder_table(path, out, runs=(), rule=None):
         print(f"| {r['recipe']} | {r['size']} | {r['at']:.0%} | {r['method']} | {made} | {r['final_val_loss']:.4f} | {diff} |")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps({"ladder": path, "rows": rows}, indent=2))
+
+
+def across_ladders(paths):
+    """Each ladder's prior (its sizes below the run) forecasting each other ladder's largest best run from its
+    curve at 25% and 50%; per (the prior's warmup share, the run's), the mean absolute miss of the final loss."""
+    ladders = {path: ladder.load(path)[0] for path in paths}
+    misses = {}
+    print("| prior from | run from | recipe | warmup: prior, run | at 25% | at 50% |")
+    print("|---|---|---|---|---|---|")
+    for path, result in ladders.items():
+        for other, run_result in ladders.items():
+            if other == path:
+                continue
+            shares = (result["settings"]["warmup_fraction"], run_result["settings"]["warmup_fraction"])
+            for name in result["recipes"]:
+                run = ladder.best_runs(run_result["recipes"][name]["runs"], run_result["tokens_per_param"][0])[-1]
+                prior, curve = forecast.Prior(result, name, run["params"]), [tuple(c) for c in run["curve"]]
+                made = [prior.forecast([c for c in curve if 0 < c[0] <= share], 1.0)[0] / curve[-1][1] - 1
+                        for share in (0.25, 0.5)]
+                misses.setdefault((*shares, name), []).append(np.abs(made))
+                print(f"| {Path(path).parent.name} | {Path(other).parent.name} | {name} | {shares[0]:g}, {shares[1]:g} "
+                      f"| {made[0]:+.1%} | {made[1]:+.1%} |")
+    print("\n| warmup: prior, run | recipe | pairs | mean miss at 25% | at 50% |")
+    print("|---|---|---|---|---|")
+    for (prior_share, run_share, name), rows in sorted(misses.items()):
+        at25, at50 = np.mean(rows, axis=0)
+        print(f"| {prior_share:g}, {run_share:g} | {name} | {len(rows)} | {at25:.1%} | {at50:.1%} |")
 
 
 def run_curve(runs, out_dir):
