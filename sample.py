@@ -64,10 +64,12 @@ def load_state(args):
 
 
 def encoding_name(args, state):
-    """The encoding the model's data was prepared with: --encoding, meta.json, or the checkpoint's record."""
+    """The encoding the model's data was prepared with: --encoding, meta.json, or the checkpoint's record. A run on
+    a data_mixture never read its data_dir, whose meta.json may be another corpus's: its own record decides."""
     if args.encoding:
         return args.encoding
-    data_dir = state.get("config", {}).get("data_dir")
+    config = state.get("config", {})
+    data_dir = None if config.get("data_mixture") else config.get("data_dir")
     meta = bins.read_meta(data_dir) if data_dir and os.path.isdir(data_dir) else None
     if meta:
         try:

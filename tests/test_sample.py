@@ -90,6 +90,16 @@ def test_encoding_falls_back_to_the_checkpoint_then_the_flag(run_dir, capsys):
     assert capsys.readouterr().out.startswith("x")
 
 
+def test_a_mixture_runs_encoding_is_its_own_record_not_its_unread_data_dirs(tmp_path):
+    """A run on a data_mixture never read data_dir, whose meta.json may say another encoding of the same size."""
+    bins.write_meta(str(tmp_path), {"encoding": "gpt2", "vocab_size": 50257})
+    state = {"config": {"data_dir": str(tmp_path), "data_mixture": {"data/quickstart": 1.0}}, "encoding": "bytes"}
+    args = sample.parse_args([])
+    assert sample.encoding_name(args, state) == "bytes"
+    del state["config"]["data_mixture"]  # one dataset: its data_dir's meta.json is what it read
+    assert sample.encoding_name(args, state) == "gpt2"
+
+
 def test_reads_an_fsdp_runs_sharded_checkpoint(run_dir, capsys):
     """ckpt_9/ (a folder, as train.py writes under FSDP) holds step 7's weights: the same greedy text."""
     model = tiny_model(seed=7)

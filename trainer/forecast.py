@@ -123,7 +123,7 @@ class Forecaster:
 
 def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):
     """After an evaluation: train.log's forecast line (or why there is none) and a "forecast" metrics record,
-    and beside them the ladder prior's (prior: prior()'s answer). The points are out_dir's eval records up to
+    and beside them the ladder prior's and its "forecast_prior" record (prior: prior()'s answer). The points are out_dir's eval records up to
     iter_num (metrics.jsonl: a resumed run keeps its history)."""
     if iter_num >= max_iters:
         return
@@ -144,7 +144,8 @@ def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):
             + f"; the ladder predicted {predicted:.4f} {ladder.interval_text(interval, '.4f')}"
             + (f"; measured now {points[-1][1]:.4f}" if points else ""))
         if not isinstance(made, str):
-            record("forecast", iter_num, at_iter=max_iters, val_loss=made[0], error=made[1], source="ladder prior",
+            # a kind of its own: charts (wandb's forecast_prior/val_loss, plot_log.py) keep it apart from the law's
+            record("forecast_prior", iter_num, at_iter=max_iters, val_loss=made[0], error=made[1],
                    ladder_val_loss=predicted)
 
 
