@@ -359,8 +359,8 @@ def reuse_problem(out_dir, cfg):
     if not (out_dir / "config.json").is_file():  # nothing to compare
         return None
     saved = json.loads((out_dir / "config.json").read_text())
-    differs = {k: (saved[k], v) for k, v in vars(cfg).items()
-               if k in saved and k not in NOT_COMPARED and saved[k] != json.loads(json.dumps(v))}
+    differs = {k: (saved[k], v) for k, v in vars(cfg).items() if k in saved and k not in NOT_COMPARED
+               and ladder.by_folder_name(k, saved[k]) != ladder.by_folder_name(k, json.loads(json.dumps(v)))}
     if {"batch_size", "gradient_accumulation_steps"} <= set(saved):  # train.py may split the batch, not change it
         was, now = saved["batch_size"] * saved["gradient_accumulation_steps"], cfg.batch_size * cfg.gradient_accumulation_steps
         if was != now:

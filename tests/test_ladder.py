@@ -18,7 +18,7 @@ import pytest
 
 import configurator
 from conftest import REPO, python, run_here
-from trainer import checkpoint, cost, ladder, ladder_analysis, metrics
+from trainer import bins, checkpoint, cost, ladder, ladder_analysis, metrics
 
 sys.path.insert(0, str(REPO / "scripts"))
 import ladder as ladder_script  # noqa: E402
@@ -1155,10 +1155,30 @@ def test_the_fast_ladder_is_measured_on_the_fast_runs_data_and_a_pile_ladder_is_
             assert settings["target"] == FAST
     assert problems["ladder_gpt3_fast"] is None
     assert problems["ladder_gpt3"].startswith("it was measured on other data or vocabulary (data_mixture None, "
-                                              "here {'data/dclm': 0.4")
+                                              "here {'dclm': 0.4")
     older = {k: v for k, v in ladder.identity(configurator.load_config(["config/train_gpt3_125m.py"])).items()
              if k != "data_mixture"}
     assert ladder.identity_problem(older, ladder.identity(fast), "it was measured") is None
+
+
+def test_a_ladder_on_a_volume_mounted_elsewhere_is_the_same_ladder_and_reuses_its_runs(tmp_path):
+    """Its data by folder name and its rank file by hash, not by where they lie: after a new instance mounts the
+    volume at another path, plan.py and --forecast_prior read the ladder and scripts/ladder.py reuses its runs."""
+    def config(volume):
+        (volume / "data" / "web").mkdir(parents=True, exist_ok=True)
+        bins.write_meta(str(volume / "data" / "web"), {"encoding": str(volume / "gpt2.tiktoken"),
+                                                       "encoding_sha256": "ab12", "vocab_size": 50257})
+        return configurator.load_config(["config/train_tiny.py", f"--data_dir={volume / 'data' / 'web'}",
+                                         f"--data_mixture={{'{volume / 'data' / 'web'}': 1.0}}"])
+    first, second = config(tmp_path / "volA"), config(tmp_path / "volB")
+    assert ladder.identity(first) == ladder.identity(second)
+    assert ladder.identity(first)["encoding"] == "ab12" and ladder.identity(first)["data_mixture"] == {"web": 1.0}
+    run = tmp_path / "run"
+    run.mkdir()
+    configurator.save_json(first, run / "config.json")
+    assert ladder_script.reuse_problem(run, second) is None
+    other = configurator.load_config(["config/train_tiny.py", f"--data_dir={tmp_path / 'volB' / 'data' / 'code'}"])
+    assert "data_dir=" in ladder_script.reuse_problem(run, other)  # another folder is other data
 
 
 def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):

@@ -314,3 +314,7 @@ def test_next_line_writes_two_four_way_tasks_of_the_val_split_that_lm_eval_score
     assert scored["next_line"]["chance"] == scored["next_line_swaps"]["chance"] == 0.25  # four choices each
     assert scored["next_line_swaps"]["n"] == len(swaps) and scored["next_line_swaps"]["acc"] == pytest.approx(
         scored["next_line_swaps"]["acc_norm"])  # the choices are as long as each other
+    (tmp_path / "task").rename(tmp_path / "moved")  # its configs name the files where they were written
+    with pytest.raises(lm_eval_adapter.HarnessError, match=r"^task next_line reads .*/task/next_line.jsonl, which is "
+                                                           r"not there: write its config .* again \(for next_line"):
+        lm_eval_adapter.check_tasks(["next_line"], str(tmp_path), [str(tmp_path / "moved")])

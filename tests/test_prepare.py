@@ -181,6 +181,27 @@ def test_sigkill_then_rerun_is_byte_identical(tmp_path, corpus, stage):
 
 
 @pytest.mark.e2e
+def test_a_killed_job_resumes_on_a_volume_mounted_elsewhere(tmp_path, corpus):
+    """The raw files and the bins on one volume, killed mid-job, the volume then mounted at another path (a new
+    instance): the same command with the new paths resumes and writes the bins an uninterrupted run writes; its
+    rank file is known by name, its inputs by their paths under the folder they share."""
+    docs, _, reference = corpus
+    rank_file = REPO / ".cache" / "gpt2.tiktoken"
+    first, second = tmp_path / "volA", tmp_path / "volB"
+    (first / "raw").mkdir(parents=True)
+    source = [write_jsonl(first / "raw" / "docs.jsonl", docs)]
+    killed = prepare(source, first / "data", *FLAGS, "--commit_seconds", "0",
+                     env={"TRAINER_FAULTS": "kill_committed@2"})
+    assert killed.returncode == -9
+    first.rename(second)
+    resumed = prepare([str(second / "raw" / "docs.jsonl")], second / "data", *FLAGS, "--commit_seconds", "0")
+    assert resumed.returncode == 0 and "resuming" in resumed.stdout, resumed.stderr
+    assert bin_bytes(second / "data") == reference
+    assert str(first) not in (second / "data" / "meta.json").read_text()  # the manifest and meta.json followed it
+    assert preparation._location_free({"encoding": str(rank_file)})["encoding"] == "gpt2.tiktoken"
+
+
+@pytest.mark.e2e
 def test_rerun_of_a_complete_job_is_a_no_op(tmp_path, corpus):
     docs, source, reference = corpus
     out = tmp_path / "out"

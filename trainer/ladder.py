@@ -30,12 +30,13 @@ than these read them too low (docs/ladder_evidence.md, "The s-shaped form, fitte
 """
 import json
 import math
+import os
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from trainer import RunError, bins
+from trainer import RunError, bins, tokenizer
 
 Z = 2.0  # prediction intervals are ±2 sigma: about 95% when the scatter is normal
 MIN_SIZES = 3
@@ -608,11 +609,25 @@ def shape_problem(result, recipe, cfg, tokens_per_param):
     return None
 
 
+def by_folder_name(key, value):
+    """A setting as it compares between runs: data_dir, and data_mixture's folders, by the folder's name (as
+    train.py keys its sources), so that a run on a volume mounted elsewhere is the same run; others as they are."""
+    name = lambda path: os.path.basename(os.path.normpath(path))
+    if key == "data_dir" and value:
+        return name(value)
+    if key == "data_mixture" and value:
+        return {name(folder): weight for folder, weight in value.items()}
+    return value
+
+
 def identity(cfg):
-    """What a ladder's losses were measured on (cfg: a resolved config): its data and vocabulary."""
+    """What a ladder's losses were measured on (cfg: a resolved config): its data and vocabulary, free of where
+    they lie (a mixture's folders by name, as train.py keys its sources; a rank file by its hash), so that a
+    volume mounted elsewhere holds the same ladder."""
     info = bins.read_meta(cfg.data_dir) or {}
-    return {"dataset": cfg.dataset, "data_mixture": cfg.data_mixture or None, "vocab_size": cfg.vocab_size,
-            "encoding": info.get("encoding"),
+    return {"dataset": cfg.dataset, "data_mixture": by_folder_name("data_mixture", cfg.data_mixture) or None,
+            "vocab_size": cfg.vocab_size,
+            "encoding": tokenizer.identity(info) if info.get("encoding") else None,
             "train_tokens": info.get("splits", {}).get("train", {}).get("tokens")}
 
 

@@ -203,10 +203,17 @@ def check_tasks(tasks, data_dir, include_path=()):
             raise HarnessError(f"no local file {path} for {task}: run python data/eval/prepare.py --tasks {task} "
                                f"--out_dir {data_dir} where there is a network, or copy it here")
     others = [t for t in tasks if t not in PAPER_TASKS]
-    known = task_manager(list(include_path)).all_tasks if others and include_path else []
-    if unknown := [t for t in others if t not in known]:
+    manager = task_manager(list(include_path)) if others and include_path else None
+    if unknown := [t for t in others if t not in (manager.all_tasks if manager else [])]:
         raise HarnessError(f"unknown task {unknown[0]!r}: use {', '.join(PAPER_TASKS)}, or a task whose config "
                            "is in a folder passed with --include_path")
+    for task in others:  # a config written before its folder moved (a clone elsewhere) names files no longer there
+        entry = manager.task_index[task]
+        files = (entry.cfg or {}).get("dataset_kwargs", {}).get("data_files", {})
+        for path in files.values() if isinstance(files, dict) else [files]:
+            if isinstance(path, str) and not os.path.exists(path):
+                raise HarnessError(f"task {task} reads {path}, which is not there: write its config "
+                                   f"{entry.yaml_path} again (for next_line: python data/quickstart/next_line.py)")
 
 
 def write_local_tasks(folder, tasks, data_dir):

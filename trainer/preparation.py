@@ -435,13 +435,32 @@ def _load_state(data_dir, job, start):
         old = state["job"]
     except (OSError, ValueError, KeyError) as e:
         raise PrepareError(f"cannot read {path} ({e}): delete {data_dir} to start over") from None
-    if old != job:
-        key = next((k for k in job if old.get(k) != job[k]), "format")
+    if _location_free(old) != _location_free(job):
+        key = next((k for k in job if _location_free(old).get(k) != _location_free(job)[k]), "format")
         change = "the input files changed" if key == "inputs" else f"{key} was {old.get(key)!r}, now {job[key]!r}"
         what = ("was prepared" if state["complete"] else "holds an unfinished job") + " with other arguments"
         raise PrepareError(f"{data_dir} {what} ({change}): re-run {state['command']} "
                            f"or choose another --data_dir (or delete {data_dir} to start over)")
+    # this mount's paths and command: the manifest, meta.json and the advice to re-run follow the volume
+    state["job"], state["command"] = job, "python " + shlex.join(sys.argv)
     return state
+
+
+def _location_free(job):
+    """A job as it compares with another: its input files by their paths under the folder they share, local
+    sources and a rank file by name. So a job resumes on a volume mounted elsewhere, from a moved clone or on
+    a machine whose Python (the quick-start's stdlib) lives elsewhere; the files' sizes still have to match."""
+    named = lambda path: os.path.basename(os.path.normpath(path))
+    inputs = job.get("inputs")
+    if inputs:
+        root = os.path.commonpath([p for p, _ in inputs]) if len(inputs) > 1 else os.path.dirname(inputs[0][0])
+        inputs = [[os.path.relpath(p, root), size] for p, size in inputs]
+    source = job.get("source")  # local files' specs as typed, or a hub dataset's name
+    if isinstance(source, list):
+        source = [named(spec) if _looks_local(spec) else spec for spec in source]
+    encoding = job.get("encoding", "")
+    return {**job, "inputs": inputs, "source": source,
+            "encoding": named(encoding) if encoding.endswith(".tiktoken") or os.sep in encoding else encoding}
 
 
 def _projected_tokens(source, encoding, max_tokens):
