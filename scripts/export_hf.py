@@ -25,9 +25,11 @@ def main():
     p.add_argument("out_dir", help="the folder to write; it must not exist or be empty")
     p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
                    help="of the exported weights (default: %(default)s; training keeps float32 masters)")
+    p.add_argument("--encoding", help="the tokenizer, where the checkpoint's does not load here: 'gpt2', 'bytes' or "
+                                      "a .tiktoken rank file (scripts/fetch_gpt2_ranks.sh writes .cache/gpt2.tiktoken)")
     args = p.parse_args()
     try:
-        hf.export(args.source, args.out_dir, getattr(torch, args.dtype))
+        hf.export(args.source, args.out_dir, getattr(torch, args.dtype), encoding=args.encoding)
     except hf.WeightsError as e:
         sys.exit(f"error: {e}")
 

@@ -288,6 +288,34 @@ LLAMA_ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=320,
                   rope_theta=500.0, norm="rmsnorm", activation="swiglu", tie_embeddings=False)
 
 
+def test_gpt3_with_an_untied_head_exports_as_gpt2_with_its_own_head(tmp_path):
+    args = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=320, bias=True, tie_embeddings=False)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**args)).eval()
+    checkpoint.save_checkpoint({"model": model.state_dict(), "model_args": args, "iter_num": 3, "encoding": "bytes"},
+                               str(tmp_path / "run"), 3, keep_last_n=0, log=lambda m: None)
+    hf.export(str(tmp_path / "run"), str(tmp_path / "hf"), torch.float32, log=lambda m: None)
+    gpt2 = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert type(gpt2).__name__ == "GPT2LMHeadModel" and not gpt2.config.tie_word_embeddings
+    x = torch.randint(0, 257, (2, 16), generator=torch.Generator().manual_seed(2))
+    assert (logits_of(model, x)[..., :257] - gpt2(x).logits).abs().max() <= 1e-5
+
+
+def test_an_encoding_that_does_not_load_is_refused_and_another_can_be_named(tmp_path):
+    """Without its encoding an export would keep the padding rows and no end-of-text: another model."""
+    args = dict(n_layer=1, n_head=2, n_embd=16, block_size=16, vocab_size=320, bias=True)
+    checkpoint.save_checkpoint({"model": GPT(GPTConfig(**args)).state_dict(), "model_args": args, "iter_num": 3,
+                                "encoding": str(tmp_path / "moved.tiktoken")}, str(tmp_path / "run"), 3,
+                               keep_last_n=0, log=lambda m: None)
+    result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"))
+    [line] = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and line.startswith("error: the encoding ") and "pass --encoding" in line
+    assert not (tmp_path / "hf").exists()
+    result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"), "--encoding", "bytes")
+    assert result.returncode == 0, result.stderr
+    assert transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").config.eos_token_id == 256
+
+
 def save_modern(folder, **changes):
     args = {**LLAMA_ARGS, **changes}
     torch.manual_seed(0)
@@ -301,12 +329,15 @@ def save_modern(folder, **changes):
     return model
 
 
-def test_llamas_settings_export_as_llama_with_the_same_logits(tmp_path):
-    model = save_modern(tmp_path / "run")
+@pytest.mark.parametrize("tied", [False, True])
+def test_llamas_settings_export_as_llama_with_the_same_logits(tmp_path, tied):
+    """Llama's settings, the head tied to the embedding or its own (transformers' tie_word_embeddings)."""
+    model = save_modern(tmp_path / "run", tie_embeddings=tied)
     result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"), "--dtype", "float32")
     assert result.returncode == 0 and "as LlamaForCausalLM" in result.stderr + result.stdout, result.stderr
     llama = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert type(llama).__name__ == "LlamaForCausalLM" and llama.config.vocab_size == 257  # the bytes' padding dropped
+    assert llama.config.tie_word_embeddings == tied
     x = torch.randint(0, 257, (2, 16), generator=torch.Generator().manual_seed(2))
     ours = logits_of(model.eval(), x)[..., :257]
     assert (ours - llama(x).logits).abs().max() <= 1e-5
@@ -320,9 +351,9 @@ def test_llamas_settings_export_as_llama_with_the_same_logits(tmp_path):
 
 @pytest.mark.parametrize("changes, named", [
     (dict(qk_norm=True), "qk_norm=True"), (dict(logit_softcap=15.0), "logit_softcap=15.0"),
-    (dict(tie_embeddings=True), "tie_embeddings=True"), (dict(activation="relu2"), "activation='relu2'"),
+    (dict(activation="relu2"), "activation='relu2'"),
     (dict(position="learned", norm="layernorm", activation="gelu", tie_embeddings=True, qk_norm=True),
-     "position='learned', norm='layernorm', activation='gelu', tie_embeddings=True, qk_norm=True")])
+     "position='learned', norm='layernorm', activation='gelu', qk_norm=True")])
 def test_a_mix_neither_gpt2_nor_llama_has_is_refused_in_one_line(tmp_path, changes, named):
     save_modern(tmp_path / "run", **changes)
     result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"))

@@ -31,10 +31,11 @@ TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "ml
 SHARD_BYTES = 4_000_000_000  # model.safetensors up to this size, else shards and an index
 PAD_TO = 64
 EXPORTED_BIAS = "bias"  # config.json's record of a bias=False model, whose export writes zero biases
-# the settings each transformers class computes (GPT-2's activation: one of ACTIVATIONS)
-GPT2_SETTINGS = dict(position="learned", norm="layernorm", qk_norm=False, tie_embeddings=True, logit_softcap=0.0)
-LLAMA_SETTINGS = dict(position="rope", norm="rmsnorm", activation="swiglu", tie_embeddings=False, bias=False,
-                      qk_norm=False, logit_softcap=0.0)
+# the settings each transformers class computes (GPT-2's activation: one of ACTIVATIONS); both tie the head to the
+# embedding or not (tie_word_embeddings), and the export says which
+GPT2_SETTINGS = dict(position="learned", norm="layernorm", qk_norm=False, logit_softcap=0.0)
+LLAMA_SETTINGS = dict(position="rope", norm="rmsnorm", activation="swiglu", bias=False, qk_norm=False,
+                      logit_softcap=0.0)
 LLAMA_NAMES = {"ln_1.weight": "input_layernorm.weight", "attn.c_proj.weight": "self_attn.o_proj.weight",
                "ln_2.weight": "post_attention_layernorm.weight", "mlp.c_gate.weight": "mlp.gate_proj.weight",
                "mlp.c_fc.weight": "mlp.up_proj.weight", "mlp.c_proj.weight": "mlp.down_proj.weight"}
@@ -243,19 +244,21 @@ def _hf_config(args, layout, rows, eot, dtype_name):
         return LlamaConfig(hidden_size=args.n_embd, intermediate_size=args.mlp_hidden(), num_hidden_layers=args.n_layer,
                            num_attention_heads=args.n_head, num_key_value_heads=args.n_head, hidden_act="silu",
                            max_position_embeddings=args.block_size, rms_norm_eps=NORM_EPS, rope_theta=args.rope_theta,
-                           tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+                           tie_word_embeddings=args.tie_embeddings, attention_bias=False, mlp_bias=False,
                            architectures=["LlamaForCausalLM"], **common)
     return GPT2Config(n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
                       activation_function=ACTIVATIONS[args.activation], layer_norm_epsilon=NORM_EPS, resid_pdrop=0.0,
-                      embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True, architectures=["GPT2LMHeadModel"],
+                      embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=args.tie_embeddings,
+                      architectures=["GPT2LMHeadModel"],
                       **common, **{EXPORTED_BIAS: args.bias})
 
 
-def export(source, out_dir, dtype=torch.bfloat16, log=print):
+def export(source, out_dir, dtype=torch.bfloat16, log=print, encoding=None):
     """Write `source` (a ckpt_<N>.pt, a ckpt_<N>/ folder, or an out_dir: its newest loadable one) to
     out_dir as a transformers GPT-2 or Llama folder (export_layout): config.json, generation_config.json,
     model.safetensors (sharded with an index past SHARD_BYTES) and, for a GPT-2-pattern encoding, tokenizer
-    files. Everything goes to a temporary folder renamed at the end, so out_dir is complete or absent."""
+    files. encoding: the tokenizer instead of the checkpoint's record. Everything goes to a temporary folder
+    renamed at the end, so out_dir is complete or absent."""
     from transformers import GenerationConfig
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
         raise WeightsError(f"{out_dir} exists and is not an empty folder: choose a new folder for the export")
@@ -263,7 +266,9 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print):
     dtype_name = str(dtype).removeprefix("torch.")
     args = model_config(saved_args=state["model_args"])
     layout = export_layout(args, source)
-    encoding = _encoding(state.get("encoding"), log)
+    encoding = _encoding(encoding or state.get("encoding"))
+    if encoding is None:
+        log("note: the checkpoint records no encoding; writing the model without tokenizer files")
     rows = _exported_rows(args, encoding, source)
     eot = encoding.eot_token if encoding else None
     config = _hf_config(args, layout, rows, eot, dtype_name)
@@ -278,8 +283,6 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print):
         shards = _write_tensors(tensors(checkpoint_weights(state), args, rows, dtype), tmp, dtype)
         if encoding:
             _write_tokenizer(encoding, tmp)
-        else:
-            log("note: the checkpoint records no encoding; wrote the model without tokenizer files")
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)  # empty, checked above
         os.replace(tmp, out_dir)
@@ -305,14 +308,16 @@ def _newest(source, log):
     return _load_checkpoint(source, log)
 
 
-def _encoding(name, log):
-    """The checkpoint's encoding, or None (then no tokenizer files) where it records none or it cannot load."""
+def _encoding(name):
+    """The encoding name loads as, or None (then no tokenizer files) where the checkpoint records none. One that
+    does not load is a WeightsError: without it the export would keep the padding rows and no end-of-text,
+    another model than the one with it."""
     from trainer.tokenizer import get_encoding
     try:
         return get_encoding(name) if name else None
     except ValueError as e:
-        log(f"note: the checkpoint's encoding {name!r} does not load ({e}); exporting without tokenizer files")
-        return None
+        raise WeightsError(f"the encoding {name!r} does not load ({e}); pass --encoding with a rank file that "
+                           "does (scripts/fetch_gpt2_ranks.sh writes GPT-2's to .cache/gpt2.tiktoken)") from None
 
 
 def _exported_rows(args, encoding, source):
@@ -336,9 +341,9 @@ def _hf_tensors(weights, args, rows, dtype):
     written, so only that shard is in memory beside the (memory-mapped) checkpoint."""
     out = []
     for name, t in weights.items():
-        if name == "lm_head.weight":
+        if name == "lm_head.weight" and args.tie_embeddings:  # the embedding itself
             continue
-        if name == "transformer.wte.weight":
+        if name in ("transformer.wte.weight", "lm_head.weight"):
             out.append((name, (rows, t.size(1)), lambda t=t: t[:rows].to(dtype).contiguous()))
         elif name.endswith(TRANSPOSED):
             out.append((name, tuple(t.shape[::-1]), lambda t=t: t.t().to(dtype).contiguous()))
@@ -358,6 +363,8 @@ def _llama_tensors(weights, args, rows, dtype):
     out = []
     for name, t in weights.items():
         block, _, rest = name.removeprefix("transformer.h.").partition(".")
+        if name == "lm_head.weight" and args.tie_embeddings:  # the embedding itself
+            continue
         if name in ("transformer.wte.weight", "lm_head.weight"):
             hf_name = "model.embed_tokens.weight" if name.startswith("transformer") else name
             out.append((hf_name, (rows, C), lambda t=t: t[:rows].to(dtype).contiguous()))
