@@ -201,7 +201,8 @@ def evaluate(iteration, forecasting=False):
             log(f"source {name}: {seen:,} tokens seen ({epochs:.2f} epochs), val loss {loss:.4f}")
     val_loss = sampler.headline(losses)
     run.best_val_loss = min(run.best_val_loss, val_loss)
-    record("eval", iteration, tokens=iteration * tokens_per_iter, val_loss=val_loss, best_val_loss=run.best_val_loss,
+    record("eval", iteration, tokens=run.tokens_through(iteration, tokens_per_iter), val_loss=val_loss,
+           best_val_loss=run.best_val_loss,
            **({"sources": losses} if cfg.data_mixture else {}))
     log(f"eval iter {iteration}: val loss {val_loss:.4f}" + (f", best {run.best_val_loss:.4f}" if clock.steps else "")
         + f" ({time.time() - t_eval:.1f}s)")
@@ -225,7 +226,7 @@ def log_step(iteration, loss, grad_norm, lr, dt):
     figures = dict(loss=loss, lr=lr, grad_norm=grad_norm, step_time=dt, tokens_per_sec=tokens_per_sec, mfu=mfu, hfu=hfu)
     log(runlog.step_line(iteration, figures, machine.peak_memory_text(peak, cfg.optimizer_offload), world_size,
                          clock.eta(cfg.max_iters - iteration), show_hfu=utilisation.recomputes))
-    record("step", iteration, **figures, tokens=iteration * tokens_per_iter, peak_memory=peak)
+    record("step", iteration, **figures, tokens=run.tokens_through(iteration, tokens_per_iter), peak_memory=peak)
 
 
 def say_how_it_ended(iteration, stopped):

@@ -113,3 +113,8 @@ def test_a_cooldown_fork_anneals_and_leaves_its_source_untouched(data_dir, tmp_p
     again = train(data_dir, *command, "--max_iters=40", "--checkpoint_interval=5")
     assert "resuming after 25 completed steps" in again.stdout
     assert metrics.read(fork, "eval")[-1]["val_loss"] == pytest.approx(cooled["val_loss"], abs=1e-6)
+    # a fork from another checkpoint into the same folder is another fork, not this one continued
+    other = run_here(["train.py", *TINY, f"--data_dir={data_dir}", f"--init_from={source}/ckpt_10.pt",
+                      f"--out_dir={fork}", "--cooldown_iters=10", "--max_iters=40"])
+    assert other.returncode != 0 and (f"{fork} holds a cooldown fork from iter 20, and this command forks from "
+                                      f"{source}/ckpt_10.pt (iter 10): give this fork a new --out_dir") in other.stdout

@@ -265,3 +265,39 @@ def test_auto_picks_what_fits_the_budget_and_trains_the_same(tmp_path, data_dir,
     assert "auto: selective, micro-batch 4 x 3\n" in log
     assert f"memory: estimated peak {cost.size_text(peak['selective'])} of {cost.size_text(budget_gb * 1e9)}" in log
     assert losses(out, 1, 12) == losses(reference, 1, 12)
+
+
+@pytest.mark.e2e
+def test_a_resume_on_another_cpu_thread_count_says_it_is_not_bit_exact(tmp_path, data_dir):
+    """A CPU's sums split over its threads, so their order is in the result: the resume says so (and how to
+    make it exact) rather than promise a bit-exact continuation it cannot give."""
+    out = tmp_path / "out"
+    train(out, data_dir, "--max_iters=2", env={"OMP_NUM_THREADS": "1"}, process=True)
+    resumed = train(out, data_dir, "--max_iters=4", env={"OMP_NUM_THREADS": "2"}, process=True).stdout
+    assert "note: 1 CPU thread(s) saved this checkpoint and 2 continue it" in resumed
+    assert "OMP_NUM_THREADS=1 makes it exact" in resumed
+    again = train(out, data_dir, "--max_iters=6", env={"OMP_NUM_THREADS": "2"}, process=True).stdout
+    assert "CPU thread(s) saved this checkpoint" not in again
+
+
+def test_extending_a_run_whose_decay_had_begun_warns_that_it_heats_it_again(tmp_path, data_dir):
+    """A WSD run resumed past its end with a later decay goes back to the peak rate: a re-heated annealed model,
+    which the log says, with the way to extend a run that keeps it (a cooldown fork from before the decay)."""
+    out, wsd = tmp_path / "out", ("--lr_schedule=wsd", "--lr_decay_fraction=0.5", "--eval_interval=0")
+    train(out, data_dir, *wsd, "--max_iters=8", "--lr_decay_iters=8")
+    resumed = train(out, data_dir, *wsd, "--max_iters=12", "--lr_decay_iters=12").stdout
+    assert "note: the schedule changed since the checkpoint" in resumed
+    assert "warning: at iter 8 the learning rate goes back up from 3.000e-04 to 1.441e-03" in resumed
+    longer = tmp_path / "longer"  # extended while still at its peak: no warning
+    train(longer, data_dir, *wsd, "--max_iters=2", "--lr_decay_iters=8")
+    assert "warning: at iter" not in train(longer, data_dir, *wsd, "--max_iters=4", "--lr_decay_iters=12").stdout
+
+
+def test_the_tokens_count_carries_on_across_a_resume_with_another_batch(tmp_path, data_dir):
+    """metrics.jsonl's tokens are those trained so far: a resume on twice the accumulation adds twice a step."""
+    out = tmp_path / "out"
+    train(out, data_dir, "--max_iters=4", "--eval_interval=0")
+    train(out, data_dir, "--max_iters=6", "--eval_interval=0", "--gradient_accumulation_steps=6")
+    per_step = 4 * 16  # TINY's batch_size x block_size, each accumulation step
+    tokens = {r["iter"]: r["tokens"] for r in metrics.read(out, "step")}
+    assert [tokens[n] for n in (4, 5, 6)] == [4 * 3 * per_step, (4 * 3 + 6) * per_step, (4 * 3 + 12) * per_step]

@@ -93,6 +93,13 @@ def list_checkpoints(out_dir):
     return sorted(found, reverse=True)
 
 
+def iteration_of(path):
+    """N of a checkpoint's path (ckpt_<N>.pt or ckpt_<N>/), or None where the name is no checkpoint's."""
+    name = os.path.basename(os.path.normpath(path))
+    found = _CKPT_RE.fullmatch(name) or _SHARDED_RE.fullmatch(name)
+    return int(found.group(1)) if found else None
+
+
 def _gb(nbytes):
     return f"{nbytes / 1e9:.2f} GB"
 

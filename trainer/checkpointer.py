@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from model import ARCHITECTURE_KEYS, GPTConfig
-from trainer import RunError, checkpoint, faults, hf, optim, parallel, precision
+from trainer import RunError, checkpoint, faults, hf, optim, parallel, precision, schedule
 
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
 SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters", "lr_schedule",
@@ -36,19 +36,29 @@ SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "d
 class RunState:
     """The run's own values a checkpoint keeps, as top-level keys of the file (their names from before the
     Checkpointer, so older checkpoints load): the architecture, the encoding sample.py decodes with, a cooldown
-    fork's first iteration (its schedule needs it after the source has moved on), and the best val loss and
-    wandb id, which a resume carries on."""
+    fork's first iteration (its schedule needs it after the source has moved on), and the best val loss,
+    wandb id and tokens trained (through iteration tokens_iter), which a resume carries on."""
     model_args: dict
     encoding: str | None = None
     cooldown_from: int | None = None
     best_val_loss: float = math.inf
     wandb_run_id: str | None = None
+    tokens: int = 0
+    tokens_iter: int = 0
 
     def state_dict(self):
         return dataclasses.asdict(self)
 
     def load_state_dict(self, state):
         self.best_val_loss, self.wandb_run_id = state["best_val_loss"], state["wandb_run_id"]
+        saved = state["config"]  # an older checkpoint's count: its own batch every step
+        per_step = saved["batch_size"] * saved["gradient_accumulation_steps"] * state["model_args"]["block_size"]
+        self.tokens, self.tokens_iter = state.get("tokens", state["iter_num"] * per_step), state["iter_num"]
+
+    def tokens_through(self, iteration, tokens_per_iter):
+        """Tokens trained through `iteration`: those counted by the checkpoint, then tokens_per_iter a step (a
+        resume may change the batch)."""
+        return self.tokens + (iteration - self.tokens_iter) * tokens_per_iter
 
 
 def rng_state(device_type):
@@ -133,6 +143,11 @@ class Checkpointer:
             self.log(f"resuming {len(rngs)} process(es)' run with {self.world_size}: the weights, optimizer and data "
                      f"order continue exactly, but dropout masks and float reduction order differ, so it is not "
                      f"bit-exact")
+        threads = state.get("cpu_threads")  # a CPU's sums split over its threads: their order is in the result
+        if self.device_type == "cpu" and threads and threads != torch.get_num_threads() and not after_rollback:
+            self.log(f"note: {threads} CPU thread(s) saved this checkpoint and {torch.get_num_threads()} continue it: "
+                     f"the sums' order differs, so the run goes on close to, not bit-exact with, one that never "
+                     f"stopped (OMP_NUM_THREADS={threads} makes it exact)")
         set_rng_state(rngs[self.rank % len(rngs)], self.device_type)
         if "spikes" in state:
             self.states["spikes"].load_state_dict(state["spikes"], after_rollback=after_rollback)
@@ -152,6 +167,12 @@ class Checkpointer:
         if changed:
             self.log(f"note: the schedule changed since the checkpoint ({', '.join(changed)}): the learning rate "
                      f"follows the new values from iter {iteration} on")
+            was = schedule.learning_rate(iteration, types.SimpleNamespace(**{**vars(self.cfg), **saved}))
+            now = schedule.learning_rate(iteration, self.cfg)
+            if now > 1.01 * was:  # a decayed model heated up again: what extending a run after its decay does
+                self.log(f"warning: at iter {iteration} the learning rate goes back up from {was:.3e} to {now:.3e}: "
+                         f"the run had decayed and is heated again; to extend a run, fork a cooldown from a "
+                         f"checkpoint before its decay began (docs/training.md, cooldown forks)")
 
     def step_start(self):
         """The data position and RNG states now, at the start of a step: where a run resumed there begins, and
@@ -175,10 +196,12 @@ class Checkpointer:
         else rank 0 a .pt. Weights that are not finite are never saved. The previous save is complete first (one
         at a time; had it failed, this raises its CheckpointError); with checkpoint_async the write goes on in the
         background, and the save record's seconds are the copy to host memory that held the run."""
-        cfg, model, optimizer = self.cfg, self.states["model"], self.states["optimizer"]
-        state = dict(self.states["run"].state_dict(), iter_num=iteration, config=vars(cfg),
+        cfg, model, optimizer, run = self.cfg, self.states["model"], self.states["optimizer"], self.states["run"]
+        run.tokens = run.tokens_through(iteration, cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size)
+        run.tokens_iter = iteration
+        state = dict(run.state_dict(), iter_num=iteration, config=vars(cfg),
                      sampler=self.resume_point["sampler"], rng=gather_rng_states(self.resume_point["rng"]),
-                     spikes=self.states["spikes"].state_dict())
+                     spikes=self.states["spikes"].state_dict(), cpu_threads=torch.get_num_threads())
         if not parallel.all_finite(model.parameters(), self.device):
             raise RunError(f"weights are not finite after step {iteration}; not saving. Roll back with "
                            f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
@@ -263,7 +286,7 @@ def start_point(cfg, defaults, master, log):
     (configurator.DEFAULTS) and the weights' is a StartError. A cooldown fork (cooldown_iters) also gets
     cooldown_from, the iteration its decay starts at, and max_iters its end; continuing_fork says the same
     fork command ran before and goes on from the fork's own newest checkpoint. load_seconds: the checkpoint's read."""
-    continuing_fork = continues_fork(cfg)
+    continuing_fork, requested = continues_fork(cfg), cfg.init_from
     if continuing_fork:
         cfg.init_from = "resume"
     pretrained = cfg.init_weights or (cfg.init_from if cfg.init_from in hf.GPT2_MODELS else "")
@@ -293,6 +316,10 @@ def start_point(cfg, defaults, master, log):
         take_architecture(cfg, defaults, start.saved_args, start.origin)
     if start.state is not None:
         start.cooldown_from = cooldown_from(cfg, start.state, continuing_fork)
+    source = checkpoint.iteration_of(requested) if continuing_fork else None
+    if source is not None and source != start.cooldown_from:  # this command's fork is not the one out_dir holds
+        raise StartError(f"{cfg.out_dir} holds a cooldown fork from iter {start.cooldown_from}, and this command forks "
+                         f"from {requested} (iter {source}): give this fork a new --out_dir")
     if start.cooldown_from is not None:  # a cooldown fork stops after its cooldown
         cfg.max_iters = start.cooldown_from + cfg.cooldown_iters
     return start
