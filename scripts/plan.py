@@ -773,10 +773,10 @@ def ladder_text(plan):
                       f"{lp['extrapolation']:.1f}x its largest"]
         lines += [f"  {r['size']:<6} {r['params'] / 1e6:7.0f}M params, {r['tokens_per_param']:g} tokens/param: "
                   f"{r['runs']} run(s), {r['gpu_hours']:,.1f} GPU-hours" for r in lp["rows"]]
-        kept = (f"{lp['disk_gb']:,.0f} GB of disk per recipe (keep_last_n={lp['keep_last_n']} a run; the ladder and "
-                "eval.py need only the newest: --keep_last_n=1 in the config's common keeps one)")
-        lines.append("  checkpoints once its runs end: " + (
-            kept if lp["disk_gb"] is not None else "keep_last_n <= 0 keeps them all: set it in the config's common"))
+        kept = "keep_last_n <= 0 keeps them all: set it in the config's common" if lp["disk_gb"] is None else (
+            f"{lp['disk_gb']:,.0f} GB of disk per recipe (keep_last_n={lp['keep_last_n']} a run; the ladder and "
+            "eval.py need only the newest: --keep_last_n=1 in the config's common keeps one)")
+        lines.append(f"  checkpoints once its runs end: {kept}")
     return "\n" + "\n".join(lines) if lines else ""
 
 def budget_note(cfg, config_args):
