@@ -21,10 +21,11 @@ interval).
     python scripts/bench/form_choice.py --ladders docs/ladder_runs/seed7/ladder.json docs/ladder_runs/seed8/ladder.json
 
 With --further, each real ladder's checks at every distance instead (its k largest sizes held out, k = 1, 2, ...),
-the chosen form's error beside the last step's, and per k their mean absolute errors and how often the last step
-was the nearer (docs/ladder_evidence.md, "The last step, further out"). With --s_shaped, the same checks with the
-s-shaped law fitted as a form (where at least five sizes are fitted) beside the chosen form, and the rule that would
-choose it where its backtest misses least (docs/ladder_evidence.md, "The s-shaped form, fitted").
+the chosen form's error beside the last step's and where its interval put the measurement, and per k their mean
+absolute errors, how often the last step was the nearer and how often the interval held (docs/ladder_evidence.md,
+"The last step, further out"); --without_s_shaped makes the intervals without the s-shaped law's reading. With
+--s_shaped, the same checks with the s-shaped law fitted as a form (where at least five sizes are fitted) beside
+the chosen form, and the rule that would choose it where its backtest misses least (docs/ladder_evidence.md, "The s-shaped form, fitted").
 """
 import argparse
 import contextlib
@@ -42,36 +43,13 @@ from trainer import ladder, ladder_analysis  # noqa: E402
 SIZES = np.geomspace(34976, 638960, 6)
 
 
-def s_shaped(n, e, logl0, lognb, alpha):
-    """L = E + (L0 - E)(1 + N/Nb)^-alpha: flat at L0 well below Nb, then a power law that eases to the floor E."""
-    return e + (np.exp(logl0) - e) * np.exp(-alpha * np.log1p(n / np.exp(lognb)))
-
-
+s_shaped = ladder.FORMS["s_shaped"][0]  # E + (L0 - E)(1 + N/Nb)^-alpha: flat at L0 well below Nb, eases to E
+fit_s_shaped = ladder.fit_s_shaped
 LAWS = {"power": lambda n: 40 * n ** -0.2,
         "saturating": lambda n: 1.0 + 30 * n ** -0.3,
         "plateau": lambda n: 2.8 * (1 + n / 2e5) ** -0.35,
         "s-shaped": lambda n: s_shaped(n, 1.1, math.log(2.63), math.log(1e6), 4.3)}
 S_SHAPED_SIZES = 5  # its four parameters and a point to spare
-
-
-def fit_s_shaped(n, y):
-    """The s-shaped law's parameters (E, log L0, log Nb, alpha) by least squares from several starts (it has local
-    minima in Nb and E), or None where no start converges. Here, not in trainer/ladder.py: it was tried as a form
-    along the rule and not adopted (docs/ladder_evidence.md, "The s-shaped form, fitted")."""
-    from scipy.optimize import curve_fit
-    n, y = np.asarray(n, float), np.asarray(y, float)
-    bounds = ([0, math.log(y.min()), math.log(n.min()) - 10, 0],
-              [y.min(), math.log(y.max()) + 3, math.log(n.max()) + 10, 10])
-    found = []
-    for lognb in np.linspace(math.log(n.min()) - 1, math.log(n.max()) + 1, 8):
-        for e in (0.0, 0.5 * y.min(), 0.9 * y.min()):
-            try:
-                params, _ = curve_fit(s_shaped, n, y, p0=[e, math.log(y.max()), lognb, 1.0], bounds=bounds,
-                                      maxfev=20000)
-            except (RuntimeError, ValueError):
-                continue
-            found.append((float(((s_shaped(n, *params) - y) ** 2).sum()), params))
-    return min(found, key=lambda f: f[0])[1] if found else None
 
 
 # each rule is the ladder's fit_loss choosing among these forms
@@ -85,6 +63,18 @@ def choosing_among(forms):
         yield
     finally:
         ladder.ALONG_THE_RULE = kept
+
+
+@contextlib.contextmanager
+def without_s_shaped(on):
+    """With on, ladder.other_forms reads no s-shaped law: the intervals as they were before it joined them."""
+    kept = ladder.fit_s_shaped
+    if on:
+        ladder.fit_s_shaped = lambda n, y: None
+    try:
+        yield
+    finally:
+        ladder.fit_s_shaped = kept
 
 
 def real_ladders(paths):
@@ -130,16 +120,18 @@ def further_out(paths):
     by_k = {}
     for cells, k, _, h in every_distance(paths):
         fit, last = h["relative_error"], h["last_step"]["relative_error"]
-        by_k.setdefault(k, []).append((abs(fit), abs(last), h["inside"]))
+        width = None if h["interval"] is None else (h["interval"][1] - h["interval"][0]) / h["measured_val_loss"]
+        by_k.setdefault(k, []).append((abs(fit), abs(last), h["inside"], width))
         print(f"{cells} {h['form']} {fit:+.1%} | {ladder_analysis.where(h)} | {last:+.1%} |")
     print("\n| sizes held out | checks | the fit: mean miss | the last step: mean miss | the last step nearer | "
-          "the interval held |")
-    print("|---|---|---|---|---|---|")
+          "the interval held | its mean width |")
+    print("|---|---|---|---|---|---|---|")
     for k, rows in sorted(by_k.items()):
         fit, last = np.array([row[:2] for row in rows]).T
-        judged = [row[2] for row in rows if row[2] is not None]
+        judged = [row for row in rows if row[2] is not None]
+        width = f"{np.mean([row[3] for row in judged]):.0%}" if judged else "-"
         print(f"| {k} | {len(rows)} | {fit.mean():.1%} | {last.mean():.1%} | {np.sum(last < fit)} of {len(rows)} | "
-              f"{sum(judged)} of {len(judged)} |")
+              f"{sum(row[2] for row in judged)} of {len(judged)} | {width} |")
 
 
 def s_shaped_misses(n, y, at, measured):
@@ -183,12 +175,15 @@ def main(argv=None):
     p.add_argument("--ladders", nargs="+", metavar="LADDER_JSON", help="real ladders' held-out checks instead")
     p.add_argument("--further", action="store_true", help="with --ladders: their checks at every distance")
     p.add_argument("--s_shaped", action="store_true", help="with --ladders: the s-shaped law fitted beside them")
+    p.add_argument("--without_s_shaped", action="store_true",
+                   help="with --further: intervals without the s-shaped law's reading, as before 2026-12-07")
     args = p.parse_args(argv)
     if (args.further or args.s_shaped) and not args.ladders:
         p.error(f"--{'further' if args.further else 's_shaped'} reads real ladders: name them with --ladders")
     warnings.filterwarnings("ignore")  # curve_fit's warnings on the draws whose fits strain
     if args.ladders:
-        return (s_shaped_checks if args.s_shaped else further_out if args.further else real_ladders)(args.ladders)
+        with without_s_shaped(args.without_s_shaped):
+            return (s_shaped_checks if args.s_shaped else further_out if args.further else real_ladders)(args.ladders)
     print("| law | noise | rule | mean error | worst | within 3% | interval holds | at 4x: mean error | holds |")
     print("|---|---|---|---|---|---|---|---|---|")
     far = 4 * SIZES[-1]
