@@ -25,7 +25,8 @@ the chosen form's error beside the last step's and where its interval put the me
 absolute errors, how often the last step was the nearer and how often the interval held (docs/ladder_evidence.md,
 "The last step, further out"); --without_s_shaped makes the intervals without the s-shaped law's reading. With
 --s_shaped, the same checks with the s-shaped law fitted as a form (where at least five sizes are fitted) beside
-the chosen form, and the rule that would choose it where its backtest misses least (docs/ladder_evidence.md, "The s-shaped form, fitted").
+the chosen form, and the rule that would choose it where its backtest misses least (docs/ladder_evidence.md,
+"The s-shaped form, fitted").
 """
 import argparse
 import contextlib
