@@ -123,8 +123,8 @@ class Forecaster:
 
 def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):
     """After an evaluation: train.log's forecast line (or why there is none) and a "forecast" metrics record,
-    and beside them the ladder prior's and its "forecast_prior" record (prior: prior()'s answer). The points are out_dir's eval records up to
-    iter_num (metrics.jsonl: a resumed run keeps its history)."""
+    and beside them the ladder prior's and its "forecast_prior" record (prior: prior()'s answer). The points
+    are out_dir's eval records up to iter_num (metrics.jsonl: a resumed run keeps its history)."""
     if iter_num >= max_iters:
         return
     evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
@@ -199,7 +199,8 @@ class Prior:
             return "no evaluation yet"
         points = [(it, loss) for it, loss in points if it >= self.start * end][-LEVEL_POINTS:]
         if not points:
-            return f"the ladder's runs were first evaluated at {self.start:.0%} of their length: their shape starts there"
+            return (f"the ladder's runs were first evaluated at {self.start:.0%} of their length: their shape "
+                    "starts there")
         shapes = [self.shape(it / end) for it, _ in points]
         levels = np.array([loss / ratio for (_, loss), (ratio, _) in zip(points, shapes)])
         value = float(levels.mean())

@@ -26,7 +26,8 @@ al.'s "small data region", arXiv 1712.00409), and the power law only starts abov
 curve whose slope has settled at the top after changing below (steepening then straight, as the CPU ladder's
 Muon runs): plateau, fitted on the steepening, carries it on past the top. A four-parameter s-shaped form (a
 plateau easing to a floor) was tried along the rule and not adopted: it read Muon's largest sizes too high, by more
-than these read them too low (docs/ladder_evidence.md, "The s-shaped form, fitted").
+than these read them too low (docs/ladder_evidence.md, "The s-shaped form, fitted"); its reading bounds the
+interval beyond the sizes instead (other_forms), since Muon's curve flattened past every form along the rule.
 """
 import functools
 import json
