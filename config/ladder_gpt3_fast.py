@@ -4,7 +4,7 @@
 # whose val losses are not the mixture's. Recipes set only what they change; AdamW beside it gives Muon's
 # compute multiplier at 6.7B, and --eval_tasks the paper's tasks (data/eval/prepare.py) the scores:
 #   python scripts/ladder.py config/ladder_gpt3_fast.py --recipe "fast:" --recipe "adamw: --optimizer=adamw" \
-#       --nproc 8 --out out/ladder_fast --eval_tasks hellaswag,lambada_openai,piqa,winogrande
+#       --nproc 8 --out out/ladder --eval_tasks hellaswag,lambada_openai,piqa,winogrande
 # What it costs: python scripts/plan.py config/train_gpt3_6b_fast.py --gpu h200 --ladder_plan config/ladder_gpt3_fast.py
 import os as _os
 

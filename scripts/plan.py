@@ -713,7 +713,7 @@ def ladder_cost(path, plan, mfu, price_per_hour, gpus):
     disk = [r["disk_gb"] for r in rows]
     return {"config": path, "rows": rows, "gpu_hours": hours, "days": hours / gpus / 24, "gpus": gpus,
             "cost_usd": sum(r["cost_usd"] for r in rows), "disk_gb": None if None in disk else sum(disk),
-            "keep_last_n": kept,  # the common config's, as every run's
+            "keep_last_n": one["keep_last_n"],  # every run's: the ladder config's common
             "share": hours / (plan["days"] * 24 * plan["gpus"]),
             "extrapolation": plan["params_without_position_embeddings"] / max(r["n"] for r in rows)}
 

@@ -435,8 +435,9 @@ def _load_state(data_dir, job, start):
         old = state["job"]
     except (OSError, ValueError, KeyError) as e:
         raise PrepareError(f"cannot read {path} ({e}): delete {data_dir} to start over") from None
-    if _location_free(old) != _location_free(job):
-        key = next((k for k in job if _location_free(old).get(k) != _location_free(job)[k]), "format")
+    was, now = _location_free(old), _location_free(job)
+    if was != now:
+        key = next((k for k in now if was.get(k) != now[k]), "format")
         change = "the input files changed" if key == "inputs" else f"{key} was {old.get(key)!r}, now {job[key]!r}"
         what = ("was prepared" if state["complete"] else "holds an unfinished job") + " with other arguments"
         raise PrepareError(f"{data_dir} {what} ({change}): re-run {state['command']} "
