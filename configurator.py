@@ -235,6 +235,12 @@ class Config(types.SimpleNamespace):
         object.__setattr__(self, "frozen", True)
         return self
 
+    @property
+    def tokens_per_step(self):
+        """Tokens in one optimizer step across every process: what the schedule, the token count, the plan and
+        the ladder all count by. (A config file cannot call it: it runs before the Config exists.)"""
+        return self.batch_size * self.gradient_accumulation_steps * self.block_size
+
 
 # the form of a key whose type is not obvious from a value, for its type error
 EXAMPLES = {"data_mixture": "{'data/pile': 0.7, 'data/dclm': 0.3}"}

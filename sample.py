@@ -71,12 +71,12 @@ def encoding_name(args, state):
     config = state.get("config", {})
     data_dir = None if config.get("data_mixture") else config.get("data_dir")
     meta = bins.read_meta(data_dir) if data_dir and os.path.isdir(data_dir) else None
-    if meta:
-        try:
-            return tokenizer.find(meta["encoding"], meta.get("encoding_sha256"), [data_dir])
-        except ValueError as e:
-            fail(f"{data_dir}/meta.json: {e}")
-    name = state.get("encoding")
+    folder = os.path.dirname(os.path.abspath(args.init_from)) if args.init_from else args.out_dir  # the run's
+    record, where, near = (meta, f"{data_dir}/meta.json", data_dir) if meta else (state, "the checkpoint", folder)
+    try:
+        name = tokenizer.recorded(record, [near])
+    except ValueError as e:
+        fail(f"{where}: {e}")
     if not name:
         fail("cannot tell which encoding the model was trained with (no meta.json beside its data and none in "
              "the checkpoint): pass --encoding bytes, --encoding gpt2 or --encoding path/to/ranks.tiktoken")

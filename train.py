@@ -93,7 +93,7 @@ encoding = sampler.encoding(fallback=start.encoding)  # saved in checkpoints, so
 # every rank draws the same global batch and takes its share: the batches do not depend on the number of processes
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
 val_windows = sampler.val_windows(cfg.eval_iters, eval_batch_size)  # the same every time: val losses compare
-tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * gptconf.block_size
+tokens_per_iter = cfg.tokens_per_step
 hellaswag_examples = evaluation.hellaswag_for_run(cfg, encoding or "gpt2", gptconf.block_size, log)
 
 
@@ -144,8 +144,8 @@ def step_loss(iteration, loss_sum):
 
 # -----------------------------------------------------------------------------
 # the checkpointer: what a checkpoint holds, when it is written, and how one goes back in (checkpointer.py)
-run = checkpointer.RunState({k: getattr(gptconf, k) for k in (*ARCHITECTURE_KEYS, "n_tokens")}, encoding,
-                            start.cooldown_from)
+run = checkpointer.RunState({k: getattr(gptconf, k) for k in (*ARCHITECTURE_KEYS, "n_tokens")},
+                            cooldown_from=start.cooldown_from, **tokenizer.describe(encoding))
 checkpoints = checkpointer.Checkpointer(cfg, {"model": raw_model, "optimizer": optimizer, "sampler": sampler,
                                               "spikes": guard, "run": run}, device, fsdp, save_group, log, record)
 step_loss = faults.active.wrap(step_loss, raw_model.parameters, rank == world_size - 1, guard.replayed,

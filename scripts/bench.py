@@ -274,7 +274,7 @@ class Bench:
     def __init__(self, args, config_args, cfg, work, budget):
         self.args, self.config_args, self.cfg, self.work, self.budget = args, config_args, cfg, work, budget
         self.micro_steps = args.grad_accum or cfg.gradient_accumulation_steps
-        self.config_tokens = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size  # a real step's
+        self.config_tokens = cfg.tokens_per_step  # a real step's
         self.deadline = time.time() + args.time_limit if args.time_limit else math.inf
         self.data_dir = os.path.join(work, "data")
         self.gpu = machine.local_gpu(0)[0]  # what train.py runs on: this machine's GPU, or None

@@ -182,7 +182,7 @@ class Ladder:
             evals = math.ceil(probe.eval_iters * probe.batch_size / batch)  # the base's validation set at every size
             head += [f"--batch_size={batch}", f"--gradient_accumulation_steps={accumulation}", f"--eval_iters={evals}"]
             probe = configurator.load_config(head)
-        iters = max(10, round(tokens / (probe.batch_size * probe.gradient_accumulation_steps * probe.block_size)))
+        iters = max(10, round(tokens / probe.tokens_per_step))
         return [*head, f"--max_iters={iters}", f"--lr_decay_iters={iters}",
                 f"--warmup_iters={max(1, round(self.s['warmup_fraction'] * iters))}",
                 f"--eval_interval={max(1, iters // self.s['evaluations'])}",

@@ -55,8 +55,7 @@ FP8_ASSUMED_SPEEDUP = 1.15
 def compute_seconds(cfg, flops_per_token, gpus, mfu, gpu):
     """One optimizer step's model FLOPs at `mfu` of the GPUs' bf16 peak (MFU is defined on model FLOPs,
     against the bf16 peak even with fp8, which is assumed FP8_ASSUMED_SPEEDUP times faster)."""
-    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size
-    seconds = tokens_per_iter * flops_per_token / (gpus * mfu * gpu.peak_tflops * 1e12)
+    seconds = cfg.tokens_per_step * flops_per_token / (gpus * mfu * gpu.peak_tflops * 1e12)
     return seconds / FP8_ASSUMED_SPEEDUP if cfg.fp8 else seconds
 
 
@@ -112,7 +111,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     budget = card_budget(cfg, gpu)
     config = model.config
     n_recomputed = config.num_recomputed_blocks()
-    tokens_per_iter = cfg.batch_size * cfg.gradient_accumulation_steps * config.block_size
+    tokens_per_iter = cfg.tokens_per_step
     flops = cost.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
     recompute = cost.recompute_flops_per_token(cost.block_params(model), n_recomputed, config.n_embd,
                                                config.block_size, policy)
@@ -783,7 +782,7 @@ def budget_note(cfg, config_args):
     """A line on stderr when --key=value overrides change the run's token count: a config derives
     max_iters from its own batch, so --batch_size=8 alone makes a 300B-token run a 600B one."""
     files = configurator.load_config_or_exit([a for a in config_args if not a.startswith("--")])
-    before, after = (c.max_iters * c.batch_size * c.gradient_accumulation_steps * c.block_size for c in (files, cfg))
+    before, after = (c.max_iters * c.tokens_per_step for c in (files, cfg))
     count = lambda tokens: f"{tokens / 1e9:,.1f}B" if tokens >= 1e8 else f"{tokens / 1e6:,.2f}M"  # a tiny run's too
     if before != after:
         print(f"note: the overrides change the run from {count(before)} to {count(after)} tokens (the config "

@@ -81,9 +81,17 @@ def test_shipped_configs_load(name):
 def test_6b_config_is_self_consistent():
     cfg = load_config([str(REPO / "config" / "train_gpt3_6b.py")])
     assert (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size) == (32, 32, 4096, 2048)
-    assert cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size == 1_310_720
+    assert cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size == cfg.tokens_per_step == 1_310_720
     assert cfg.max_iters == cfg.lr_decay_iters == 228_882  # 300e9 tokens
     assert cfg.activation_checkpointing == "auto" and cfg.compile and cfg.keep_last_n == 3
+
+
+def test_tokens_per_step_follows_the_batch_and_is_not_a_setting():
+    cfg = load_config(["--batch_size=3", "--gradient_accumulation_steps=5", "--block_size=64"])
+    assert cfg.tokens_per_step == 3 * 5 * 64
+    cfg.gradient_accumulation_steps = 2  # train.py's memory choice may split the batch before it freezes the config
+    assert cfg.tokens_per_step == 3 * 2 * 64
+    assert "tokens_per_step" not in vars(cfg)  # derived, so never saved or compared as a setting
 
 
 @pytest.mark.e2e

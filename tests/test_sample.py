@@ -3,7 +3,7 @@ used (falling back past a truncated one), and ids outside the encoding decode as
 import pytest
 import torch
 
-from trainer import bins, checkpoint
+from trainer import bins, checkpoint, checkpointer, tokenizer
 import sample
 from conftest import run_here
 from model import GPT, GPTConfig, KVCache
@@ -98,6 +98,23 @@ def test_a_mixture_runs_encoding_is_its_own_record_not_its_unread_data_dirs(tmp_
     assert sample.encoding_name(args, state) == "bytes"
     del state["config"]["data_mixture"]  # one dataset: its data_dir's meta.json is what it read
     assert sample.encoding_name(args, state) == "gpt2"
+
+
+def test_a_rank_file_that_moved_is_found_by_the_hash_the_checkpoint_recorded(tmp_path, capsys):
+    """A volume mounted elsewhere moves the rank file the checkpoint names: its hash finds the copy beside the run."""
+    ranks, run = tmp_path / "ranks.tiktoken", tmp_path / "run"
+    tokenizer.get_encoding("bytes").write_ranks(str(ranks))
+    state = {"config": {}, **checkpointer.RunState({}, **tokenizer.describe(str(ranks))).state_dict()}  # train.py's
+    assert state["encoding"] == str(ranks) and len(state["encoding_sha256"]) == 64
+    run.mkdir()
+    ranks.rename(run / "mine.tiktoken")
+    args = sample.parse_args([f"--out_dir={run}"])
+    assert sample.encoding_name(args, state) == str(run / "mine.tiktoken")
+    (run / "mine.tiktoken").unlink()
+    with pytest.raises(SystemExit) as e:
+        sample.encoding_name(args, state)
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and line.startswith("error: the checkpoint: the rank file ") and "copy it to" in line
 
 
 def test_reads_an_fsdp_runs_sharded_checkpoint(run_dir, capsys):

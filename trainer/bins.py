@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from trainer import RunError
-from trainer.tokenizer import find as find_encoding
+from trainer.tokenizer import recorded as recorded_encoding
 from trainer.tokenizer import identity as encoding_identity
 
 DTYPE = np.dtype("<u2")  # uint16 holds every id of a vocab of at most 65536
@@ -442,7 +442,7 @@ class Mixture:
         if described is None:
             return fallback
         try:
-            return find_encoding(described.meta["encoding"], described.meta.get("encoding_sha256"), [described.path])
+            return recorded_encoding(described.meta, [described.path])
         except ValueError as e:
             raise MixtureError(f"{described.path}/meta.json: {e}") from None
 

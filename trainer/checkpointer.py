@@ -41,6 +41,7 @@ class RunState:
     model_args: dict
     encoding: str | None = None
     cooldown_from: int | None = None
+    encoding_sha256: str | None = None  # a rank file's (tokenizer.describe), so sample.py finds it if it moved
     best_val_loss: float = math.inf
     wandb_run_id: str | None = None
     tokens: int = 0
@@ -197,7 +198,7 @@ class Checkpointer:
         at a time; had it failed, this raises its CheckpointError); with checkpoint_async the write goes on in the
         background, and the save record's seconds are the copy to host memory that held the run."""
         cfg, model, optimizer, run = self.cfg, self.states["model"], self.states["optimizer"], self.states["run"]
-        run.tokens = run.tokens_through(iteration, cfg.batch_size * cfg.gradient_accumulation_steps * cfg.block_size)
+        run.tokens = run.tokens_through(iteration, cfg.tokens_per_step)
         run.tokens_iter = iteration
         state = dict(run.state_dict(), iter_num=iteration, config=vars(cfg),
                      sampler=self.resume_point["sampler"], rng=gather_rng_states(self.resume_point["rng"]),

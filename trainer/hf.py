@@ -266,7 +266,7 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print, encoding=None):
     dtype_name = str(dtype).removeprefix("torch.")
     args = model_config(saved_args=state["model_args"])
     layout = export_layout(args, source)
-    encoding = _encoding(encoding or state.get("encoding"))
+    encoding = _encoding(encoding, state, source)
     if encoding is None:
         log("note: the checkpoint records no encoding; writing the model without tokenizer files")
     rows = _exported_rows(args, encoding, source)
@@ -308,15 +308,16 @@ def _newest(source, log):
     return _load_checkpoint(source, log)
 
 
-def _encoding(name):
-    """The encoding name loads as, or None (then no tokenizer files) where the checkpoint records none. One that
-    does not load is a WeightsError: without it the export would keep the padding rows and no end-of-text,
-    another model than the one with it."""
-    from trainer.tokenizer import get_encoding
+def _encoding(name, state, source):
+    """The encoding `name` (--encoding) loads as, else the checkpoint's record (found by its hash where the rank
+    file moved), or None (then no tokenizer files) where it records none. One that does not load is a
+    WeightsError: without it the export would keep the padding rows and no end-of-text, another model."""
+    from trainer.tokenizer import get_encoding, recorded
     try:
-        return get_encoding(name) if name else None
+        found = name or recorded(state, [source, os.path.dirname(os.path.abspath(source))])
+        return get_encoding(found) if found else None
     except ValueError as e:
-        raise WeightsError(f"the encoding {name!r} does not load ({e}); pass --encoding with a rank file that "
+        raise WeightsError(f"the encoding {name or state.get('encoding')!r} does not load ({e}); pass --encoding with a rank file that "
                            "does (scripts/fetch_gpt2_ranks.sh writes GPT-2's to .cache/gpt2.tiktoken)") from None
 
 

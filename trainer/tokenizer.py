@@ -99,9 +99,9 @@ def file_sha256(path):
 
 
 def describe(name):
-    """How meta.json records an encoding: a rank file by absolute path and content hash, so that it
-    is found from any directory, and found again by its hash if it moved."""
-    if name in ("gpt2", "bytes"):
+    """How meta.json and checkpoints record an encoding: a rank file by absolute path and content hash, so that
+    it is found from any directory, and found again by its hash if it moved (recorded)."""
+    if name in (None, "gpt2", "bytes"):
         return {"encoding": name}
     return {"encoding": os.path.abspath(name), "encoding_sha256": file_sha256(name)}
 
@@ -126,6 +126,14 @@ def find(name, sha256=None, near=()):
     raise ValueError(f"the rank file {name} (sha256 {sha256[:16]}...) {problem}, and there is no file with its hash "
                      f"in {', '.join(folders)}: copy it to one of them (scripts/fetch_gpt2_ranks.sh writes "
                      "GPT-2's to .cache/gpt2.tiktoken)")
+
+
+def recorded(record, near=()):
+    """The name to load the encoding that describe()'s record (meta.json, a checkpoint) holds by, or None where it
+    holds none: find() with its hash, so a rank file that moved with a volume is found in `near` or .cache/."""
+    if not record.get("encoding"):
+        return None
+    return find(record["encoding"], record.get("encoding_sha256"), near)
 
 
 def load_ranks(path):
