@@ -1,7 +1,7 @@
 """
 Export a checkpoint as a Hugging Face transformers folder, for lm-evaluation-harness, vLLM, transformers
 or the hub: GPT-2's layout for GPT-3's settings, Llama's for a model with Llama's internals (position='rope',
-norm='rmsnorm', activation='swiglu', tie_embeddings=False, bias=False); any other mix is refused:
+norm='rmsnorm', activation='swiglu', the head tied or not, biases or not); any other mix is refused:
 
     python scripts/export_hf.py out/gpt3_6b hf/gpt3_6b                 # the newest loadable checkpoint
     python scripts/export_hf.py out/gpt3_6b/ckpt_572205.pt hf/final --dtype float32

@@ -115,6 +115,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     flops = cost.flops_per_token(model.get_num_params(), config.n_layer, config.n_embd, config.block_size)
     recompute = cost.recompute_flops_per_token(cost.block_params(model), n_recomputed, config.n_embd,
                                                config.block_size, policy)
+    head_recompute = cost.head_recompute_flops_per_token(config.vocab_size, config.n_embd)
     mode = optim.mode_of(vars(cfg))
     setup = cost.Setup.of(cfg, gpus)  # what cost.py prices
     n_params = model.get_num_params(non_embedding=False)
@@ -135,6 +136,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "activation_checkpointing": policy,
         "recomputed_blocks": n_recomputed,
         "recompute_flops_per_token": recompute,
+        "head_recompute_flops_per_token": head_recompute,
         "total_flops": flops * cfg.max_iters * tokens_per_iter,
         "gpu": gpu_key,
         "gpu_name": gpu.name,
@@ -165,7 +167,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
         "peak_tflops": gpu.peak_tflops,
         "mfu": mfu,
         "fp8": cfg.fp8,
-        "hfu": mfu * (flops + recompute) / flops,
+        "hfu": mfu * (flops + recompute + head_recompute) / flops,
         "seconds_per_iter": seconds_per_iter,
         "tokens_per_second": tokens_per_iter / seconds_per_iter,
         "days": days,
@@ -347,6 +349,7 @@ def report(plan, cfg, config_args):
             lines.append(f"  {warning}")
     if plan["recompute_flops_per_token"]:
         lines.append(f"                 + {plan['recompute_flops_per_token']:.4g} per token recomputing {k} blocks "
+                     f"and {plan['head_recompute_flops_per_token']:.3g} the head's logits "
                      f"= {plan['total_flops'] * (plan['hfu'] / plan['mfu']):.3g} executed")
     lines += ["", f"memory per GPU on {plan['gpu_name']} ({machine.GPUS[plan['gpu']].memory_gb:g} GB, i.e. "
                   f"{plan['gpu_memory_gb']:.1f}e9 bytes), {setup}:"]

@@ -229,7 +229,7 @@ def broken_folder(tmp_path, hf_folder, case):
 
 @pytest.mark.parametrize("case,expected", [
     ("llama", "only GPT-2-style models"), ("truncated", "missing or truncated"), ("no_weights", "no model.safetensors"),
-    ("nonexistent", "no such model"), ("untied", "not tied"), ("layer_idx", "scale_attn_by_inverse_layer_idx=True"),
+    ("nonexistent", "no such model"), ("untied", "differs from the token embedding"), ("layer_idx", "scale_attn_by_inverse_layer_idx=True"),
     ("bad_config", "not a readable GPT-2 config"), ("plain", "neither a Hugging Face folder")])
 def test_bad_weights_give_one_line(tmp_path, data_dir, hf_folder, case, expected):
     folder = tmp_path / "nowhere" if case == "nonexistent" else broken_folder(tmp_path, hf_folder, case)
@@ -299,6 +299,11 @@ def test_gpt3_with_an_untied_head_exports_as_gpt2_with_its_own_head(tmp_path):
     assert type(gpt2).__name__ == "GPT2LMHeadModel" and not gpt2.config.tie_word_embeddings
     x = torch.randint(0, 257, (2, 16), generator=torch.Generator().manual_seed(2))
     assert (logits_of(model, x)[..., :257] - gpt2(x).logits).abs().max() <= 1e-5
+    args_back, weights, _ = hf.load_weights(str(tmp_path / "hf"))  # and back, with its own head
+    assert not args_back["tie_embeddings"] and weights.keys() == model.state_dict().keys()
+    back = GPT(GPTConfig(**args_back)).eval()
+    back.load_state_dict(weights)
+    assert torch.equal(logits_of(back, x)[..., :257], logits_of(model, x)[..., :257])
 
 
 def test_an_encoding_that_does_not_load_is_refused_and_another_can_be_named(tmp_path):
@@ -329,15 +334,16 @@ def save_modern(folder, **changes):
     return model
 
 
-@pytest.mark.parametrize("tied", [False, True])
-def test_llamas_settings_export_as_llama_with_the_same_logits(tmp_path, tied):
-    """Llama's settings, the head tied to the embedding or its own (transformers' tie_word_embeddings)."""
-    model = save_modern(tmp_path / "run", tie_embeddings=tied)
+@pytest.mark.parametrize("tied, bias", [(False, False), (True, False), (False, True)])
+def test_llamas_settings_export_as_llama_with_the_same_logits(tmp_path, tied, bias):
+    """Llama's settings, the head tied to the embedding or its own (transformers' tie_word_embeddings), and with
+    biases (attention_bias and mlp_bias; save_modern sets them away from 0)."""
+    model = save_modern(tmp_path / "run", tie_embeddings=tied, bias=bias)
     result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"), "--dtype", "float32")
     assert result.returncode == 0 and "as LlamaForCausalLM" in result.stderr + result.stdout, result.stderr
     llama = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert type(llama).__name__ == "LlamaForCausalLM" and llama.config.vocab_size == 257  # the bytes' padding dropped
-    assert llama.config.tie_word_embeddings == tied
+    assert llama.config.tie_word_embeddings == tied and llama.config.attention_bias == llama.config.mlp_bias == bias
     x = torch.randint(0, 257, (2, 16), generator=torch.Generator().manual_seed(2))
     ours = logits_of(model.eval(), x)[..., :257]
     assert (ours - llama(x).logits).abs().max() <= 1e-5

@@ -2,9 +2,9 @@
 Hugging Face's GPT-2 layout in and out: weights to start a run from (OpenAI's GPT-2, any GPT-2-style
 transformers folder, or one of this project's checkpoints), and a checkpoint exported as a folder that
 transformers, vLLM and lm-evaluation-harness load as GPT2LMHeadModel. A model with Llama's internals
-(LLAMA_SETTINGS: rotary positions in the rotate-half layout model.py uses, RMSNorm, SwiGLU, an untied
-head, no biases) exports as LlamaForCausalLM instead: c_attn splits into q_proj, k_proj and v_proj, the
-rest is renamed (LLAMA_NAMES). Any other mix of settings has no transformers class and is refused.
+(LLAMA_SETTINGS: rotary positions in the rotate-half layout model.py uses, RMSNorm, SwiGLU; tied head or not,
+biases or not: Llama's attention_bias and mlp_bias) exports as LlamaForCausalLM instead: c_attn splits into
+q_proj, k_proj and v_proj, the rest is renamed (LLAMA_NAMES). Any other mix of settings has no transformers class and is refused.
 
 The two layouts hold the same tensors under the same names, except that transformers keeps GPT-2's
 linear layers as Conv1D with (in, out) weights, so c_attn, c_proj and c_fc are transposed each way,
@@ -34,11 +34,11 @@ EXPORTED_BIAS = "bias"  # config.json's record of a bias=False model, whose expo
 # the settings each transformers class computes (GPT-2's activation: one of ACTIVATIONS); both tie the head to the
 # embedding or not (tie_word_embeddings), and the export says which
 GPT2_SETTINGS = dict(position="learned", norm="layernorm", qk_norm=False, logit_softcap=0.0)
-LLAMA_SETTINGS = dict(position="rope", norm="rmsnorm", activation="swiglu", bias=False, qk_norm=False,
-                      logit_softcap=0.0)
-LLAMA_NAMES = {"ln_1.weight": "input_layernorm.weight", "attn.c_proj.weight": "self_attn.o_proj.weight",
-               "ln_2.weight": "post_attention_layernorm.weight", "mlp.c_gate.weight": "mlp.gate_proj.weight",
-               "mlp.c_fc.weight": "mlp.up_proj.weight", "mlp.c_proj.weight": "mlp.down_proj.weight"}
+LLAMA_SETTINGS = dict(position="rope", norm="rmsnorm", activation="swiglu", qk_norm=False, logit_softcap=0.0)
+LLAMA_NAMES = {"ln_1.weight": "input_layernorm.weight", "ln_2.weight": "post_attention_layernorm.weight",
+               **{f"{ours}.{kind}": f"{theirs}.{kind}" for kind in ("weight", "bias") for ours, theirs in (
+                   ("attn.c_proj", "self_attn.o_proj"), ("mlp.c_gate", "mlp.gate_proj"), ("mlp.c_fc", "mlp.up_proj"),
+                   ("mlp.c_proj", "mlp.down_proj"))}}  # the biases where bias=True (attention_bias, mlp_bias)
 
 
 class WeightsError(RunError):
@@ -85,7 +85,8 @@ def _download(name):
 
 def read_hf_folder(folder):
     """(model_args, state_dict) of a transformers GPT-2 folder: config.json plus model.safetensors or
-    pytorch_model.bin, either one sharded with an index."""
+    pytorch_model.bin, either one sharded with an index; the head tied to the embedding, or its own where
+    tie_word_embeddings is false (as export writes an untied model)."""
     try:
         with open(os.path.join(folder, "config.json")) as f:
             config = json.load(f)
@@ -104,8 +105,11 @@ def read_hf_folder(folder):
         if name in expected:
             weights[name] = t
         elif name == "transformer.lm_head.weight" and t.shape == expected["transformer.wte.weight"]:
-            weights[name] = t  # checked below: it must be the tied embedding
+            weights[name] = t  # checked below: tied, it must be the embedding
         # other tensors: the causal-mask buffers of old files, or a task head (score, multiple choice)
+    tied = config.get("tie_word_embeddings", True)
+    if not tied:
+        expected = {**expected, "transformer.lm_head.weight": expected["transformer.wte.weight"]}
     missing = sorted(set(expected) - set(weights))
     if missing:
         raise WeightsError(f"{folder} lacks {len(missing)} GPT-2 tensor(s), e.g. {missing[0]}: truncated or not GPT-2")
@@ -113,8 +117,9 @@ def read_hf_folder(folder):
         if tuple(weights[name].shape) != shape:
             raise WeightsError(f"{folder}: {name} has shape {tuple(weights[name].shape)}, config.json implies {shape}")
     head = weights.pop("transformer.lm_head.weight", None)
-    if head is not None and not torch.equal(head, weights["transformer.wte.weight"]):
-        raise WeightsError(f"{folder}: its LM head is not tied to the token embedding; this model ties them")
+    if tied and head is not None and not torch.equal(head, weights["transformer.wte.weight"]):
+        raise WeightsError(f"{folder}: its LM head differs from the token embedding although config.json ties "
+                           "them (tie_word_embeddings): set it false there if the head is its own")
     # a bias-free model exported here has zero biases and says so: it comes back bias-free, unless
     # the biases were trained since (in transformers)
     zero_biases = all(not v.any() for k, v in weights.items() if k.endswith(".bias"))
@@ -124,11 +129,11 @@ def read_hf_folder(folder):
     n_tokens = config["vocab_size"]
     padded = -(-n_tokens // PAD_TO) * PAD_TO
     weights = {k: v.float().contiguous() for k, v in weights.items()}
-    wte = weights["transformer.wte.weight"]
-    weights["transformer.wte.weight"] = weights["lm_head.weight"] = torch.cat(
-        [wte, wte.new_zeros(padded - n_tokens, wte.size(1))])
+    pad = lambda t: torch.cat([t, t.new_zeros(padded - n_tokens, t.size(1))]).float().contiguous()
+    weights["transformer.wte.weight"] = pad(weights["transformer.wte.weight"])
+    weights["lm_head.weight"] = weights["transformer.wte.weight"] if tied else pad(head)
     args = dict(n_layer=config["n_layer"], n_head=config["n_head"], n_embd=config["n_embd"],
-                block_size=config["n_positions"], vocab_size=padded, bias=bias,
+                block_size=config["n_positions"], vocab_size=padded, bias=bias, tie_embeddings=tied,
                 activation="gelu" if config.get("activation_function", "gelu_new") == "gelu" else "gelu_tanh",
                 n_tokens=n_tokens if padded > n_tokens else 0)
     return args, weights
@@ -143,7 +148,6 @@ def _check_config(config, folder):
         "scale_attn_weights": not config.get("scale_attn_weights", True),
         "scale_attn_by_inverse_layer_idx": config.get("scale_attn_by_inverse_layer_idx", False),
         "add_cross_attention": config.get("add_cross_attention", False),
-        "tie_word_embeddings": not config.get("tie_word_embeddings", True),
     }
     wrong = [key for key, is_different in different.items() if is_different]
     if wrong:
@@ -244,7 +248,7 @@ def _hf_config(args, layout, rows, eot, dtype_name):
         return LlamaConfig(hidden_size=args.n_embd, intermediate_size=args.mlp_hidden(), num_hidden_layers=args.n_layer,
                            num_attention_heads=args.n_head, num_key_value_heads=args.n_head, hidden_act="silu",
                            max_position_embeddings=args.block_size, rms_norm_eps=NORM_EPS, rope_theta=args.rope_theta,
-                           tie_word_embeddings=args.tie_embeddings, attention_bias=False, mlp_bias=False,
+                           tie_word_embeddings=args.tie_embeddings, attention_bias=args.bias, mlp_bias=args.bias,
                            architectures=["LlamaForCausalLM"], **common)
     return GPT2Config(n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
                       activation_function=ACTIVATIONS[args.activation], layer_norm_epsilon=NORM_EPS, resid_pdrop=0.0,
@@ -359,7 +363,8 @@ def _hf_tensors(weights, args, rows, dtype):
 
 def _llama_tensors(weights, args, rows, dtype):
     """[(name, shape, make)] in LlamaForCausalLM's layout, as _hf_tensors makes GPT-2's: the fused c_attn's
-    rows are the queries, keys and values in turn; the embedding and the head lose their padding rows."""
+    rows (and its bias's) are the queries, keys and values in turn; the embedding and the head lose their
+    padding rows."""
     C = args.n_embd
     out = []
     for name, t in weights.items():
@@ -371,8 +376,9 @@ def _llama_tensors(weights, args, rows, dtype):
             out.append((hf_name, (rows, C), lambda t=t: t[:rows].to(dtype).contiguous()))
         elif name == "transformer.ln_f.weight":
             out.append(("model.norm.weight", (C,), lambda t=t: t.to(dtype).contiguous()))
-        elif rest == "attn.c_attn.weight":
-            out += [(f"model.layers.{block}.self_attn.{proj}.weight", (C, C),
+        elif rest in ("attn.c_attn.weight", "attn.c_attn.bias"):
+            kind = rest.rpartition(".")[2]
+            out += [(f"model.layers.{block}.self_attn.{proj}.{kind}", (C, C)[:t.dim()],
                      lambda t=t, j=j: t[j * C:(j + 1) * C].to(dtype).contiguous())
                     for j, proj in enumerate(("q_proj", "k_proj", "v_proj"))]
         else:
