@@ -46,7 +46,7 @@ def test_sbatch_runs_one_torchrun_per_node_at_a_c10d_rendezvous(tmp_path):
                  "--rdzv-id=42", "--max-restarts=3"):
         assert f" {flag} " in line
     cfg = configurator.load_config(train_args(line))
-    assert (cfg.strategy, cfg.data_dir, cfg.out_dir) == ("hsdp", "/shared/gpt/data/openwebtext", "/shared/gpt/out/gpt3_6b")
+    assert (cfg.strategy, cfg.data_dir, cfg.out_dir) == ("hsdp", "/shared/gpt/data/pile", "/shared/gpt/out/gpt3_6b")
     missing = subprocess.run(["bash", script, "config/train_gpt3_6b.py"], env=dict(env, VOLUME=""),
                              capture_output=True, text=True)
     assert missing.returncode != 0 and "set VOLUME to storage every node mounts" in missing.stderr
@@ -70,4 +70,4 @@ def test_skypilot_task_parses_and_its_run_section_builds_the_torchrun_line(tmp_p
     for flag in ("--nnodes=2", "--nproc_per_node=8", "--rdzv-endpoint=10.0.0.5:29500", "--max-restarts=3"):
         assert f" {flag} " in line
     cfg = configurator.load_config(train_args(line))
-    assert (cfg.strategy, cfg.data_dir, cfg.out_dir) == ("hsdp", "/data/openwebtext", "/checkpoints/gpt3_6b")
+    assert (cfg.strategy, cfg.data_dir, cfg.out_dir) == ("hsdp", "/data/pile", "/checkpoints/gpt3_6b")
