@@ -364,3 +364,17 @@ def test_write_speed_writes_fsyncs_and_leaves_nothing(tmp_path, monkeypatch):
     speed = checkpoint.write_speed(tmp_path / "new_out_dir", nbytes=2 << 20)
     assert speed > 0 and synced == [2 << 20]  # every byte on disk before the clock stops
     assert os.listdir(tmp_path / "new_out_dir") == []
+
+
+def test_a_rank_the_saving_run_lacked_gets_rngs_of_its_own():
+    """1 -> 2 processes: rank 0 continues the saved stream exactly; rank 1 draws other dropout masks, not rank 0's."""
+    from trainer import checkpointer
+    torch.manual_seed(0)
+    saved = [checkpointer.rng_state("cpu")]
+    draws = []
+    for rank in (0, 1, 0):
+        checkpointer.restore_rngs(saved, rank, 2, seed=1337, iteration=4, device_type="cpu")
+        draws.append(torch.rand(4))
+    assert torch.equal(draws[0], draws[2]) and not torch.equal(draws[0], draws[1])
+    torch.manual_seed(0)
+    assert torch.equal(draws[0], torch.rand(4))  # where the saving run left it

@@ -131,6 +131,17 @@ def test_fsdp_matches_one_process_and_resumes_exactly(tmp_path, data_dir, single
     assert_close(final_weights(fsdp, 8), final_weights(uninterrupted, 8), exact=True)
 
 
+def test_ddp_with_dropout_resumes_each_ranks_masks_exactly(tmp_path, data_dir):
+    """Each rank's RNG comes back as its own: with dropout on, 2 DDP processes stopped at 4 and resumed end
+    bit-exact with 2 that never stopped (with dropout off, ranks restored with each other's RNGs would pass)."""
+    uninterrupted, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
+    run(uninterrupted, data_dir, "--max_iters=8", "--dropout=0.1", nproc=2)
+    run(resumed, data_dir, "--max_iters=4", "--dropout=0.1", nproc=2)
+    run(resumed, data_dir, "--max_iters=8", "--dropout=0.1", nproc=2)
+    assert losses(resumed) == losses(uninterrupted)
+    assert_close(final_weights(resumed, 8), final_weights(uninterrupted, 8), exact=True)
+
+
 def test_world_size_changes_both_ways_and_a_cut_short_checkpoint_is_skipped(tmp_path, data_dir, single, fsdp):
     # sharded by 2 processes with max_iters=8, resumed by 1 to 10 (lr_decay_iters is fixed, so step 8 is the same)
     out = tmp_path / "two_to_one"

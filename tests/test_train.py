@@ -165,6 +165,11 @@ def test_nonfinite_step_is_skipped_and_never_saved(tmp_path, data_dir):
                    env={"TRAINER_FAULTS": "nan@5,6,7,8,9,10,11,12"}, check=False)
     assert result.returncode == 1 and "3 non-finite steps in a row" in result.stdout
     assert ckpts(out) == [4]  # nothing saved after the poison began
+    out = tmp_path / "nan_across_a_stop"  # stopped amid a streak, the resumed run goes on counting it
+    train(out, data_dir, "--max_iters=6", "--max_nonfinite_steps=3", env={"TRAINER_FAULTS": "nan@5,6"})
+    result = train(out, data_dir, "--max_iters=8", "--max_nonfinite_steps=3", env={"TRAINER_FAULTS": "nan@7"},
+                   check=False)
+    assert result.returncode == 1 and "3 non-finite steps in a row" in result.stdout
     assert [r["iter"] for r in metrics.read(out, "diverged")] == [7]
     out = tmp_path / "nan_no_rollback_target"  # the third non-finite step also ends a burst, with nothing to go back to
     result = train(out, data_dir, "--max_iters=12", "--max_nonfinite_steps=3", "--spike_rollback_after=3",
@@ -297,7 +302,14 @@ def test_the_tokens_count_carries_on_across_a_resume_with_another_batch(tmp_path
     """metrics.jsonl's tokens are those trained so far: a resume on twice the accumulation adds twice a step."""
     out = tmp_path / "out"
     train(out, data_dir, "--max_iters=4", "--eval_interval=0")
-    train(out, data_dir, "--max_iters=6", "--eval_interval=0", "--gradient_accumulation_steps=6")
+    resumed = train(out, data_dir, "--max_iters=6", "--eval_interval=0", "--gradient_accumulation_steps=6").stdout
+    assert "note: micro-batch 4 x 3 -> 4 x 6 since the checkpoint: 24 sequences a step, not 12, from here on" in resumed
     per_step = 4 * 16  # TINY's batch_size x block_size, each accumulation step
     tokens = {r["iter"]: r["tokens"] for r in metrics.read(out, "step")}
     assert [tokens[n] for n in (4, 5, 6)] == [4 * 3 * per_step, (4 * 3 + 6) * per_step, (4 * 3 + 12) * per_step]
+    # the same global batch split otherwise (as auto may on another device): said not to be bit-exact
+    split = train(out, data_dir, "--max_iters=7", "--eval_interval=0", "--batch_size=8",
+                  "--gradient_accumulation_steps=3").stdout
+    assert "note: micro-batch 4 x 6 -> 8 x 3 since the checkpoint: the same batches summed in another order" in split
+    assert "note: micro-batch" not in train(out, data_dir, "--max_iters=8", "--eval_interval=0", "--batch_size=8",
+                                            "--gradient_accumulation_steps=3").stdout

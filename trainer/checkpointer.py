@@ -94,6 +94,15 @@ def set_rng_state(rng, device_type):
     np.random.set_state(("MT19937", rng["numpy"][0].numpy(), *rng["numpy"][1:]))
 
 
+def restore_rngs(rngs, rank, world_size, seed, iteration, device_type):
+    """This rank's RNGs where the saving run left them (rngs: one state per rank of that run). A rank it did not
+    have (more processes now) gets a seed of its own at this iteration: another rank's state would give two ranks
+    the same dropout masks from here on."""
+    set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0], device_type)
+    if rank >= len(rngs):
+        torch.manual_seed(seed + rank + world_size * iteration)  # seeds every device's generator too
+
+
 class Checkpointer:
     def __init__(self, cfg, states, device, sharded, group, log, record):
         """states: {"model": the plain module, "optimizer", "sampler", "spikes": the SpikeGuard, "run": RunState}.
@@ -149,7 +158,7 @@ class Checkpointer:
             self.log(f"note: {threads} CPU thread(s) saved this checkpoint and {torch.get_num_threads()} continue it: "
                      f"the sums' order differs, so the run goes on close to, not bit-exact with, one that never "
                      f"stopped (OMP_NUM_THREADS={threads} makes it exact)")
-        set_rng_state(rngs[self.rank % len(rngs)], self.device_type)
+        restore_rngs(rngs, self.rank, self.world_size, cfg.seed, state["iter_num"], self.device_type)
         if "spikes" in state:
             self.states["spikes"].load_state_dict(state["spikes"], after_rollback=after_rollback)
         if not after_rollback:
@@ -159,7 +168,16 @@ class Checkpointer:
         return state["iter_num"]
 
     def _note_changes(self, saved, iteration):
-        """Log what the config changed since the checkpoint that the run takes in its stride: fp8, the schedule."""
+        """Log what the config changed since the checkpoint that the run takes in its stride: the batch's split
+        (auto picks it from the memory of the device it starts on), fp8, the schedule."""
+        was, now = (saved.get("batch_size"), saved.get("gradient_accumulation_steps")), \
+            (self.cfg.batch_size, self.cfg.gradient_accumulation_steps)
+        if None not in was and was != now:
+            same = was[0] * was[1] == now[0] * now[1]
+            self.log(f"note: micro-batch {was[0]} x {was[1]} -> {now[0]} x {now[1]} since the checkpoint" + (
+                ": the same batches summed in another order, so the run goes on close to, not bit-exact with, one "
+                "that never stopped" if same else f": {now[0] * now[1]} sequences a step, not {was[0] * was[1]}, "
+                "from here on"))
         if saved.get("fp8", "") != self.cfg.fp8:  # the weights are plain either way
             self.log(f"note: fp8 {saved.get('fp8', '') or 'off'} -> {self.cfg.fp8 or 'off'} since the checkpoint: "
                      f"the weights and optimizer continue as saved, the matmuls from here on are {self.cfg.fp8 or 'bf16'}")

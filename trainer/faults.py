@@ -110,7 +110,7 @@ class SpikeGuard:
         self.skipped_at = deque()  # (iteration, data position at its start) of recent skipped steps
         self.skipped = 0  # spikes skipped in the whole run
         self.rollbacks = []  # one {'at', 'to', 'first_spike'} per automatic rollback
-        self.nonfinite_in_a_row = self.nonfinite_total = 0  # this process's, not saved
+        self.nonfinite_in_a_row = self.nonfinite_total = 0  # saved: a run stopped amid a streak keeps counting it
 
     @property
     def on(self):
@@ -190,7 +190,8 @@ class SpikeGuard:
 
     def state_dict(self):
         return {"history": [list(h) for h in self.history], "skipped_at": [list(s) for s in self.skipped_at],
-                "skipped": self.skipped, "rollbacks": list(self.rollbacks)}
+                "skipped": self.skipped, "rollbacks": list(self.rollbacks),
+                "nonfinite_in_a_row": self.nonfinite_in_a_row, "nonfinite_total": self.nonfinite_total}
 
     def load_state_dict(self, state, after_rollback=False):
         """A checkpoint's statistics. after_rollback: the burst that caused it is dealt with, and the run
@@ -201,6 +202,9 @@ class SpikeGuard:
         else:
             self.skipped_at = deque(tuple(s) for s in state["skipped_at"])
             self.skipped, self.rollbacks = state["skipped"], list(state["rollbacks"])
+            # older checkpoints did not keep them: their counts start again
+            self.nonfinite_in_a_row, self.nonfinite_total = (state.get(k, 0) for k in ("nonfinite_in_a_row",
+                                                                                      "nonfinite_total"))
 
 
 def rollback_target(checkpoints, first_spike, margin):
