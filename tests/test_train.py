@@ -237,6 +237,11 @@ def test_wandb_without_credentials_goes_offline_and_keeps_its_id(tmp_path, data_
     assert "no wandb credentials" in result.stdout and "logging offline" in result.stdout
     run_id = torch.load(tmp_path / "out" / "ckpt_2.pt", weights_only=True)["wandb_run_id"]
     assert run_id and list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
+    resumed = python(["train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",  # the same run goes on
+                      f"--out_dir={tmp_path / 'out'}", "--wandb_log=True", "--max_iters=6"], env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    state = torch.load(tmp_path / "out" / "ckpt_6.pt", weights_only=True)
+    assert state["wandb_run_id"] == run_id  # its charts continue
 
 
 def test_the_config_is_frozen_once_the_start_point_and_the_memory_choice_are_made():
