@@ -396,6 +396,12 @@ def check(cfg, world_size, distributed=None):
                 "max_rollbacks", "hellaswag_interval", "hellaswag_limit"):
         if getattr(cfg, key) < 0:
             return f"{key} must be 0 or more, got {getattr(cfg, key)}"
+    for key in ("dropout", "beta1", "beta2"):  # probabilities and decays: 1 would never forget, or drop everything
+        if not 0 <= getattr(cfg, key) < 1:
+            return f"{key} must be at least 0 and below 1, got {getattr(cfg, key)}"
+    for key in ("weight_decay", "grad_clip"):
+        if getattr(cfg, key) < 0:
+            return f"{key} must be 0 (off) or more, got {getattr(cfg, key)}"
     if problem := weights_problem(cfg.data_mixture) or schedule_problem(cfg):
         return problem
     if problem := architecture_problem(cfg):

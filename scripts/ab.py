@@ -4,7 +4,8 @@
         --seeds 2 --common "--max_iters=200 --lr_decay_iters=200" --out out/ab_wsd
 
 Each side trains once per seed (seeds 1337, 1338, ...) in OUT/a_SEED and OUT/b_SEED, checkpoints off unless a
-side turns them on; a run already done is not repeated. In B's settings "{a}" stands for A's out_dir of the same
+side turns them on; a run already done is not repeated (one begun or done with other settings, by its config.json,
+is refused: another --out, or delete it). In B's settings "{a}" stands for A's out_dir of the same
 seed, so B can be a cooldown fork of A: --common "--lr_schedule=wsd" --a "--checkpoint_interval=100"
 --b "--init_from={a}/ckpt_100.pt --cooldown_iters=20". From each run's metrics.jsonl it reports:
   - each side's final val loss, mean ± standard deviation over the seeds (and the range);
@@ -20,27 +21,52 @@ import shlex
 import statistics
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+import configurator  # noqa: E402
+import ladder  # noqa: E402  (scripts/ladder.py, beside this file: its runs are reused and fail as these do)
 from trainer import metrics  # noqa: E402
 
 
 def run(config, common, side, seed, out_dir, a_dir):
     """Train one side for one seed, unless its run is already done; its eval curve [(tokens, val_loss)]."""
+    argv = [config, "--checkpoint_interval=0", *shlex.split(common), *shlex.split(side.replace("{a}", str(a_dir))),
+            f"--seed={seed}", f"--out_dir={out_dir}"]
+    if problem := reuse_problem(out_dir, argv):
+        sys.exit(f"error: {problem}")
     if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):
-        command = [sys.executable, "train.py", config, "--checkpoint_interval=0", *shlex.split(common),
-                   *shlex.split(side.replace("{a}", str(a_dir))), f"--seed={seed}", f"--out_dir={out_dir}"]
+        command = [sys.executable, "train.py", *argv]
         print("+ " + " ".join(command[1:]), flush=True)
+        # stdout kept: train.py says why it stopped there, as `error: ...` (trainer/runlog.py)
         result = subprocess.run(command, cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                capture_output=True, text=True)
         if result.returncode != 0:
-            sys.exit(f"error: {' '.join(command[1:])} failed: {result.stderr.strip().splitlines()[-1:]}")
+            sys.exit(f"error: train.py for {out_dir} failed: {ladder.why_it_failed(result)}")
     return [(r["tokens"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))
             if r.get("val_loss") is not None]
+
+
+def reuse_problem(out_dir, argv):
+    """Why the run begun or done in out_dir cannot stand for the one train.py's argv asks for, as one line, or
+    None: ladder.reuse_problem's comparison of its config.json, without what train.py settles for itself."""
+    if not (out_dir / "config.json").is_file():  # nothing trained there yet
+        return None
+    try:
+        settings = vars(configurator.load_config(argv))
+    except configurator.ConfigError as e:
+        sys.exit(f"error: {e}")
+    if settings["cooldown_iters"] > 0:  # a cooldown fork saves its own end as max_iters (trainer/checkpointer.py)
+        del settings["max_iters"]
+        forked_from = json.loads((out_dir / "config.json").read_text()).get("init_from")
+        if forked_from != settings["init_from"]:  # the ladder's runs start from scratch; a fork's start is its own
+            return (f"{out_dir} was forked from {forked_from} where this A/B forks from {settings['init_from']}: use "
+                    "another --out, or delete the run to train it again")
+    return ladder.reuse_problem(out_dir, types.SimpleNamespace(**settings), asker="this A/B")
 
 
 def mean_curve(curves):
@@ -99,6 +125,8 @@ def main():
     p.add_argument("--seeds", type=int, default=2, help="how many seeds (from 1337 on)")
     p.add_argument("--out", required=True, help="folder for the runs, ab.json and ab.png")
     args = p.parse_args(joined(sys.argv[1:]))
+    if args.seeds < 1:  # no run, no mean to report
+        p.error(f"--seeds must be at least 1, got {args.seeds}")
     out = Path(args.out)
     seeds = [1337 + i for i in range(args.seeds)]
     curves = {"a": [], "b": []}

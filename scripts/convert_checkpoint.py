@@ -16,7 +16,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from trainer import checkpoint  # noqa: E402
-from trainer import optim  # noqa: E402
+from trainer import optim, runlock  # noqa: E402
 from model import GPT, model_config  # noqa: E402
 
 
@@ -27,6 +27,10 @@ def main():
     args = parser.parse_args()
     if not os.path.exists(args.source):
         sys.exit(f"error: no such checkpoint {args.source}")
+    lock = runlock.hold_or_exit(args.dest_dir, "conversion")  # a live run there, or a folder it cannot write: refused
+    if found := checkpoint.list_checkpoints(args.dest_dir):  # its newest would be resumed: one run's, not a mix
+        sys.exit(f"error: {args.dest_dir} holds checkpoints already ({os.path.basename(found[0][1])}): convert into "
+                 "a new folder")
     try:
         state = checkpoint.load_checkpoint(args.source)
     except checkpoint.CheckpointError as e:
@@ -43,12 +47,16 @@ def main():
     except checkpoint.CheckpointError as e:
         sys.exit(f"error: {e}")
     trainer_state = {k: v for k, v in state.items() if k not in ("model", "optimizer", "sharded_path")}
-    if "sharded_path" in state:
-        model_sd, optimizer_sd = checkpoint.full_state(model, optimizer)
-        checkpoint.save_checkpoint(dict(trainer_state, model=model_sd, optimizer=optimizer_sd),
-                                   args.dest_dir, state["iter_num"], keep_last_n=0)
-    else:
-        checkpoint.save_sharded(model, optimizer, trainer_state, args.dest_dir, state["iter_num"], keep_last_n=0)
+    try:
+        if "sharded_path" in state:
+            model_sd, optimizer_sd = checkpoint.full_state(model, optimizer)
+            checkpoint.save_checkpoint(dict(trainer_state, model=model_sd, optimizer=optimizer_sd),
+                                       args.dest_dir, state["iter_num"], keep_last_n=0)
+        else:
+            checkpoint.save_sharded(model, optimizer, trainer_state, args.dest_dir, state["iter_num"], keep_last_n=0)
+    except (OSError, checkpoint.CheckpointError) as e:  # a full or read-only disk: the save leaves nothing half-written
+        sys.exit(f"error: writing to {args.dest_dir} failed: {e}")
+    lock.close()
 
 
 if __name__ == "__main__":

@@ -76,12 +76,22 @@ def parse_args(argv):
     return args
 
 
+def check_tasks(args):
+    """The tasks' files and folders, once the source is known good and before its model loads (minutes for a 6.7B):
+    a file cut short or an --include_path that is not there stops eval.py in a second."""
+    try:
+        lm_eval_adapter.check_tasks(args.tasks, args.data_dir, args.include_path)
+    except lm_eval_adapter.HarnessError as e:
+        sample.fail(str(e))
+
+
 def load(args, source, local_rank=0):
     """(model, encoding, device, autocast, {'iter', 'max_iters', 'out': where the results go}) for a
     checkpoint, an out_dir or a Hugging Face folder."""
     is_checkpoint = os.path.isfile(source) or os.path.isfile(os.path.join(source, checkpoint.TRAINER_STATE))
     # an out_dir holds config.json too (train.py's settings): it is a Hugging Face folder only without checkpoints
     if not is_checkpoint and not checkpoint.list_checkpoints(source) and os.path.isfile(os.path.join(source, "config.json")):
+        check_tasks(args)
         device, autocast = sample.device_and_autocast(args, local_rank)
         try:
             model = hf.from_pretrained(source).to(device).eval()
@@ -101,6 +111,7 @@ def load(args, source, local_rank=0):
             if os.path.isdir(source) else "does not exist"
         sample.fail(f"{source} {what}: give eval.py a checkpoint, a run's out_dir or a Hugging Face folder, e.g. "
                     "python train.py config/train_tiny.py (which writes out/tiny), then python scripts/eval.py out/tiny")
+    check_tasks(args)
     where = SimpleNamespace(**vars(args), init_from=source if is_checkpoint else None, out_dir=source)
     model, state, encoding, device, autocast = sample.load_model(where, local_rank)
     step = state.get("iter_num")

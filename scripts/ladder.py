@@ -352,10 +352,10 @@ NOT_COMPARED = ("out_dir", "init_from", "batch_size", "gradient_accumulation_ste
                 "collective_timeout_minutes", "compile", "peak_tflops")  # and these change no loss
 
 
-def reuse_problem(out_dir, cfg):
-    """Why a run begun or finished there cannot stand for the run this ladder would train (cfg), as one line, or
-    None: a setting its config.json holds otherwise (a recipe's flags, the base or common edited since), which
-    the run's folder name (size, ratio, rate, seed) does not show."""
+def reuse_problem(out_dir, cfg, asker="this ladder"):
+    """Why a run begun or finished there cannot stand for the run the asker (this ladder, or scripts/ab.py) would
+    train (cfg), as one line, or None: a setting its config.json holds otherwise (a recipe's flags, the base or
+    common edited since), which the run's folder name (size, ratio, rate, seed) does not show."""
     if not (out_dir / "config.json").is_file():  # nothing to compare
         return None
     saved = json.loads((out_dir / "config.json").read_text())
@@ -372,7 +372,7 @@ def reuse_problem(out_dir, cfg):
             differs["validation windows (eval_iters x batch_size)"] = (was, now)
     if differs:
         return (f"{out_dir} was trained with " + ", ".join(f"{k}={a!r}" for k, (a, _) in differs.items())
-                + " where this ladder sets " + ", ".join(f"{k}={b!r}" for k, (_, b) in differs.items())
+                + f" where {asker} sets " + ", ".join(f"{k}={b!r}" for k, (_, b) in differs.items())
                 + ": use another --out, or delete the run to train it again")
     return None
 

@@ -1,7 +1,7 @@
 """
 Plot a run from its metrics.jsonl: train and val loss, throughput and HellaSwag accuracy over iterations.
 
-    python scripts/plot_log.py out/gpt3_6b [--out loss.png]     (the out_dir, or a file in it: train.log)
+    python scripts/plot_log.py out/gpt3_6b [--out loss.png]     (the out_dir, or its train.log or metrics.jsonl)
 
 Every figure comes from the run's records (docs/metrics.md): step, eval (and each data_mixture source's,
 dashed), hellaswag against the GPT-3 paper's figure for the run's size, and forecasts with their error
@@ -23,11 +23,15 @@ from trainer.evaluation import GPT3_ZERO_SHOT, gpt3_reference, read_watch_log  #
 
 matplotlib.use("Agg")  # render to a file: no display on a GPU server
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib.backend_bases import FigureCanvasBase  # noqa: E402
 
 WARMUP_SHARE = 0.05  # the loss axis leaves out this first share of the steps
 CURVES = ("step", "eval", "hellaswag", "forecast")  # what a resume or rollback replaces past its iteration
 EVENTS = {"start": ("resumed", ":", "tab:gray"), "rollback": ("rolled back", "-.", "tab:red"),
           "weights_changed": ("weights changed", "--", "tab:purple")}  # vertical lines: label, style, colour
+# what curves() reads of each kind's records beyond kind and iter: a record without them is skipped
+FIGURES = {"step": ("loss",), "eval": ("val_loss",), "hellaswag": ("acc_norm",), "forecast": ("at_iter", "val_loss")}
+RUN_FILES = ("train.log", metrics.FILE)  # a file in an out_dir that stands for it
 
 
 def continued(records):
@@ -73,6 +77,38 @@ def parse_evals(path):
             if metric.startswith("acc") and metric in results.get(task, {}):
                 found.setdefault((task, metric), {})[step] = 100 * results[task][metric]
     return found, params
+
+
+def drawable(record):
+    """Whether curves() can read record: an object with a kind and, for a kind it draws, an integer iter and
+    that kind's figures (a record a writer other than train.py left, or an edit, may lack them)."""
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        return False
+    kind = record["kind"]
+    return kind not in (*CURVES, *EVENTS) or (
+        type(record.get("iter")) is int and all(key in record for key in FIGURES.get(kind, ())))
+
+
+def run_folder(path):
+    """The out_dir that path names (the folder, or its train.log or metrics.jsonl), or exits with one line: a
+    mistyped name is never taken for the folder above it, whose metrics would be another run's."""
+    if os.path.isdir(path):
+        return path
+    if not os.path.exists(path):
+        sys.exit(f"plot_log: {path} does not exist: give a run's out_dir (or its train.log or metrics.jsonl)")
+    if os.path.basename(path) not in RUN_FILES:
+        sys.exit(f"plot_log: {path} is not a run's out_dir, train.log or metrics.jsonl: give the run's out_dir")
+    return os.path.dirname(path) or "."
+
+
+def format_problem(path):
+    """Why matplotlib cannot write path, by its extension, as one line, or None. (Without an extension it would
+    write path + '.png', not the file named.)"""
+    extension, supported = os.path.splitext(path)[1][1:].lower(), FigureCanvasBase.get_supported_filetypes()
+    if extension in supported:
+        return None
+    what = f"matplotlib cannot write .{extension} files" if extension else "it has no extension"
+    return f"--out {path}: {what}; end it in one of {', '.join('.' + e for e in sorted(supported))}"
 
 
 def loss_limits(train, val):
@@ -155,15 +191,25 @@ def main(argv=None):
     p.add_argument("run", help="a train.py out_dir, or a file in it (metrics.jsonl, train.log)")
     p.add_argument("--out", help="the PNG to write (default: loss.png in the out_dir)")
     args = p.parse_args(argv)
-    out_dir = args.run if os.path.isdir(args.run) else os.path.dirname(args.run)
+    out_dir = run_folder(args.run)
     out = args.out or os.path.join(out_dir, "loss.png")
+    if problem := format_problem(out):
+        sys.exit(f"plot_log: {problem}")
+    path = os.path.join(out_dir, metrics.FILE)
     try:
-        c = curves(metrics.read(os.path.join(out_dir, metrics.FILE)))
+        records = metrics.read(path)
     except OSError as e:
         sys.exit(f"plot_log: cannot read {e.filename}: {e.strerror}")
+    # skipped with a warning, not refused: someone tailing a live run wants its plot despite a stray line (and
+    # metrics.read already skips the torn last line a kill leaves, or a write still under way)
+    if malformed := sum(not drawable(r) for r in records):
+        print(f"plot_log: warning: skipped {malformed} malformed record(s) in {path} (not an object with a kind, "
+              f"an iter and its figures)", file=sys.stderr)
+        records = [r for r in records if drawable(r)]
+    c = curves(records)
     train = c["train"]
     if not train:
-        sys.exit(f"plot_log: no 'step' records in {os.path.join(out_dir, metrics.FILE)}: is it a train.py out_dir?")
+        sys.exit(f"plot_log: no 'step' records in {path}: is it a train.py out_dir?")
     evals = parse_evals(os.path.join(out_dir, "eval.jsonl"))
     try:
         plot(c, out, args.run, evals=evals if evals[0] else None)

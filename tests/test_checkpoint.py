@@ -378,3 +378,15 @@ def test_a_rank_the_saving_run_lacked_gets_rngs_of_its_own():
     assert torch.equal(draws[0], draws[2]) and not torch.equal(draws[0], draws[1])
     torch.manual_seed(0)
     assert torch.equal(draws[0], torch.rand(4))  # where the saving run left it
+
+
+def test_a_runs_folder_given_for_a_checkpoint_names_its_newest(tmp_path):
+    """init_from=out/run (its folder, not ckpt_N.pt): one line naming a checkpoint to pass instead."""
+    from trainer import hf
+    checkpoint.save_checkpoint({"model": {}, "model_args": {}, "iter_num": 2}, str(tmp_path), 2, keep_last_n=0,
+                               log=lambda m: None)
+    (tmp_path / "config.json").write_text("{}")  # train.py's settings, not a Hugging Face model's
+    with pytest.raises(checkpoint.CheckpointError, match=r"is a run's folder, not a checkpoint: .*ckpt_2\.pt"):
+        checkpoint.load_checkpoint(str(tmp_path), log=lambda m: None)
+    with pytest.raises(hf.WeightsError, match="is a run's folder, not a checkpoint"):
+        hf.load_weights(str(tmp_path), log=lambda m: None)

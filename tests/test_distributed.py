@@ -196,6 +196,15 @@ def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
 
     state = checkpoint.load_checkpoint(str(tmp_path / "single" / "ckpt_8.pt"), log=lambda m: None)
     assert state["iter_num"] == 8 and len(state["rng"]) == 2 and "exp_avg" in next(iter(state["optimizer"]["state"].values()))
+    from trainer import runlock
+    (tmp_path / "a_file").write_text("")
+    live = runlock.hold(str(tmp_path / "live"))  # a run training there
+    for dest, says in ((tmp_path / "single", "holds checkpoints already (ckpt_8.pt): convert into a new folder"),
+                       (tmp_path / "a_file", "cannot write to"), (tmp_path / "live", "is in use by another")):
+        result = run_here(["scripts/convert_checkpoint.py", fsdp / "ckpt_8", dest])
+        [line] = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and line.startswith("error: ") and says in line, line
+    live.close()
 
 
 def test_fsdp_in_bf16_keeps_one_gpus_numerics(tmp_path, data_dir):

@@ -252,12 +252,13 @@ def test_bad_exports_give_one_line_and_write_nothing(tmp_path, tiny_run):
              (tiny_run, tmp_path / "a_file", "not an empty folder"),
              (tmp_path / "missing", tmp_path / "b", "no such checkpoint"),
              (tmp_path / "taken", tmp_path / "c", "holds no checkpoint"),
-             (tiny_run, tmp_path / "taken", "not an empty folder")]
+             (tiny_run, tmp_path / "taken", "not an empty folder"),
+             (tiny_run, tmp_path / "a_file" / "hf", "cannot write the export beside")]  # below a file
     for source, out, expected in cases:
         result = run_script("scripts/export_hf.py", str(source), str(out))
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.startswith("error: ") and expected in result.stderr, result.stderr
-        assert out in (tmp_path / "taken", tmp_path / "a_file") or not out.exists()
+        assert out in (tmp_path / "taken", tmp_path / "a_file") or not os.path.exists(out)
     assert list((tmp_path / "taken").iterdir()) == [tmp_path / "taken" / "file"]
     assert not list(tmp_path.glob("*.tmp-export"))
 

@@ -1140,6 +1140,12 @@ def test_plan_refuses_a_ladder_without_its_fits_in_one_line(tmp_path):
     path.write_text(json.dumps(whole))
     with pytest.raises(ladder.FitError, match="is not a whole ladder.json .*: rerun scripts/ladder.py to write it$"):
         plan.ladder_forecast(cfg, plan.make_plan(cfg, "h200", 0.4, 2.0, 1), str(path))
+    whole = json.loads(Path(tmp_path / "whole.json").read_text())
+    ladder.load(str(tmp_path / "whole.json"), expected=ladder.identity(cfg))  # whole, it loads
+    del whole["data"]  # what it was measured on, edited away: it would pass for any data
+    path.write_text(json.dumps(whole))
+    with pytest.raises(ladder.FitError, match="is not a whole ladder.json"):
+        ladder.load(str(path), expected=ladder.identity(cfg))
 
 def test_the_fast_ladder_is_measured_on_the_fast_runs_data_and_a_pile_ladder_is_refused_for_it():
     """config/ladder_gpt3_fast.py's runs take config/recipe_fast.py, as config/train_gpt3_6b_fast.py does, so

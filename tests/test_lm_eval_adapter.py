@@ -7,6 +7,7 @@ own `hf` model. Tiny random models and made-up task files (data/eval/prepare.py 
 import json
 import shlex
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,6 +142,67 @@ def test_a_missing_task_file_or_unknown_task_is_one_line(run, tmp_path, capsys, 
         eval_script.main(argv + ["--device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 1 and err[-1].startswith("error: ") and expected in err[-1]
+
+
+def bad_task_files(run, folder, case):
+    """eval.py's arguments for a data folder (or --include_path) with one bad file, as a copy, a crash or a typo
+    leaves it: lm-eval met each with a traceback from datasets, a template or a config's function."""
+    for task in ("piqa", "arc_easy", "winogrande"):
+        (folder / f"{task}.jsonl").write_bytes((run / "tasks" / f"{task}.jsonl").read_bytes())
+    config = {"dataset_path": "json", "dataset_kwargs": {"data_files": {"validation": str(folder / "mine.jsonl")}},
+              "output_type": "multiple_choice", "validation_split": "validation", "doc_to_target": "label",
+              "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}]}
+    (folder / "custom").mkdir()
+    (folder / "custom" / "plain.yaml").write_text(json.dumps({**config, "task": "plain", "doc_to_text": "context",
+                                                               "doc_to_choice": "choices"}))
+    (folder / "custom" / "template.yaml").write_text(json.dumps({**config, "task": "template",
+                                                                  "doc_to_text": "{{goal}}",
+                                                                  "doc_to_choice": "{{[sol1, sol2]}}"}))
+    (folder / "mine.jsonl").write_text('{"foo": 1, "label": 0}\n')
+    piqa = (folder / "piqa.jsonl").read_text()
+    tasks, include = {"cut": ("piqa", []), "empty": ("arc_easy", []), "no_field": ("winogrande", []),
+                      "no_folder": ("next_line", [folder / "nope_dir"]), "plain_field": ("plain", [folder / "custom"]),
+                      "template_field": ("template", [folder / "custom"])}[case]
+    if case == "cut":
+        (folder / "piqa.jsonl").write_text(piqa[:len(piqa) - 10])
+    elif case == "empty":
+        (folder / "arc_easy.jsonl").write_text("")
+    elif case == "no_field":
+        (folder / "winogrande.jsonl").write_text('{"foo": 1}\n')
+    argv = [str(run / "run"), "--data_dir", str(folder), "--tasks", tasks, "--device", "cpu", "--limit", "2"]
+    return argv + [a for path in include for a in ("--include_path", str(path))]
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("cut", r"piqa: .*/piqa.jsonl line 8 is not JSON \(Unterminated string.*\), cut short or mangled: run python "
+            r"data/eval/prepare.py --tasks piqa --out_dir .* where there is a network, or copy a whole one here$"),
+    ("empty", r"arc_easy: .*/arc_easy.jsonl holds no records: run python data/eval/prepare.py --tasks arc_easy"),
+    ("no_field", r"winogrande: .*/winogrande.jsonl line 1 has no field 'sentence', which the task reads: run python"),
+    ("no_folder", r"--include_path .*/nope_dir is not a folder: pass the folder that holds the task configs"),
+    ("plain_field", r"plain: .*/mine.jsonl line 1 has no field 'context', which the task reads: write it again "
+                    r"\(for next_line: python data/quickstart/next_line.py\), or fix its config .*/custom/plain.yaml$"),
+    ("template_field", r"template: lm-eval cannot read .*/mine.jsonl \(UndefinedError: 'goal' is undefined\): give it "
+                       r"one JSON record a line with the fields its config reads$")])
+def test_a_bad_task_file_or_include_path_is_one_line_naming_it(run, tmp_path, capsys, case, expected):
+    """A task file cut mid-line, empty or without a field its config reads, and an --include_path that is not
+    there: one line on stderr naming the file (or folder) and what to do, exit 1; before the model loads, but for
+    a template's field, which lm-eval finds as it builds the task."""
+    with pytest.raises(SystemExit) as e:
+        eval_script.main(bad_task_files(run, tmp_path, case))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and re.match("error: " + expected, err[-1]), err
+    assert [line for line in err if not line.startswith(("loading ", "loaded "))] == err[-1:]  # progress aside
+    assert any(line.startswith("loaded ") for line in err) == (case == "template_field")
+
+
+def test_check_tasks_passes_good_files_and_a_template_task_it_cannot_read(run, tmp_path):
+    """check_tasks (the ladder asks it before training) reads good files through, blank lines too; a template's
+    fields are left to lm-eval, as it builds the task."""
+    argv = bad_task_files(run, tmp_path, "template_field")
+    with open(tmp_path / "piqa.jsonl", "a") as f:
+        f.write("\n")
+    lm_eval_adapter.check_tasks(["piqa", "arc_easy", "winogrande", "template"], str(tmp_path),
+                                [argv[argv.index("--include_path") + 1]])
 
 
 def test_watch_scores_each_checkpoint_once_resumes_and_plots(run, tmp_path, capsys):

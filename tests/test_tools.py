@@ -75,12 +75,41 @@ def test_plot_log_loss_axis_leaves_out_the_first_steps():
 
 
 def test_plot_log_bad_input(tmp_path):
+    """One line each, nothing written: a folder that is not there (never the one above it, whose metrics.jsonl is
+    another run's), a file that is not a run's, a run without steps, an extension matplotlib cannot write."""
+    record = metrics.Metrics(tmp_path)  # the folder above holds a run
+    record("step", 1, loss=3.0)
     (tmp_path / "started").mkdir()
     metrics.Metrics(tmp_path / "started")("start", 0)
-    for path, message in ((tmp_path / "missing", "cannot read"), (tmp_path / "started", "no 'step' records")):
+    (tmp_path / "notes.txt").write_text("")
+    mistyped, pdff = tmp_path / "gpt3_6bb", tmp_path / "x.pdff"
+    for args, message in (([mistyped], f"plot_log: {mistyped} does not exist: give a run's out_dir (or its "
+                                       "train.log or metrics.jsonl)"),
+                          ([mistyped / "train.log"], "train.log does not exist"),
+                          ([tmp_path / "notes.txt"], "notes.txt is not a run's out_dir, train.log or metrics.jsonl"),
+                          ([tmp_path / "started"], "no 'step' records"),
+                          ([tmp_path, "--out", pdff], f"plot_log: --out {pdff}: matplotlib cannot write .pdff files; "
+                                                      "end it in one of .avif, .eps"),
+                          ([tmp_path, "--out", tmp_path / "x"], "x: it has no extension; end it in one of .avif")):
         with pytest.raises(SystemExit) as e:
-            plot_log.main([str(path)])
-        assert message in str(e.value.code)
+            plot_log.main(list(map(str, args)))
+        assert message in str(e.value.code) and "\n" not in str(e.value.code), e.value.code
+    assert not list(tmp_path.rglob("*.png")) and not (tmp_path / "x").exists()
+
+
+def test_plot_log_skips_malformed_records(tmp_path, capsys):
+    """A record without its iteration or figures, or not an object, is skipped with one warning that counts
+    them; a torn last line (a kill, or a write under way) is skipped silently, as metrics.read does."""
+    record = metrics.Metrics(tmp_path)
+    for n in range(1, 5):
+        record("step", n, loss=4 - n / 10)
+    with open(tmp_path / metrics.FILE, "a") as f:
+        f.write('{"kind": "step"}\n[1, 2]\n{"kind": "eval", "iter": 4}\n{"kind": "step", "iter": 5, "lo')
+    plot_log.main([str(tmp_path / metrics.FILE)])
+    out, err = capsys.readouterr()
+    assert err == (f"plot_log: warning: skipped 3 malformed record(s) in {tmp_path / metrics.FILE} (not an object "
+                   "with a kind, an iter and its figures)\n")
+    assert "4 iterations (1..4), 0 evals" in out and (tmp_path / "loss.png").stat().st_size > 0
 
 
 def test_check_env_on_cpu(tmp_path, data_dir, capsys):

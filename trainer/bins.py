@@ -62,12 +62,20 @@ def write_meta(data_dir, meta):
 
 
 def read_meta(data_dir):
-    """meta.json as a dict, or None where there is none."""
+    """meta.json as a dict, or None where there is none; BinError naming it where it is not a JSON object
+    (cut short in a copy, or edited by hand)."""
     path = os.path.join(data_dir, META_FILE)
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BinError(f"{path} does not read as JSON ({e}): copy it again from where the data was prepared, "
+                       "or prepare the data again") from None
+    if not isinstance(meta, dict):
+        raise BinError(f"{path} holds a {type(meta).__name__}, not prepare's record: prepare the data again")
+    return meta
 
 
 def bin_path(data_dir, split):
@@ -195,6 +203,10 @@ def open_split(data_dir, split, block_size, vocab_size, vocab_from=None, key=Non
     if size % DTYPE.itemsize:
         raise BinError(f"{path} has an odd size ({size} bytes) so it is not whole uint16 tokens: "
                        f"it is cut short or not a token bin; prepare it again")
+    recorded = ((meta or {}).get("splits") or {}).get(split, {}).get("tokens")
+    if recorded is not None and size // DTYPE.itemsize != recorded:  # a copy cut short reads as fewer tokens
+        raise BinError(f"{path} holds {size // DTYPE.itemsize:,} tokens but {META_FILE} records {recorded:,}: it "
+                       "changed since it was prepared (a copy cut short?); copy it again, or prepare it again")
     tokens = TokenBin(path, vocab_size, vocab_from)
     if tokens.num_tokens < block_size + 1:
         raise BinError(f"{path} has {tokens.num_tokens} tokens but block_size {block_size} needs at least "

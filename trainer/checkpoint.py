@@ -390,8 +390,19 @@ def remove_stale_temp_files(out_dir, log=print):
     return removed
 
 
+def run_folder_problem(path):
+    """One line where path is a run's out_dir, not one of its checkpoints (a common slip for init_from), or None."""
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, TRAINER_STATE)) and (
+            found := list_checkpoints(path)):
+        return (f"{path} is a run's folder, not a checkpoint: name one of its checkpoints, e.g. its newest "
+                f"{found[0][1]} (or pass the folder as out_dir, where its newest is resumed)")
+    return None
+
+
 def load_checkpoint(path, log=print):
     """The dict saved in path, on CPU and memory-mapped; CheckpointError if it is unusable."""
+    if problem := run_folder_problem(path):
+        raise CheckpointError(problem)
     log(f"loading {path} ...")
     t0 = time.time()
     sharded = os.path.isdir(path)

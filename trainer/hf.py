@@ -57,6 +57,8 @@ def load_weights(source, log=print):
     if not os.path.exists(source):
         raise WeightsError(f"no such model {source!r}: expected {', '.join(GPT2_MODELS)}, a Hugging Face GPT-2 "
                            f"folder, or a ckpt_<N>.pt / ckpt_<N>/ checkpoint")
+    if problem := checkpoint.run_folder_problem(source):  # its config.json is train.py's, not a model's
+        raise WeightsError(problem)
     if os.path.isfile(os.path.join(source, "config.json")):
         return (*read_hf_folder(source), None)
     if os.path.isdir(source) and not os.path.isfile(os.path.join(source, checkpoint.TRAINER_STATE)):
@@ -279,9 +281,9 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print, encoding=None):
     tensors = _llama_tensors if layout == "llama" else _hf_tensors
     tmp = out_dir.rstrip("/") + ".tmp-export"
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     t0 = time.time()
     try:
+        os.makedirs(tmp)
         config.save_pretrained(tmp)
         GenerationConfig(bos_token_id=eot, eos_token_id=eot).save_pretrained(tmp)
         shards = _write_tensors(tensors(checkpoint_weights(state), args, rows, dtype), tmp, dtype)
@@ -290,6 +292,9 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print, encoding=None):
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)  # empty, checked above
         os.replace(tmp, out_dir)
+    except OSError as e:  # a read-only or full disk: nothing is left half-written
+        raise WeightsError(f"cannot write the export beside {out_dir}: {e.strerror or e}; choose a folder this "
+                           "user can write, on a disk with room") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"exported step {state.get('iter_num')} to {out_dir} as {config.architectures[0]} ({shards} safetensors "

@@ -161,10 +161,15 @@ class Fit:
 
     @classmethod
     def from_json(cls, d):
-        scatter = math.inf if d["scatter"] is None else d["scatter"]
-        drift = math.inf if "drift" in d and d["drift"] is None else d.get("drift", 0.0)
-        return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], scatter, d["n"],
-                   drift, d.get("reach", math.inf), d.get("others"))
+        """to_json's dict back; FitError where it was cut or edited into something else."""
+        try:
+            scatter = math.inf if d["scatter"] is None else d["scatter"]
+            drift = math.inf if "drift" in d and d["drift"] is None else d.get("drift", 0.0)
+            return cls(d["form"], [d["params"][k] for k in FORMS[d["form"]][1]], d["cov"], scatter, d["n"],
+                       drift, d.get("reach", math.inf), d.get("others"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise FitError(f"a fit in the ladder.json does not read ({type(e).__name__}: {e}): rerun "
+                           "scripts/ladder.py to write it") from None
 
 
 def fit(form, x, y, p0, bounds=(-np.inf, np.inf), min_points=MIN_SIZES, what="points"):
@@ -597,17 +602,18 @@ def load(path, recipe=None, expected=None, fitted=False):
         raise FitError(f"cannot read {path} as scripts/ladder.py's ladder.json ({type(e).__name__}: {e})") from None
     if not isinstance(recipes, dict) or not recipes:
         raise FitError(f"{path} has no recipes: rerun scripts/ladder.py to write it whole")
-    whole = lambda r: isinstance(r, dict) and (isinstance(r.get("fits"), dict) and {"loss", "lr"} <= set(r["fits"])
-                                               if fitted else isinstance(r.get("runs"), list))
+    whole = lambda r: isinstance(r, dict) and (isinstance(r.get("fits"), dict) and all(
+        isinstance(r["fits"].get(k), dict) for k in ("loss", "lr")) if fitted else isinstance(r.get("runs"), list))
     # runs, where there are any, with what best_runs reads: plan.py and the prior read them too
     runs_whole = lambda r: isinstance(r.get("runs", []), list) and all(
         isinstance(run, dict) and RUN_KEYS <= set(run) for run in r.get("runs", []))
-    if not isinstance(result.get("data", {}), dict) or not all(whole(r) and runs_whole(r) for r in recipes.values()):
+    # "data" is what the data checks compare: a ladder.json without it would pass for any data
+    if not isinstance(result.get("data"), dict) or not all(whole(r) and runs_whole(r) for r in recipes.values()):
         raise FitError(f"{path} is not a whole ladder.json (its data, or a recipe's runs or fits, are missing): "
                        "rerun scripts/ladder.py to write it")
     if recipe and recipe not in recipes:
         raise FitError(f"{path}: the ladder has no recipe {recipe!r} (it has {sorted(recipes)})")
-    if expected and (problem := identity_problem(result.get("data", {}), expected, f"{path} was measured")):
+    if expected and (problem := identity_problem(result["data"], expected, f"{path} was measured")):
         raise FitError(problem)
     return result, recipe or next(iter(recipes))
 

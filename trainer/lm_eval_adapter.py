@@ -35,6 +35,11 @@ PAPER_TASKS = tuple(dict.fromkeys(task for task, _ in evaluation.GPT3_ZERO_SHOT)
 # where each task's config sits among lm-eval's own (indexing all of them takes ~20 s)
 BUILTIN_FOLDERS = {"hellaswag": "hellaswag", "lambada_openai": "lambada", "piqa": "piqa", "arc_easy": "arc",
                    "arc_challenge": "arc", "winogrande": "winogrande"}
+# the fields of a record that lm-eval's config of each reads (its templates, process_docs or functions)
+PAPER_FIELDS = {"hellaswag": ("activity_label", "ctx_a", "ctx_b", "endings", "label"), "lambada_openai": ("text",),
+                "piqa": ("goal", "sol1", "sol2", "label"), "arc_easy": ("question", "choices", "answerKey"),
+                "arc_challenge": ("question", "choices", "answerKey"),
+                "winogrande": ("sentence", "option1", "option2", "answer")}
 BATCH_SIZE = 32  # rows a forward: a multiple-choice question's choices, or rolling windows
 MAX_GEN_TOKS = 256  # lm-eval's default for generate_until
 
@@ -195,13 +200,20 @@ def builtin_configs(tasks):
 
 def check_tasks(tasks, data_dir, include_path=()):
     """HarnessError naming the first task that cannot be scored: one of PAPER_TASKS without its local file in
-    data_dir, or another task whose config is in no include_path folder. scripts/ladder.py asks before it
-    trains, so that a misspelt task stops the ladder in its first second, not after its first run."""
+    data_dir, or another task whose config is in no include_path folder, or a data file lm-eval could not read
+    (check_records). scripts/ladder.py asks before it trains, so that a misspelt task stops the ladder in its
+    first second, not after its first run."""
+    for folder in include_path:  # lm-eval skips a folder that is not there: its tasks would be 'unknown'
+        if not os.path.isdir(folder):
+            raise HarnessError(f"--include_path {os.path.abspath(folder)} is not a folder: pass the folder that holds "
+                               "the task configs (for next_line: python data/quickstart/next_line.py writes "
+                               "data/quickstart/next_line)")
     for task in [t for t in tasks if t in PAPER_TASKS]:
         path = os.path.abspath(task_file(data_dir, task))
+        redo = f"run python data/eval/prepare.py --tasks {task} --out_dir {data_dir} where there is a network"
         if not os.path.isfile(path):
-            raise HarnessError(f"no local file {path} for {task}: run python data/eval/prepare.py --tasks {task} "
-                               f"--out_dir {data_dir} where there is a network, or copy it here")
+            raise HarnessError(f"no local file {path} for {task}: {redo}, or copy it here")
+        check_records(task, path, PAPER_FIELDS[task], f"{redo}, or copy a whole one here")
     others = [t for t in tasks if t not in PAPER_TASKS]
     manager = task_manager(list(include_path)) if others and include_path else None
     if unknown := [t for t in others if t not in (manager.all_tasks if manager else [])]:
@@ -209,11 +221,74 @@ def check_tasks(tasks, data_dir, include_path=()):
                            "is in a folder passed with --include_path")
     for task in others:  # a config written before its folder moved (a clone elsewhere) names files no longer there
         entry = manager.task_index[task]
-        files = (entry.cfg or {}).get("dataset_kwargs", {}).get("data_files", {})
-        for path in files.values() if isinstance(files, dict) else [files]:
-            if isinstance(path, str) and not os.path.exists(path):
+        again = "(for next_line: python data/quickstart/next_line.py)"
+        for path in data_files(entry):
+            if not os.path.exists(path):
                 raise HarnessError(f"task {task} reads {path}, which is not there: write its config "
-                                   f"{entry.yaml_path} again (for next_line: python data/quickstart/next_line.py)")
+                                   f"{entry.yaml_path} again {again}")
+            if entry.cfg.get("dataset_path") == "json" and path.endswith(".jsonl") and os.path.isfile(path):
+                check_records(task, path, plain_fields(entry.cfg), f"write it again {again}, or fix its config "
+                                                                   f"{entry.yaml_path}")
+
+
+def data_files(entry):
+    """The local files a task's config (an lm-eval index entry) names in dataset_kwargs.data_files."""
+    files = ((entry.cfg or {}).get("dataset_kwargs") or {}).get("data_files") or {}
+    files = list(files.values()) if isinstance(files, dict) else [files]
+    return [p for f in files for p in ([f] if isinstance(f, str) else f if isinstance(f, list) else [])]
+
+
+def plain_fields(cfg):
+    """The fields a config names outright (doc_to_text: context). A template's ({{goal}}) and a function's come out
+    as lm-eval builds the task (build_tasks), as do those of a config whose process_docs makes other records."""
+    if cfg.get("process_docs"):
+        return ()
+    return tuple(v for k in ("doc_to_text", "doc_to_choice", "doc_to_target")
+                 if isinstance(v := cfg.get(k), str) and v.isidentifier())
+
+
+def check_records(task, path, fields, redo):
+    """HarnessError unless path holds JSON lines, at least one record, each an object with fields: lm-eval stops
+    on a line cut short, an empty file or a missing field with a traceback from deep in datasets or a template."""
+    records = 0
+    try:
+        with open(path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():  # datasets' JSON reader skips blank lines
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as e:  # a JSONDecodeError, or bytes that are not UTF-8
+                    raise HarnessError(f"{task}: {path} line {n} is not JSON ({getattr(e, 'msg', 'not UTF-8')}), "
+                                       f"cut short or mangled: {redo}") from None
+                if missing := [k for k in fields if not isinstance(record, dict) or k not in record]:
+                    raise HarnessError(f"{task}: {path} line {n} has no field {missing[0]!r}, which the task reads: "
+                                       f"{redo}")
+                records += 1
+    except OSError as e:
+        raise HarnessError(f"{task}: cannot read {path} ({e.strerror}): {redo}") from None
+    if not records:
+        raise HarnessError(f"{task}: {path} holds no records: {redo}")
+
+
+def build_tasks(manager, tasks):
+    """lm-eval's Task (a Group for a group's name) of each name, built here rather than in simple_evaluate: a
+    data file lm-eval cannot read (a field a template or function reads, a .json file cut short) is then one
+    HarnessError naming the task and its files. Nothing of the model runs here, so none of its errors is caught."""
+    built = []
+    for task in tasks:
+        try:
+            loaded = manager.load(task)
+        except Exception as e:  # datasets', pyarrow's, jinja's, a config function's KeyError: no short list
+            root = e
+            while root.__cause__ is not None:  # datasets' DatasetGenerationError says only that it failed
+                root = root.__cause__
+            files = ", ".join(data_files(manager.task_index[task])) or "its data files"
+            reason = ": ".join([type(root).__name__, *str(root).strip().splitlines()[:1]])
+            raise HarnessError(f"{task}: lm-eval cannot read {files} ({reason}): give it one JSON record a line with "
+                               "the fields its config reads") from e
+        built += [loaded["groups"][task]] if task in loaded["groups"] else list(loaded["tasks"].values())
+    return built
 
 
 def write_local_tasks(folder, tasks, data_dir):
@@ -239,7 +314,7 @@ def evaluate(lm, tasks, data_dir, include_path=(), limit=None):
         manager = task_manager([folder, *include_path])
         # bootstrap_iters: the stderr of a perplexity is bootstrapped; lm-eval's 100,000 take minutes on 2 cores.
         # log_samples: each question's requests, one per choice, which is what chance() counts
-        out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks), limit=limit, task_manager=manager,
+        out = lm_eval.simple_evaluate(model=lm, tasks=build_tasks(manager, tasks), limit=limit, task_manager=manager,
                                       log_samples=True, bootstrap_iters=1000)
     if out is None:
         return None

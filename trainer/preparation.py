@@ -525,6 +525,10 @@ def _encode_all(args, source, state, writer, encoding):
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     bar.close()
+    if not _total(state):  # not "prepared": a training run on it would only fail later, further from the cause
+        raise PrepareError(f"no tokens from {' '.join(args.source) if args.source else 'the source'}: {state['records']:,} records read, "
+                           f"{state['skipped_records']:,} malformed, {state['empty_documents']:,} empty documents; "
+                           f"is --text_field {args.text_field!r} the field that holds the text?")
     state["complete"] = True
     _commit(args.data_dir, state, writer, chunk)
     return _total(state) - at_start

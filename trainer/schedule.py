@@ -72,4 +72,13 @@ def problem(cfg):
         return f"lr_decay_shape must be {' or '.join(map(repr, SHAPES))}, got {cfg.lr_decay_shape!r}"
     if cfg.cooldown_iters < 0:
         return f"cooldown_iters must be 0 (no cooldown fork) or more, got {cfg.cooldown_iters}"
+    if cfg.max_iters < 1 or cfg.lr_decay_iters < 1:
+        key = "max_iters" if cfg.max_iters < 1 else "lr_decay_iters"
+        return f"{key} must be at least 1, got {getattr(cfg, key)}"
+    if cfg.warmup_iters < 0:
+        return f"warmup_iters must be 0 or more, got {cfg.warmup_iters}"
+    if not 0 < cfg.learning_rate:
+        return f"learning_rate must be more than 0, got {cfg.learning_rate}"
+    if cfg.decay_lr and not 0 <= cfg.min_lr <= cfg.learning_rate:  # without decay min_lr is never reached
+        return f"min_lr must be between 0 and learning_rate ({cfg.learning_rate}), got {cfg.min_lr}"
     return None

@@ -57,6 +57,8 @@ def main():
     p.add_argument("--out_dir", default=os.path.dirname(os.path.abspath(__file__)), help="default: data/eval")
     p.add_argument("--synthetic", type=int, default=0, metavar="N", help="N made-up examples per task, offline")
     args = p.parse_args()
+    if args.synthetic < 0:
+        sys.exit(f"error: --synthetic must be 0 (download) or a number of examples, got {args.synthetic}")
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = [t for t in tasks if t not in lm_eval_adapter.PAPER_TASKS]
     if unknown:
