@@ -151,6 +151,21 @@ def test_reader_refuses_what_cannot_be_trained_on(tmp_path):
         open_split(short, "val", BLOCK, 257)
     assert open_split(short, "val", BLOCK - 1, 257).num_windows(BLOCK - 1) == 1
 
+    recorded = {"splits": {"train": {"tokens": 100}, "val": {"tokens": 100}}}
+    cut = make_bins(folder("cut"), np.arange(100), np.arange(100), recorded)
+    assert open_split(cut, "train", BLOCK, 257).num_tokens == 100
+    (cut / "train.bin").write_bytes((cut / "train.bin").read_bytes()[:120])  # a copy cut short, at an even length
+    with pytest.raises(BinError, match=r"train.bin holds 60 tokens but meta.json records 100: .*copy it again"):
+        open_split(cut, "train", BLOCK, 257)
+
+    mangled = make_bins(folder("mangled"), np.arange(100), np.arange(100), {})
+    (mangled / "meta.json").write_text('{"encoding": "gp')
+    with pytest.raises(BinError, match=r"mangled/meta.json does not read as JSON"):
+        open_split(mangled, "train", BLOCK, 257)
+    (mangled / "meta.json").write_text("[1, 2]")
+    with pytest.raises(BinError, match=r"meta.json holds a list, not prepare's record"):
+        bins.read_meta(mangled)
+
 
 # -----------------------------------------------------------------------------
 # sampling
