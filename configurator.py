@@ -266,6 +266,19 @@ def _check_type(key, value, source, current):
     return value
 
 
+def misspelt_option(config_args, parser):
+    """A tool's --flag that its argparse parser left over for the config (parse_known_args) but is no config key
+    and near one of the tool's own options (plan.py --simulat): the line that says so, or None."""
+    options = [o for o in parser._option_string_actions if o.startswith("--")]
+    for arg in config_args:
+        flag = arg.partition("=")[0]
+        if not arg.startswith("--") or flag[2:] in DEFAULTS or difflib.get_close_matches(flag[2:], DEFAULTS, 1):
+            continue  # a config key, or a misspelt one: load_config names it with the keys it is near
+        if close := difflib.get_close_matches(flag, options, 1):
+            return f"unknown option {flag}: did you mean {close[0]}?"
+    return None
+
+
 def _unknown_key(key, source):
     close = difflib.get_close_matches(key, DEFAULTS.keys(), n=3)
     hint = f"; did you mean {', '.join(close)}?" if close else "; see configurator.py for the valid keys"
@@ -322,10 +335,10 @@ def load_config(argv):
     for arg in argv:
         if arg.startswith("--"):
             key, sep, raw = arg[2:].partition("=")
+            if key not in DEFAULTS:  # before the value: a mistyped flag (--simulat) is no override without one
+                raise _unknown_key(key, "command line")
             if not sep:
                 raise ConfigError(f"override '{arg}' needs a value: write --{key}=VALUE")
-            if key not in DEFAULTS:
-                raise _unknown_key(key, "command line")
             config[key] = _check_type(key, _parse_value(key, raw), "command line", config[key])
             sources[key] = "on the command line"
         else:

@@ -89,6 +89,8 @@ def parse_args(argv):
                    help="add cost.py's estimate and simulated peak (fake tensors, ~20 s at 6.7B on the CPU) to "
                         "each setting that names its policy, beside the measured peak")
     args, config_args = p.parse_known_args(argv)
+    if problem := configurator.misspelt_option(config_args, p):
+        p.error(problem)
     if not config_args or config_args[0].startswith("-"):  # nanoGPT habit: no config, show how
         p.print_help()
         sys.exit(2)

@@ -539,6 +539,8 @@ def parse_args(argv):
     parser.add_argument("--ladder_plan", metavar="LADDER_CONFIG", help="what scripts/ladder.py with this config costs on "
                                                                        "the same GPU, MFU and price, as a share of this run")
     args, config_args = parser.parse_known_args(argv)
+    if problem := configurator.misspelt_option(config_args, parser):
+        parser.error(problem)
     if (args.target_val_loss is not None or args.target) and not args.ladder:
         parser.error("--target_val_loss and --target read a ladder's fits: add --ladder OUT/ladder.json")
     if args.nodes:

@@ -53,6 +53,7 @@ def test_value_containing_equals_sign():
         (["--compile=1"], "compile must be bool"),
         (["--dropout=high"], "dropout must be float"),
         (["--batch_size"], "needs a value"),
+        (["--simulat"], "unknown config key 'simulat'"),  # a key, not a value, is what is wrong with it
         (["config/does_not_exist.py"], "config file not found: config/does_not_exist.py"),
     ],
 )
@@ -160,3 +161,15 @@ def test_the_config_records_where_each_value_came_from(tmp_path):
     assert cfg.sources["n_layer"] == f"in {extra}"  # the last file that set it
     assert cfg.sources["n_embd"] == "in config/train_tiny.py" and cfg.sources["beta2"] == "by default"
     assert "sources" not in vars(cfg)  # never saved among the settings
+
+
+def test_a_tools_misspelt_option_is_named_with_the_one_it_is_near():
+    """plan.py --simulat (parse_known_args leaves it for the config): the tool's --simulate, not 'needs a value';
+    a misspelt config key is left to load_config, which names the keys it is near."""
+    import argparse
+    import configurator
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--simulate", action="store_true")
+    parser.add_argument("--ladder")
+    assert configurator.misspelt_option(["--simulat"], parser) == "unknown option --simulat: did you mean --simulate?"
+    assert configurator.misspelt_option(["--n_lyer=3", "--batch_size=4", "config/train_tiny.py"], parser) is None

@@ -350,6 +350,10 @@ def test_shakespeare_speeches_become_documents(tmp_path, gpt2_rank_file):
     assert result.returncode == 0, result.stderr
     docs = read_docs(tmp_path / "out", "train", get_encoding(gpt2_rank_file))
     assert docs == ["ROMEO:\nBut soft!", "JULIET:\nAy me!", "NURSE:\nMadam!"]
+    missing = subprocess.run([sys.executable, "data/shakespeare/prepare.py", "--input", str(tmp_path / "no.txt"),
+                              "--data_dir", str(tmp_path / "out2")], cwd=REPO, capture_output=True, text=True)
+    assert missing.returncode == 1 and missing.stderr.startswith(f"error: --input {tmp_path / 'no.txt'} is not a file")
+    assert not (tmp_path / "no.txt").exists()  # nothing downloaded into the path named
 
 
 @pytest.mark.e2e

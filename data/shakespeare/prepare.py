@@ -31,14 +31,17 @@ if __name__ == "__main__":
     p = preparation.parser(__doc__, source="<data_dir>/speeches.jsonl", data_dir=HERE, val_fraction=0.1)
     p.add_argument("--input", help="a local copy of Tiny Shakespeare's input.txt (default: download it)")
     args = p.parse_args()
-    os.makedirs(args.data_dir, exist_ok=True)
-    text_path = args.input or os.path.join(args.data_dir, "input.txt")
-    if not os.path.exists(text_path):
-        try:
-            urllib.request.urlretrieve(URL, text_path)
-        except OSError as e:
-            sys.exit(f"error: cannot download {URL} ({e}); fetch it elsewhere and pass --input input.txt")
-    if args.source == ["<data_dir>/speeches.jsonl"]:
+    if args.input and not os.path.isfile(args.input):  # a copy named is never downloaded over
+        sys.exit(f"error: --input {args.input} is not a file: pass the path of your copy of input.txt, or leave "
+                 "--input out to download it")
+    if args.source == ["<data_dir>/speeches.jsonl"]:  # else the given --source is prepared as it is
+        os.makedirs(args.data_dir, exist_ok=True)
+        text_path = args.input or os.path.join(args.data_dir, "input.txt")
+        if not os.path.exists(text_path):
+            try:
+                urllib.request.urlretrieve(URL, text_path)
+            except OSError as e:
+                sys.exit(f"error: cannot download {URL} ({e}); fetch it elsewhere and pass --input input.txt")
         args.source = [os.path.join(args.data_dir, "speeches.jsonl")]
         speeches_jsonl(text_path, args.source[0])
     sys.exit(preparation.run(args))
