@@ -70,9 +70,13 @@ def encoding_name(args, state):
         return args.encoding
     config = state.get("config", {})
     data_dir = None if config.get("data_mixture") else config.get("data_dir")
-    meta = bins.read_meta(data_dir) if data_dir and os.path.isdir(data_dir) else None
+    try:
+        meta = bins.read_meta(data_dir) if data_dir and os.path.isdir(data_dir) else None
+    except bins.BinError as e:  # a meta.json cut short
+        fail(str(e))
     folder = os.path.dirname(os.path.abspath(args.init_from)) if args.init_from else args.out_dir  # the run's
-    record, where, near = (meta, f"{data_dir}/meta.json", data_dir) if meta else (state, "the checkpoint", folder)
+    record, where, near = (meta, f"{data_dir}/meta.json", data_dir) if meta and meta.get("encoding") else (
+        state, "the checkpoint", folder)
     try:
         name = tokenizer.recorded(record, [near])
     except ValueError as e:

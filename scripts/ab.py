@@ -63,7 +63,8 @@ def reuse_problem(out_dir, argv):
     if settings["cooldown_iters"] > 0:  # a cooldown fork saves its own end as max_iters (trainer/checkpointer.py)
         del settings["max_iters"]
         forked_from = json.loads((out_dir / "config.json").read_text()).get("init_from")
-        if forked_from != settings["init_from"]:  # the ladder's runs start from scratch; a fork's start is its own
+        # the ladder's runs start from scratch, a fork from its own checkpoint ('resume' once it went on from its own)
+        if forked_from not in (settings["init_from"], "resume"):
             return (f"{out_dir} was forked from {forked_from} where this A/B forks from {settings['init_from']}: use "
                     "another --out, or delete the run to train it again")
     return ladder.reuse_problem(out_dir, types.SimpleNamespace(**settings), asker="this A/B")

@@ -204,7 +204,11 @@ def check_data(cfg, tokens_needed):
 
 def check_folder(cfg, data_dir, tokens_needed):
     key = "data_mixture" if cfg.data_mixture else None  # which setting named the folder, for the advice
-    meta = bins.read_meta(data_dir) if os.path.isdir(data_dir) else None
+    try:
+        meta = bins.read_meta(data_dir) if os.path.isdir(data_dir) else None
+    except bins.BinError as e:  # a meta.json cut short: what train.py would refuse
+        report("FAIL", str(e))
+        return
     for split in bins.SPLITS:
         try:  # the checks train.py makes at start-up
             tokens = bins.open_split(data_dir, split, cfg.block_size, cfg.vocab_size, key=key).num_tokens

@@ -508,12 +508,15 @@ def main(argv=None):
         except configurator.ConfigError as e:
             raise SystemExit(f"error: {name}: {e}")
     base = configs.pop(args.config)
-    data = ladder.identity(base)
-    for name, cfg in configs.items():  # one validation set: losses on other data are not compared
-        if problem := ladder.identity_problem(
-                ladder.identity(cfg), data, f"{name} trains",
-                "a ladder compares its recipes' val losses on one validation set: set the data in its config"):
-            raise SystemExit(f"error: {problem}")
+    try:  # meta.json is read here first: one cut short is one line
+        data = ladder.identity(base)
+        for name, cfg in configs.items():  # one validation set: losses on other data are not compared
+            if problem := ladder.identity_problem(
+                    ladder.identity(cfg), data, f"{name} trains",
+                    "a ladder compares its recipes' val losses on one validation set: set the data in its config"):
+                raise SystemExit(f"error: {problem}")
+    except bins.BinError as e:
+        raise SystemExit(f"error: {e}")
     if (out / "ladder.json").is_file():
         try:
             before = ladder.load(out / "ladder.json", expected=data)[0].get("settings", {})
@@ -581,7 +584,8 @@ def check_sizes(lad, recipes, path):
     for name, recipe in recipes.items():
         lr = configurator.load_config(head + recipe).learning_rate
         for size, shape in lad.s["sizes"].items():  # the shape first: argv builds the model to count its parameters
-            found = problem(lambda: [*head, *recipe, *(f"--{k}={v}" for k, v in shape.items())])
+            # min_lr 0 here: the runs set it from their own rate (lad.argv), which the next probe checks
+            found = problem(lambda: [*head, *recipe, *(f"--{k}={v}" for k, v in shape.items()), "--min_lr=0"])
             for ratio in lad.s["tokens_per_param"]:
                 found = found or problem(lambda: lad.argv(recipe, shape, lr, ratio))
             if found:

@@ -113,7 +113,8 @@ def test_script_reports_one_line_and_exits_nonzero():
     ("--hellaswag_interval=-1", "hellaswag_interval must be 0 or more"),
     ("--max_iters=0", "max_iters must be at least 1, got 0"), ("--warmup_iters=-5", "warmup_iters must be 0 or more"),
     ("--learning_rate=-1", "learning_rate must be more than 0"), ("--dropout=2.0", "dropout must be at least 0 and"),
-    ("--beta2=1.5", "beta2 must be at least 0 and below 1"), ("--min_lr=1", "min_lr must be between 0 and learning_rate"),
+    ("--beta2=1.5", "beta2 must be at least 0 and below 1"),
+    ("--min_lr=1", "min_lr must be between 0 and learning_rate"),
     ("--grad_clip=-1", "grad_clip must be 0 (off) or more"),
 ])
 def test_values_out_of_range_are_named(override, message):

@@ -229,7 +229,8 @@ def broken_folder(tmp_path, hf_folder, case):
 
 @pytest.mark.parametrize("case,expected", [
     ("llama", "only GPT-2-style models"), ("truncated", "missing or truncated"), ("no_weights", "no model.safetensors"),
-    ("nonexistent", "no such model"), ("untied", "differs from the token embedding"), ("layer_idx", "scale_attn_by_inverse_layer_idx=True"),
+    ("nonexistent", "no such model"), ("untied", "differs from the token embedding"),
+    ("layer_idx", "scale_attn_by_inverse_layer_idx=True"),
     ("bad_config", "not a readable GPT-2 config"), ("plain", "neither a Hugging Face folder")])
 def test_bad_weights_give_one_line(tmp_path, data_dir, hf_folder, case, expected):
     folder = tmp_path / "nowhere" if case == "nonexistent" else broken_folder(tmp_path, hf_folder, case)

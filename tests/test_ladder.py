@@ -894,6 +894,13 @@ def test_a_setting_or_recipe_no_ladder_can_run_is_one_line_before_anything_train
     assert not fake_train
 
 
+def test_a_recipe_whose_rate_is_below_the_bases_floor_still_climbs(tmp_path, fake_train):
+    """Each run sets min_lr from its own rate: the size check must not judge the recipe by the base's min_lr
+    (train_tiny.py's 2e-4 is above this recipe's whole sweep)."""
+    result = climb(ladder_config(tmp_path, [16, 32, 48]), tmp_path / "out", "slow: --learning_rate=1e-5")
+    assert fake_train and min(r["lr"] for r in result["recipes"]["slow"]["runs"]) < 2e-4  # trained, not refused
+
+
 def test_the_lr_fit_leaves_out_a_size_trained_once_at_the_rate_it_predicted():
     """The GPU ladder's 1.3B runs once, at the rate the sizes below predict: as a point of the lr fit it would
     measure nothing and narrow the interval at 6.7B."""

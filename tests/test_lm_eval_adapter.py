@@ -169,6 +169,9 @@ def bad_task_files(run, folder, case):
         (folder / "arc_easy.jsonl").write_text("")
     elif case == "no_field":
         (folder / "winogrande.jsonl").write_text('{"foo": 1}\n')
+    elif case == "plain_field":  # the first record has the column (else lm-eval reads 'context' as literal text)
+        (folder / "mine.jsonl").write_text('{"context": "a", "choices": ["x", "y"], "label": 0}\n'
+                                           '{"foo": 1, "label": 0}\n')
     argv = [str(run / "run"), "--data_dir", str(folder), "--tasks", tasks, "--device", "cpu", "--limit", "2"]
     return argv + [a for path in include for a in ("--include_path", str(path))]
 
@@ -179,7 +182,7 @@ def bad_task_files(run, folder, case):
     ("empty", r"arc_easy: .*/arc_easy.jsonl holds no records: run python data/eval/prepare.py --tasks arc_easy"),
     ("no_field", r"winogrande: .*/winogrande.jsonl line 1 has no field 'sentence', which the task reads: run python"),
     ("no_folder", r"--include_path .*/nope_dir is not a folder: pass the folder that holds the task configs"),
-    ("plain_field", r"plain: .*/mine.jsonl line 1 has no field 'context', which the task reads: write it again "
+    ("plain_field", r"plain: .*/mine.jsonl line 2 has no field 'context', which the task reads: write it again "
                     r"\(for next_line: python data/quickstart/next_line.py\), or fix its config .*/custom/plain.yaml$"),
     ("template_field", r"template: lm-eval cannot read .*/mine.jsonl \(UndefinedError: 'goal' is undefined\): give it "
                        r"one JSON record a line with the fields its config reads$")])

@@ -100,6 +100,18 @@ def test_a_mixture_runs_encoding_is_its_own_record_not_its_unread_data_dirs(tmp_
     assert sample.encoding_name(args, state) == "gpt2"
 
 
+def test_a_meta_json_without_an_encoding_defers_to_the_checkpoint_and_one_cut_short_is_one_line(tmp_path, capsys):
+    state = {"config": {"data_dir": str(tmp_path)}, "encoding": "bytes"}
+    args = sample.parse_args([])
+    (tmp_path / "meta.json").write_text('{"vocab_size": 257}')
+    assert sample.encoding_name(args, state) == "bytes"
+    (tmp_path / "meta.json").write_text('{"encoding": "gp')
+    with pytest.raises(SystemExit) as e:
+        sample.encoding_name(args, state)
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and line.startswith("error: ") and "meta.json does not read as JSON" in line
+
+
 def test_a_rank_file_that_moved_is_found_by_the_hash_the_checkpoint_recorded(tmp_path, capsys):
     """A volume mounted elsewhere moves the rank file the checkpoint names: its hash finds the copy beside the run."""
     ranks, run = tmp_path / "ranks.tiktoken", tmp_path / "run"

@@ -165,6 +165,7 @@ def test_nonfinite_step_is_skipped_and_never_saved(tmp_path, data_dir):
                    env={"TRAINER_FAULTS": "nan@5,6,7,8,9,10,11,12"}, check=False)
     assert result.returncode == 1 and "3 non-finite steps in a row" in result.stdout
     assert ckpts(out) == [4]  # nothing saved after the poison began
+    assert [r["iter"] for r in metrics.read(out, "diverged")] == [7]
     out = tmp_path / "nan_across_a_stop"  # stopped amid a streak, the resumed run goes on counting it
     train(out, data_dir, "--max_iters=6", "--max_nonfinite_steps=3", env={"TRAINER_FAULTS": "nan@5,6"})
     result = train(out, data_dir, "--max_iters=8", "--max_nonfinite_steps=3", env={"TRAINER_FAULTS": "nan@7"},

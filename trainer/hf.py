@@ -4,7 +4,8 @@ transformers folder, or one of this project's checkpoints), and a checkpoint exp
 transformers, vLLM and lm-evaluation-harness load as GPT2LMHeadModel. A model with Llama's internals
 (LLAMA_SETTINGS: rotary positions in the rotate-half layout model.py uses, RMSNorm, SwiGLU; tied head or not,
 biases or not: Llama's attention_bias and mlp_bias) exports as LlamaForCausalLM instead: c_attn splits into
-q_proj, k_proj and v_proj, the rest is renamed (LLAMA_NAMES). Any other mix of settings has no transformers class and is refused.
+q_proj, k_proj and v_proj, the rest is renamed (LLAMA_NAMES). Any other mix of settings has no transformers class
+and is refused.
 
 The two layouts hold the same tensors under the same names, except that transformers keeps GPT-2's
 linear layers as Conv1D with (in, out) weights, so c_attn, c_proj and c_fc are transposed each way,
@@ -326,8 +327,9 @@ def _encoding(name, state, source):
         found = name or recorded(state, [source, os.path.dirname(os.path.abspath(source))])
         return get_encoding(found) if found else None
     except ValueError as e:
-        raise WeightsError(f"the encoding {name or state.get('encoding')!r} does not load ({e}); pass --encoding with a rank file that "
-                           "does (scripts/fetch_gpt2_ranks.sh writes GPT-2's to .cache/gpt2.tiktoken)") from None
+        raise WeightsError(f"the encoding {name or state.get('encoding')!r} does not load ({e}); pass --encoding with "
+                           "a rank file that does (scripts/fetch_gpt2_ranks.sh writes GPT-2's to .cache/gpt2.tiktoken)"
+                           ) from None
 
 
 def _exported_rows(args, encoding, source):

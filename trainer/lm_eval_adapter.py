@@ -228,7 +228,7 @@ def check_tasks(tasks, data_dir, include_path=()):
                                    f"{entry.yaml_path} again {again}")
             if entry.cfg.get("dataset_path") == "json" and path.endswith(".jsonl") and os.path.isfile(path):
                 check_records(task, path, plain_fields(entry.cfg), f"write it again {again}, or fix its config "
-                                                                   f"{entry.yaml_path}")
+                                                                   f"{entry.yaml_path}", named_outright=True)
 
 
 def data_files(entry):
@@ -247,9 +247,11 @@ def plain_fields(cfg):
                  if isinstance(v := cfg.get(k), str) and v.isidentifier())
 
 
-def check_records(task, path, fields, redo):
+def check_records(task, path, fields, redo, named_outright=False):
     """HarnessError unless path holds JSON lines, at least one record, each an object with fields: lm-eval stops
-    on a line cut short, an empty file or a missing field with a traceback from deep in datasets or a template."""
+    on a line cut short, an empty file or a missing field with a traceback from deep in datasets or a template.
+    named_outright: fields a config names as plain words (plain_fields), which lm-eval reads as literal text where
+    the records have no such column; only those the first record holds are then required of every one."""
     records = 0
     try:
         with open(path, "rb") as f:
@@ -261,6 +263,8 @@ def check_records(task, path, fields, redo):
                 except ValueError as e:  # a JSONDecodeError, or bytes that are not UTF-8
                     raise HarnessError(f"{task}: {path} line {n} is not JSON ({getattr(e, 'msg', 'not UTF-8')}), "
                                        f"cut short or mangled: {redo}") from None
+                if named_outright and records == 0 and isinstance(record, dict):
+                    fields = [k for k in fields if k in record]
                 if missing := [k for k in fields if not isinstance(record, dict) or k not in record]:
                     raise HarnessError(f"{task}: {path} line {n} has no field {missing[0]!r}, which the task reads: "
                                        f"{redo}")

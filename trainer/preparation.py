@@ -526,9 +526,11 @@ def _encode_all(args, source, state, writer, encoding):
         pool.shutdown(wait=False, cancel_futures=True)
     bar.close()
     if not _total(state):  # not "prepared": a training run on it would only fail later, further from the cause
-        raise PrepareError(f"no tokens from {' '.join(args.source) if args.source else 'the source'}: {state['records']:,} records read, "
-                           f"{state['skipped_records']:,} malformed, {state['empty_documents']:,} empty documents; "
-                           f"is --text_field {args.text_field!r} the field that holds the text?")
+        source = " ".join(args.source) if args.source else "the source"
+        raise PrepareError(f"no tokens from {source}: {state['records']:,} records read, {state['skipped_records']:,} "
+                           f"malformed, {state['empty_documents']:,} empty documents; is --text_field "
+                           f"{args.text_field!r} the field that holds the text? (delete {args.data_dir}, which holds "
+                           "only this job's record, before running it with other arguments)")
     state["complete"] = True
     _commit(args.data_dir, state, writer, chunk)
     return _total(state) - at_start

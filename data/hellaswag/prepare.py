@@ -64,11 +64,11 @@ def main():
     p.add_argument("--data_dir", default="data/pile", help="the run's bins; hellaswag.json goes here (default: %(default)s)")
     p.add_argument("--encoding", help="default: the one in data_dir's meta.json, else 'gpt2'")
     args = p.parse_args()
-    meta = bins.read_meta(args.data_dir) if os.path.isdir(args.data_dir) else None
     try:
+        meta = bins.read_meta(args.data_dir) if os.path.isdir(args.data_dir) else None
         name = args.encoding or (find(meta["encoding"], meta.get("encoding_sha256"), [args.data_dir]) if meta else "gpt2")
         encoding = get_encoding(name)
-    except ValueError as e:
+    except (ValueError, bins.BinError) as e:  # an encoding that does not load, a meta.json cut short
         sys.exit(f"error: {e}")
     with tempfile.TemporaryDirectory() as tmp:
         try:
