@@ -258,6 +258,7 @@ FORECASTS = {"seed8": {"adamw": (-0.0040, -0.0155), "muon": (-0.0095, -0.0153)},
              "full_seed69": {"adamw": (0.0000, -0.0047), "muon": (-0.1278, -0.0608)},
              "further_seed69": {"adamw": (-0.0082, -0.0273), "muon": (-0.0418, -0.0117)},  # and w400
              "further_seed67": {"adamw": (0.0095, -0.0001), "muon": (-0.0597, -0.0051)},
+             "further_seed65": {"adamw": (-0.0232, 0.0067), "muon": (-0.0536, -0.0224)},
              "one_seed17": {"adamw": (-0.0088, -0.0317), "muon": (-0.0069, 0.0057)},  # config/ladder_tiny_one_seed.py
              "small_seed9": {"adamw": (0.0395, 0.0183), "muon": (0.0540, -0.0075)},
              "half_seed9": {"adamw": (-0.0201, -0.0356), "muon": (-0.0001, -0.0115)},
@@ -405,7 +406,10 @@ BEYOND = {"beyond_seed63": {"adamw": ((-0.165, "plateau", True), (-0.202, "plate
           "further_seed69": {"adamw": ((-0.019, "local", True), (-0.021, "local", True), (-0.195, "plateau", True)),
                              "muon": ((-0.054, "power", True), (-0.171, "local", True), (-0.185, "local", True))},
           "further_seed67": {"adamw": ((-0.006, "local", True), (-0.037, "local", True), (0.002, "local", True)),
-                             "muon": ((-0.051, "power", True), (-0.169, "local", True), (-0.188, "local", True))}}
+                             "muon": ((-0.051, "power", True), (-0.169, "local", True), (-0.188, "local", True))},
+          # "w400: a third seed": AdamW, trained at the rate its ladder recommended, missed one and two sizes out
+          "further_seed65": {"adamw": ((-0.078, "local", False), (-0.167, "plateau", False), (-0.188, "plateau", True)),
+                             "muon": ((-0.064, "power", True), (-0.198, "local", True), (-0.400, "plateau", True))}}
 # the checks whose drift alone held the top size (at w320 seeds 67's and 69's AdamW at both distances, their Muon
 # at 5.9x; at w400 seed 69's AdamW from six and five sizes, its Muon from seven and five, and seed 67's all but its
 # Muon from six): all others missed it
@@ -413,7 +417,7 @@ DRIFT_HELD = {*((name, recipe, k) for name in ("full_seed67", "full_seed69") for
                 (("adamw", 1), ("adamw", 2), ("muon", 2))),
               ("further_seed69", "adamw", 2), ("further_seed69", "adamw", 3), ("further_seed69", "muon", 1),
               ("further_seed69", "muon", 3), *(("further_seed67", "adamw", k) for k in (1, 2, 3)),
-              ("further_seed67", "muon", 1), ("further_seed67", "muon", 3)}
+              ("further_seed67", "muon", 1), ("further_seed67", "muon", 3), ("further_seed65", "muon", 1)}
 
 
 @pytest.mark.parametrize("name", sorted(BEYOND))
@@ -423,7 +427,9 @@ def test_sizes_beyond_the_config_are_what_the_docs_say(name):
     intervals of their drift alone; on unrepeated data Muon's by 9.6-29.5% again, AdamW's by 0.1-13.9% (or +0.5%);
     the intervals that reach the other forms' readings held it but for seed 61's Muon from w32-w160. "w400:
     further": one size more, where from w32-w160 (6.0x) Muon's loss lay above every form's reading along the
-    rule. With the s-shaped law's reading in the interval too, every check here held."""
+    rule. With the s-shaped law's reading in the interval too, every check on seeds 67 and 69 held, and seed 65's
+    Muon, the first ladder it was not decided on; seed 65's AdamW, trained at its ladder's rate, missed one and two
+    sizes out ("w400: a third seed")."""
     from trainer import ladder
     result = json.loads(kept_ladder(name).read_text())
     ratio = result["tokens_per_param"][0]
@@ -472,17 +478,22 @@ UNREPEATED = {65: ({"adamw": (-0.010, 1.15, 0.093, {"next_line/acc_norm": -0.4, 
                                                    "next_line/acc": -0.1})}, (4.28, 6.18))}
 
 
-@pytest.mark.parametrize("name", ["further_seed67", "further_seed69"])
+@pytest.mark.parametrize("name", ["further_seed65", "further_seed67", "further_seed69"])
 def test_muons_slope_eased_on_to_w400(name):
-    """docs/ladder_evidence.md, "w400: further": on both seeds Muon's log-log slope from w320 to w400 less than half
-    its slope from w160 to w320, where AdamW's stayed above two-thirds of it (its checks are BEYOND's)."""
+    """docs/ladder_evidence.md, "w400: further": on every seed Muon's log-log slope from w320 to w400 less than half
+    its slope from w160 to w320, where AdamW's stayed above two-thirds of it on seeds 67 and 69; on seed 65, whose
+    AdamW trained at 0.0101, its ladder's rate, as at w320, AdamW's flattened too, to an eighth ("w400: a third
+    seed"; its checks are BEYOND's)."""
     from trainer import ladder
     result = json.loads(kept_ladder(name).read_text())
     for recipe in ("muon", "adamw"):
         best = ladder.best_runs(result["recipes"][recipe]["runs"], result["tokens_per_param"][0])[-3:]
         (n0, n1, n2), (l0, l1, l2) = ([r[key] for r in best] for key in ("params", "final_val_loss"))
         eased = (math.log(l2 / l1) / math.log(n2 / n1)) / (math.log(l1 / l0) / math.log(n1 / n0))
-        assert eased < 0.5 if recipe == "muon" else eased > 2 / 3
+        if recipe == "muon":
+            assert eased < 0.5
+        else:
+            assert eased < 0.15 if name == "further_seed65" else eased > 2 / 3
 
 
 @pytest.mark.parametrize("seed", sorted(UNREPEATED))
@@ -514,18 +525,18 @@ def test_the_last_step_is_nearer_than_the_fit_more_than_one_size_out(capsys):
     """docs/ladder_evidence.md, "The last step, further out": every kept ladder's checks at every distance, and
     how often the fit's interval held them, with the s-shaped law's reading among the others and without it."""
     ladders = sorted(str(p) for p in (REPO / "docs" / "ladder_runs").glob("*/ladder.json"))
-    assert len(ladders) == 47
+    assert len(ladders) == 48
     study("form_choice").main(["--ladders", *ladders, "--further"])
     out = capsys.readouterr().out
-    for row in ("| 1 | 94 | 2.9% | 2.3% | 53 of 94 | 91 of 94 | 20% |",
-                "| 2 | 94 | 14.4% | 7.2% | 89 of 94 | 72 of 92 | 56% |",
-                "| 3 | 92 | 23.3% | 14.2% | 86 of 92 | 14 of 14 | 128% |",
-                "| 4 | 14 | 31.0% | 17.1% | 12 of 14 | 4 of 4 | 184% |"):
+    for row in ("| 1 | 96 | 3.0% | 2.4% | 55 of 96 | 92 of 96 | 20% |",
+                "| 2 | 96 | 14.4% | 7.3% | 91 of 96 | 73 of 94 | 56% |",
+                "| 3 | 94 | 23.4% | 14.2% | 88 of 94 | 16 of 16 | 119% |",
+                "| 4 | 16 | 28.2% | 16.4% | 13 of 16 | 6 of 6 | 170% |"):
         assert row in out
     study("form_choice").main(["--ladders", *ladders, "--further", "--without_s_shaped"])
     out = capsys.readouterr().out
-    assert "| 1 | 94 | 2.9% | 2.3% | 53 of 94 | 90 of 94 | 19% |" in out
-    assert "| 2 | 94 | 14.4% | 7.2% | 89 of 94 | 70 of 92 | 54% |" in out
+    assert "| 1 | 96 | 3.0% | 2.4% | 55 of 96 | 91 of 96 | 19% |" in out
+    assert "| 2 | 96 | 14.4% | 7.3% | 91 of 96 | 70 of 94 | 54% |" in out
 
 
 def test_the_s_shaped_fit_recovers_its_law_from_the_ladders_six_sizes():
