@@ -124,8 +124,8 @@ class Fit:
         18% (Muon's by 10-12% on every seed), mostly outside their drift's intervals, where the forms' readings
         bracketed the measurement in 19 of 20 checks at 3.8x and 5.9x (docs/ladder_evidence.md, "w320: beyond the
         config", "Unrepeated data"); at 6.0x Muon's curve flattened past every form's reading along the rule on
-        both seeds measured ("w400: further"), so the s-shaped law's reading, which over-reads there, is one of
-        them (other_forms).
+        the three seeds measured ("w400: further", "w400: a third seed"), so the s-shaped law's reading, which
+        over-reads there, is one of them (other_forms).
         Beyond the sizes of a fit no backtest judged (drift inf: too few sizes), low and high are unbounded: on
         the CPU ladders, power laws through three sizes read 5.6x out missed their intervals 20 times in 20
         ("Intervals no backtest judged")."""
@@ -278,7 +278,7 @@ def fit_s_shaped(n, y):
     from several starts (its least squares has local minima in Nb and E), or None where none converges. Never
     the chosen form (its backtest chose it too rarely, and it read 11-27% high where the chosen ones read low:
     docs/ladder_evidence.md, "The s-shaped form, fitted"); its reading bounds the interval beyond the sizes, as
-    the rule's other forms do, because Muon's curve flattened past every one of theirs 6x out on both seeds
+    the rule's other forms do, because Muon's curve flattened past every one of theirs 6x out on the three seeds
     measured ("w400: further"). Only its parameters: its covariance on five or six sizes is seldom finite."""
     found = _s_shaped_fit(tuple(np.asarray(n, float).tolist()), tuple(np.asarray(y, float).tolist()))
     return None if found is None else np.array(found)
