@@ -98,8 +98,9 @@ def restore_rngs(rngs, rank, world_size, seed, iteration, device_type):
     """This rank's RNGs where the saving run left them (rngs: one state per rank of that run). A rank it did not
     have (more processes now) gets a seed of its own at this iteration: another rank's state would give two ranks
     the same dropout masks from here on."""
-    set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0], device_type)
-    if rank >= len(rngs):
+    saved = rank < len(rngs)
+    set_rng_state(rngs[rank if saved else 0], device_type)  # numpy's and python's too
+    if not saved:
         torch.manual_seed(seed + rank + world_size * iteration)  # seeds every device's generator too
 
 
@@ -170,13 +171,12 @@ class Checkpointer:
     def _note_changes(self, saved, iteration):
         """Log what the config changed since the checkpoint that the run takes in its stride: the batch's split
         (auto picks it from the memory of the device it starts on), fp8, the schedule."""
-        was, now = (saved.get("batch_size"), saved.get("gradient_accumulation_steps")), \
-            (self.cfg.batch_size, self.cfg.gradient_accumulation_steps)
-        if None not in was and was != now:
-            same = was[0] * was[1] == now[0] * now[1]
-            self.log(f"note: micro-batch {was[0]} x {was[1]} -> {now[0]} x {now[1]} since the checkpoint" + (
+        (b0, a0), (b1, a1) = (saved.get("batch_size"), saved.get("gradient_accumulation_steps")), \
+            (self.cfg.batch_size, self.cfg.gradient_accumulation_steps)  # micro-batch x accumulation, then and now
+        if None not in (b0, a0) and (b0, a0) != (b1, a1):
+            self.log(f"note: micro-batch {b0} x {a0} -> {b1} x {a1} since the checkpoint" + (
                 ": the same batches summed in another order, so the run goes on close to, not bit-exact with, one "
-                "that never stopped" if same else f": {now[0] * now[1]} sequences a step, not {was[0] * was[1]}, "
+                "that never stopped" if b0 * a0 == b1 * a1 else f": {b1 * a1} sequences a step, not {b0 * a0}, "
                 "from here on"))
         if saved.get("fp8", "") != self.cfg.fp8:  # the weights are plain either way
             self.log(f"note: fp8 {saved.get('fp8', '') or 'off'} -> {self.cfg.fp8 or 'off'} since the checkpoint: "

@@ -21,7 +21,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
 from trainer import evaluation  # noqa: E402
-from trainer.tokenizer import find, get_encoding  # noqa: E402
+from trainer.tokenizer import get_encoding, recorded  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
@@ -66,7 +66,7 @@ def main():
     args = p.parse_args()
     try:
         meta = bins.read_meta(args.data_dir) if os.path.isdir(args.data_dir) else None
-        name = args.encoding or (find(meta["encoding"], meta.get("encoding_sha256"), [args.data_dir]) if meta else "gpt2")
+        name = args.encoding or (meta and recorded(meta, [args.data_dir])) or "gpt2"
         encoding = get_encoding(name)
     except (ValueError, bins.BinError) as e:  # an encoding that does not load, a meta.json cut short
         sys.exit(f"error: {e}")
