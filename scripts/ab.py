@@ -29,8 +29,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-import ladder  # noqa: E402  (scripts/ladder.py, beside this file: its runs are reused and fail as these do)
-from trainer import metrics  # noqa: E402
+import ladder  # noqa: E402  (scripts/ladder.py, beside this file: its runs are reused as these are)
+from trainer import metrics, runlog  # noqa: E402
 
 
 def run(config, common, side, seed, out_dir, a_dir):
@@ -42,11 +42,12 @@ def run(config, common, side, seed, out_dir, a_dir):
     if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):
         command = [sys.executable, "train.py", *argv]
         print("+ " + " ".join(command[1:]), flush=True)
-        # stdout kept: train.py says why it stopped there, as `error: ...` (trainer/runlog.py)
+        # train.log keeps what stdout says; stderr holds why a run failed (trainer/runlog.py)
         result = subprocess.run(command, cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                                capture_output=True, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if result.returncode != 0:
-            sys.exit(f"error: train.py for {out_dir} failed: {ladder.why_it_failed(result)}")
+            why = runlog.why_it_failed(result.returncode, result.stderr)
+            sys.exit(f"error: train.py for {out_dir} failed: {why}")
     return [(r["tokens"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))
             if r.get("val_loss") is not None]
 

@@ -54,6 +54,7 @@ from trainer import cost  # noqa: E402
 from trainer import precision  # noqa: E402
 from trainer import metrics  # noqa: E402
 from trainer import optim  # noqa: E402
+from trainer import runlog  # noqa: E402
 from model import GPT, GPTConfig, model_config  # noqa: E402
 
 TRAIN = os.path.join(REPO, "train.py")
@@ -209,17 +210,15 @@ def timed_steps(out_dir, warmup):
     return [r for r in metrics.latest_per_iter(metrics.read(out_dir, "step")) if r["iter"] > warmup]
 
 
-def failure(returncode, stdout, stderr):
-    """(status, one line) for a train.py that exited non-zero."""
-    if "out of memory" in (stdout + stderr).lower():  # torch.OutOfMemoryError: CUDA (or HIP) out of memory
+def failure(returncode, stderr):
+    """(status, one line) for a train.py that exited non-zero, from its stderr."""
+    if "out of memory" in stderr.lower():  # torch.OutOfMemoryError: CUDA (or HIP) out of memory
         return "oom", "out of memory"
     if returncode in (-9, 137):  # SIGKILL, itself or through a shell: on a CPU run, the kernel's OOM killer
         return "oom", "out of memory: killed by SIGKILL (status -9), most likely the kernel's out-of-memory killer"
-    errors = [line[len("error: "):] for line in stdout.splitlines() if line.startswith("error: ")]  # train.py's fail()
-    if errors and "ignore_memory_estimate" in errors[-1]:  # train.py refused a setting its estimate says cannot fit
-        return "oom", errors[-1]
-    lines = errors or [line.strip() for line in stderr.splitlines() if line.strip()]
-    return "error", lines[-1] if lines else f"train.py exited with status {returncode}"
+    line = runlog.why_it_failed(returncode, stderr).removeprefix("error: ")
+    # train.py refused a setting its estimate says cannot fit
+    return ("oom" if "ignore_memory_estimate" in line else "error"), line
 
 
 def median_of(values):
@@ -253,19 +252,18 @@ def summarize(steps, tokens_per_step, config_tokens_per_step):
 
 def run_train(train_args, timeout):
     """(status, message) of train.py (through timed_train) with these arguments, killed past timeout seconds."""
-    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
-        proc = subprocess.Popen([sys.executable, "-c", TIMED_TRAIN, *train_args], stdout=stdout, stderr=stderr,
-                                text=True)
+    with tempfile.TemporaryFile("w+") as stderr:  # why it failed; its train.log keeps what stdout says
+        proc = subprocess.Popen([sys.executable, "-c", TIMED_TRAIN, *train_args], stdout=subprocess.DEVNULL,
+                                stderr=stderr, text=True)
         try:
             proc.wait(timeout=None if timeout == math.inf else timeout)  # a hang must not eat the others' time
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
             return "timeout", f"killed after {timeout:.1f}s"
-        stdout.seek(0)
         stderr.seek(0)
         if proc.returncode:
-            return failure(proc.returncode, stdout.read(), stderr.read())
+            return failure(proc.returncode, stderr.read())
     return "ok", None
 
 

@@ -49,7 +49,7 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import RunError, bins, checkpoint, cost, ladder, ladder_analysis, metrics  # noqa: E402
+from trainer import RunError, bins, checkpoint, cost, ladder, ladder_analysis, metrics, runlog  # noqa: E402
 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
@@ -241,11 +241,13 @@ class Ladder:
             shown = " ".join(["torchrun", *command[3:]] if self.nproc > 1 else command[1:])  # as a user types it
             print(f"+ {shown}", flush=True)
             env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **slot)
-            result = subprocess.run(command, env=env, capture_output=True, text=True)
+            # train.log keeps what stdout says; stderr holds why a run failed
+            result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         finally:
             self.slots.put(slot)
         if result.returncode != 0 and not accept():
-            raise self.fail(SystemExit(f"error: {shown} failed: {why_it_failed(result)}"))
+            why = runlog.why_it_failed(result.returncode, result.stderr)
+            raise self.fail(SystemExit(f"error: {shown} failed: {why}"))
 
     def fail(self, error):
         """The ladder's first failure (the one main reports), from now on every climb's: no new run starts, and
@@ -386,19 +388,6 @@ def ending(out_dir):
     if metrics.read(out_dir, "done"):
         return "done"
     return "diverged" if metrics.read(out_dir, "diverged") else None
-
-
-def why_it_failed(result):
-    """The line of a failed script's output (its CompletedProcess) that says why: its own `error: ...` or the
-    last exception on stderr (torchrun's report of a failed child comes after both, and says only that it
-    failed), else the `error: ...` train.py's rank 0 writes to its log, on stdout; else stderr's last line;
-    else how it ended (the OOM killer's kill -9 leaves no line)."""
-    lines = [line.strip() for line in result.stderr.strip().splitlines()]
-    said = [line for line in lines if (line.startswith("error: ") or ": error: " in line
-                                       or line.split(": ", 1)[0].endswith("Error")) and "ChildFailedError" not in line]
-    logged = [line.strip() for line in result.stdout.splitlines() if line.startswith("error: ")]
-    ended = f"killed by signal {-result.returncode}" if result.returncode < 0 else f"exit status {result.returncode}"
-    return (said or logged or lines or [f"{ended}, with no error line (its train.log may say more)"])[-1]
 
 
 def scores(results):

@@ -95,8 +95,8 @@ def test_ab_reuses_a_run_by_its_settings(tmp_path, monkeypatch):
 
 
 def test_ab_says_why_train_py_failed(tmp_path, monkeypatch):
-    """train.py's `error: ...` line is on its stdout (trainer/runlog.py): ab.py's one line carries it."""
-    failed = subprocess.CompletedProcess([], 1, "building the model ...\nerror: no train.bin in /nowhere\n\n", "")
+    """train.py's `error: ...` line is on its stderr (trainer/runlog.py): ab.py's one line carries it."""
+    failed = subprocess.CompletedProcess([], 1, None, "W1207 a library's warning\nerror: no train.bin in /nowhere\n\n")
     monkeypatch.setattr(subprocess, "run", lambda command, **kwargs: failed)
     with pytest.raises(SystemExit) as e:
         ab.run("config/train_tiny.py", "", "--learning_rate=2e-3", 1337, tmp_path / "a_1337", None)

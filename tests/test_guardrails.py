@@ -78,7 +78,7 @@ def test_a_prepare_job_holds_its_data_dir(tmp_path):
                                              ("gpu", "'gpu' is not a device"), ("cuda:x", "'cuda:x' is not a device")])
 def test_a_device_this_machine_lacks_is_one_line(tmp_path, data_dir, device, expected):
     result = train(tmp_path / "out", data_dir, f"--device={device}", check=False)
-    assert result.returncode == 1 and "Traceback" not in result.stderr and expected in last_line(result.stdout)
+    assert result.returncode == 1 and "Traceback" not in result.stderr and expected in last_line(result.stderr)
     env_check = run_here(["scripts/check_env.py", "config/train_tiny.py", f"--device={device}", f"--data_dir={data_dir}"])
     assert env_check.returncode == 1 and any(line.startswith("FAIL") and expected in line
                                              for line in env_check.stdout.splitlines())
@@ -88,7 +88,7 @@ def test_a_device_this_machine_lacks_is_one_line(tmp_path, data_dir, device, exp
 
 def test_a_config_that_cannot_fit_is_refused_before_allocating(tmp_path, data_dir):
     result = train(tmp_path / "out", data_dir, "--memory_budget_gb=0.0001", check=False)  # 100 kB
-    line = last_line(result.stdout)
+    line = last_line(result.stderr)
     assert result.returncode == 1 and "building the model" not in result.stdout
     assert line.startswith("error: the estimated peak is") and "over the 0.1 MB budget (memory_budget_gb)" in line
     assert "ignore_memory_estimate=True" in line
@@ -106,7 +106,7 @@ def test_check_env_fails_a_cpu_config_larger_than_ram(data_dir):
 def test_bench_names_an_oom_kill_and_shows_usage_without_a_config():
     sys.path.insert(0, str(REPO / "scripts"))
     import bench
-    assert bench.failure(-9, "", "")[0] == "oom" and "out-of-memory killer" in bench.failure(-9, "", "")[1]
+    assert bench.failure(-9, "")[0] == "oom" and "out-of-memory killer" in bench.failure(-9, "")[1]
     usage = run_here(["scripts/bench.py"])
     assert usage.returncode == 2 and usage.stdout.startswith("usage: bench.py CONFIG")
 
@@ -165,7 +165,7 @@ def test_messages_name_the_real_cause(tmp_path, data_dir):
     out = tmp_path / "out"
     train(out, data_dir, "--max_iters=2")
     conflict = train(out, data_dir, "--n_layer=3", check=False)
-    assert "n_layer=3 (set on the command line) conflicts with the checkpoint's n_layer=2" in last_line(conflict.stdout)
+    assert "n_layer=3 (set on the command line) conflicts with the checkpoint's n_layer=2" in last_line(conflict.stderr)
     config = tmp_path / "mine.py"
     config.write_text("batch_size = 8\n")
     typed = run_here(["train.py", config, "--batch_size=eight"])
@@ -198,8 +198,8 @@ def test_a_run_error_is_one_line_and_so_is_a_library_error_an_explainer_knows(tm
         except Exception as e:
             log.crash(type(e), e, e.__traceback__)
     out, err = capsys.readouterr()
-    assert out.splitlines() == ["error: data/x/train.bin: odd size", "error: the library failed: do this"]
-    assert "Traceback" not in err
+    assert err.splitlines() == ["error: data/x/train.bin: odd size", "error: the library failed: do this"]
+    assert "Traceback" not in err and not out  # stderr: where the tools that run train.py read why it failed
     written = (tmp_path / "train.log").read_text()
     assert written.count("Traceback") == 1 and "KeyError" in written  # the library's, for a bug report
 
@@ -269,5 +269,5 @@ def test_a_compilation_failure_is_one_line_naming_compile_false(tmp_path, data_d
                  "--compile=True", "--max_iters=1", "--eval_interval=0",
                  env={"CXX": "/nonexistent/c++", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "no_cached_kernels")})
     assert result.returncode != 0
-    assert "--compile=False" in last_line(result.stdout) and "Traceback" not in result.stderr
+    assert "--compile=False" in last_line(result.stderr) and "Traceback" not in result.stderr
     assert "Traceback" in (tmp_path / "train.log").read_text()

@@ -190,7 +190,7 @@ def test_another_encoding_is_refused_at_start(learnt, tmp_path, gpt2_rank_file):
     result = run("train.py", "config/train_tiny.py", *MODEL, f"--data_dir={folder / 'data'}",
                  f"--out_dir={tmp_path / 'run'}", "--max_iters=2", "--hellaswag_interval=1",
                  f"--hellaswag_file={gpt2_file}")
-    last = result.stdout.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and last.startswith("error: hellaswag_file: ") and "tokenized with" in last
 
 

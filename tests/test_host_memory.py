@@ -83,8 +83,8 @@ def test_train_refuses_offload_and_async_on_a_small_host_before_building(tmp_pat
     stopped = run_here(["train.py", *args, "--optimizer_offload=True", "--checkpoint_async=True"],
                        env={name: "" for name in cost.ALLOCATOR_VARIABLES})
     out = stopped.stdout
-    errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert stopped.returncode == 1 and len(errors) == 1, out
+    errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
+    assert stopped.returncode == 1 and len(errors) == 1, stopped.stderr
     assert errors[0].startswith("error: host memory: the estimate is") and "optimizer_offload=False" in errors[0] \
         and "checkpoint_async=False" in errors[0] and "training step" in errors[0]  # a CPU run's step is host memory
     assert "building the model" not in out

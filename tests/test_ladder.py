@@ -787,18 +787,6 @@ def test_a_failed_run_stops_the_other_recipes_climb_and_is_the_error_reported(tm
     assert not (tmp_path / "out" / "ladder.json").exists()
 
 
-def test_a_failed_runs_reason_is_its_error_line_on_stderr_else_the_one_its_log_wrote_on_stdout():
-    """train.py's rank 0 writes its `error: ...` to train.log and stdout; a ladder that read only stderr
-    reported "(nothing on stderr)" for a run without its data. A run killed with no line says how it ended."""
-    log = "memory: estimated peak 1.6 MB\nerror: no train.bin in data/quickstart: prepare the data first\n"
-    def why(stderr, stdout, returncode):
-        return ladder_script.why_it_failed(types.SimpleNamespace(stderr=stderr, stdout=stdout, returncode=returncode))
-    assert why("", log, 1) == "error: no train.bin in data/quickstart: prepare the data first"
-    assert why("Traceback ...\nOSError: disk full\n", log, 1) == "OSError: disk full"
-    assert why("Killed\n", "iter 10: loss 2.1\n", 1) == "Killed"
-    assert why("", "iter 10: loss 2.1\n", -9) == "killed by signal 9, with no error line (its train.log may say more)"
-
-
 def test_a_second_ratio_adds_one_run_per_size_and_a_chinchilla_fit_held_out_as_the_rules(tmp_path, fake_train,
                                                                                            capsys):
     result = climb(ladder_config(tmp_path, [16, 32, 48, 64], tokens_per_param=(2, 4)), tmp_path / "out",

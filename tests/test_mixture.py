@@ -157,7 +157,7 @@ def test_bad_input_is_one_line(tmp_path, folders):
     result = train(tmp_path / "out", folders["web"], "--max_iters=2", f"--data_mixture={{'{a}': 1, '{b}': 1}}",
                    check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stdout.strip().splitlines()[-1].startswith("error: data_mixture: ")
+    assert result.stderr.strip().splitlines()[-1].startswith("error: data_mixture: ")
     assert "building the model" not in result.stdout
 
 

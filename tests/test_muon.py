@@ -85,7 +85,7 @@ def test_a_muon_run_resumes_bit_exactly_and_refuses_another_optimizer(tmp_path, 
     assert "resuming after 4" in train(tmp_path / "split", data_dir, *MUON, process=True).stdout
     assert_same_weights(tmp_path / "whole" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
     refused = train(tmp_path / "split", data_dir, *MUON, "--optimizer=adamw", "--max_iters=9", check=False)
-    assert refused.returncode == 1 and refused.stdout.strip().splitlines()[-1].startswith(
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1].startswith(
         "error: the checkpoint holds Muon on the blocks' matrices and AdamW on the rest, fp32 weights state but "
         "this config asks for AdamW, fp32 weights: resume with optimizer='muon'")
 

@@ -211,7 +211,7 @@ def test_bf16_weights_save_before_their_first_step_and_refuse_fsdp(tmp_path, dat
 def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir):
     train(tmp_path / "run", data_dir, *MODEL, "--max_iters=2")
     result = train(tmp_path / "run", data_dir, *MODEL, "--optimizer=adamw8bit", check=False)
-    last = result.stdout.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and last.startswith("error: the checkpoint holds AdamW, fp32 weights state but "
                                                       "this config asks for 8-bit AdamW (torchao), fp32 weights")
     assert "resume with optimizer='adamw', master_weights='float32'" in last and "init_weights" in last
@@ -221,7 +221,7 @@ def test_a_mode_change_on_resume_is_refused_with_the_way_out(tmp_path, data_dir)
     assert "resuming after 3" in train(tmp_path / "run", data_dir, *MODEL, "--max_iters=4").stdout
     train(tmp_path / "bf16", data_dir, *MODEL, *flags("adamw", "bfloat16", True), "--max_iters=2")
     refused = train(tmp_path / "bf16", data_dir, *MODEL, *flags("adamw", "bfloat16"), check=False)
-    assert refused.returncode == 1 and "holds AdamW on the host (offload), bf16 weights" in refused.stdout
+    assert refused.returncode == 1 and "holds AdamW on the host (offload), bf16 weights" in refused.stderr
 
 
 def test_bf16_weights_accumulate_their_gradients_in_fp32():

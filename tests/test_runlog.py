@@ -1,4 +1,4 @@
-"""runlog.py's step line and clock (its crash hook: test_guardrails.py)."""
+"""runlog.py's step line and clock, and the line that says why a run failed (its crash hook: test_guardrails.py)."""
 from trainer import runlog
 
 
@@ -14,3 +14,16 @@ def test_the_step_line_and_its_clock():
     assert line == ("iter 5: loss 2.0000, time 100ms, mfu 40.0%, tok/s 97,038 (12,130 per GPU), lr 1.000e-04, "
                     "grad norm 0.500, mem 1.0GB RSS, eta 2.0h")
     assert runlog.step_line(1, dict(figures, mfu=None), "m", show_hfu=True).endswith("mem m, hfu 50.0%")
+
+
+def test_a_failed_runs_reason_is_its_error_line_else_the_last_exception_else_how_it_ended():
+    """train.py writes its `error: ...` to stderr (and train.log); torchrun's report of a failed child comes after
+    it and says only that it failed. A run killed with no line says how it ended."""
+    why = runlog.why_it_failed
+    assert why(1, "W1207 a warning\nerror: no train.bin in data/quickstart: prepare the data first\n") == \
+        "error: no train.bin in data/quickstart: prepare the data first"
+    assert why(1, "rank 1 error: bad shard\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+                  "train.py FAILED\n") == "rank 1 error: bad shard"
+    assert why(1, "Traceback ...\nOSError: disk full\n") == "OSError: disk full"
+    assert why(1, "Killed\n") == "Killed"
+    assert why(-9, "") == "killed by signal 9, with no error line (its train.log may say more)"

@@ -117,4 +117,4 @@ def test_a_cooldown_fork_anneals_and_leaves_its_source_untouched(data_dir, tmp_p
     other = run_here(["train.py", *TINY, f"--data_dir={data_dir}", f"--init_from={source}/ckpt_10.pt",
                       f"--out_dir={fork}", "--cooldown_iters=10", "--max_iters=40"])
     assert other.returncode != 0 and (f"{fork} holds a cooldown fork from iter 20, and this command forks from "
-                                      f"{source}/ckpt_10.pt (iter 10): give this fork a new --out_dir") in other.stdout
+                                      f"{source}/ckpt_10.pt (iter 10): give this fork a new --out_dir") in other.stderr

@@ -63,7 +63,7 @@ def test_an_unreadable_rollback_target_stops_the_run_with_nothing_moved(tmp_path
     spiky(out, data_dir, "--max_iters=10", at="")
     (out / "ckpt_8.pt").write_bytes(b"not a checkpoint")
     result = spiky(out, data_dir, at="11,12,13", check=False)
-    last = result.stdout.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert last.startswith("error: loss spike burst from iter 11, and no rollback: ") and "ckpt_8.pt" in last
     assert {p.name for p in out.glob("ckpt_*.pt")} >= {"ckpt_10.pt", "ckpt_12.pt"}
@@ -79,7 +79,7 @@ def test_stop_and_resume_through_spikes_and_rollback_is_bit_exact(tmp_path, data
 
 def test_rollbacks_are_limited(tmp_path, data_dir):
     result = spiky(tmp_path / "run", data_dir, "--max_rollbacks=1", at="9,10,11,13,14,15", check=False)
-    last = result.stdout.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert last.startswith("error: loss spikes again at iter 13 after 1 automatic rollback(s) (max_rollbacks=1)")
     [diverged] = metrics.read(tmp_path / "run", "diverged")  # the ladder's sweeps read it as the rate's outcome

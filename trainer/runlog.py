@@ -1,7 +1,7 @@
 """
 What a training run says, and where: every line to stdout and to <out_dir>/train.log (appended across
 restarts, so `tail -f` needs no tee), from rank 0 only; a failure as one line the user can act on, from
-any rank; and an unexpected crash with its traceback in train.log too, where a dead run is looked at.
+any rank, on stderr (where the tools that run train.py read it: why_it_failed); and an unexpected crash with its traceback in train.log too, where a dead run is looked at.
 Either also leaves its line in out_dir/FAILURES, which a restarted run reports (elastic.py). The step
 line is built here (step_line, StepClock) from the same figures metrics.jsonl records for tools.
 """
@@ -88,14 +88,32 @@ class RunLog:
                    "for another rank's error first)")
 
     def error(self, message):
-        """`error: message` in the log (another rank's: on stderr and in train.log), and in out_dir/FAILURES."""
+        """`error: message` (another rank's: `rank N error: message`) on stderr, where a script that runs train.py
+        reads why it failed (why_it_failed), in train.log, and in out_dir/FAILURES."""
         elastic.leave_note(os.path.dirname(self.path), self.rank, message)
+        line = f"error: {message}" if self.file is not None else f"rank {self.rank} error: {message}"
+        try:
+            print(line, file=sys.stderr, flush=True)
+        except OSError:  # the terminal hung up: train.log still gets it
+            pass
         if self.file is not None:
-            self(f"error: {message}")
+            self.file.write(line + "\n")
+            self.file.flush()
             return
-        print(f"rank {self.rank} error: {message}", file=sys.stderr, flush=True)
         try:
             with open(self.path, "a") as f:
-                f.write(f"rank {self.rank} error: {message}\n")
+                f.write(line + "\n")
         except OSError:  # out_dir not shared with this node: stderr has it
             pass
+
+
+def why_it_failed(returncode, stderr):
+    """The line of a failed train.py's stderr (or of torchrun's, around it) that says why: its `error: ...` or the
+    last exception (torchrun's report of a failed child comes after both, and says only that it failed); else
+    stderr's last line; else how it ended (the OOM killer's kill -9 leaves no line). Every tool that runs
+    train.py reports its failure with this one line."""
+    lines = [line.strip() for line in stderr.strip().splitlines()]
+    said = [line for line in lines if (line.startswith("error: ") or " error: " in line
+                                       or line.split(": ", 1)[0].endswith("Error")) and "ChildFailedError" not in line]
+    ended = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    return (said or lines or [f"{ended}, with no error line (its train.log may say more)"])[-1]

@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
-from trainer import metrics, optim  # noqa: E402
+from trainer import metrics, optim, runlog  # noqa: E402
 from trainer.optim import OPTIMIZERS  # noqa: E402
 
 
@@ -50,9 +50,9 @@ def run(mode, args, out_dir):
                f"--lr_decay_iters={args.steps}", "--warmup_iters=50", "--learning_rate=1e-3", "--min_lr=1e-4",
                "--eval_interval=100", "--eval_iters=20", "--log_interval=10", "--checkpoint_interval=0",
                "--seed=1337", *args.args.split()]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if result.returncode:
-        sys.exit(f"bench_optim: {mode} failed: {(result.stdout + result.stderr).strip().splitlines()[-1]}")
+        sys.exit(f"bench_optim: {mode} failed: {runlog.why_it_failed(result.returncode, result.stderr)}")
     curve = {r["iter"]: r["val_loss"] for r in metrics.read(out_dir, "eval")}
     times = sorted(r["step_time"] for r in metrics.read(out_dir, "step"))
     return curve, times[len(times) // 2]  # the median step: robust to the first step's compilation

@@ -39,7 +39,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import forecast, ladder, metrics  # noqa: E402
+from trainer import forecast, ladder, metrics, runlog  # noqa: E402
 from trainer.schedule import learning_rate  # noqa: E402
 
 
@@ -70,11 +70,15 @@ def main(argv=None):
         for seed in args.seeds:
             out_dir = Path(args.work) / f"{schedule}_{seed}"
             if not (out_dir / metrics.FILE).is_file() or not metrics.read(out_dir, "done"):
-                subprocess.run([sys.executable, "train.py", args.config, f"--out_dir={out_dir}", f"--seed={seed}",
-                                f"--max_iters={args.iters}", f"--lr_decay_iters={args.iters}",
-                                f"--lr_schedule={schedule}", f"--eval_interval={args.eval_interval}",
-                                f"--eval_iters={args.eval_iters}", "--checkpoint_interval=0", "--init_from=auto", *args.args.split()],
-                               cwd=REPO, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL)
+                command = [sys.executable, "train.py", args.config, f"--out_dir={out_dir}", f"--seed={seed}",
+                           f"--max_iters={args.iters}", f"--lr_decay_iters={args.iters}", f"--lr_schedule={schedule}",
+                           f"--eval_interval={args.eval_interval}", f"--eval_iters={args.eval_iters}",
+                           "--checkpoint_interval=0", "--init_from=auto", *args.args.split()]
+                result = subprocess.run(command, cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                if result.returncode:
+                    raise SystemExit(f"error: train.py for {out_dir} failed: "
+                                     f"{runlog.why_it_failed(result.returncode, result.stderr)}")
             evals = [(r["iter"], r["val_loss"]) for r in metrics.latest_per_iter(metrics.read(out_dir, "eval"))]
             final = evals[-1][1]
             cfg = configurator.load_config([args.config, *args.args.split(), f"--max_iters={args.iters}",
