@@ -1,7 +1,8 @@
 """
 Export a checkpoint as a Hugging Face transformers folder, for lm-evaluation-harness, vLLM, transformers
 or the hub: GPT-2's layout for GPT-3's settings, Llama's for a model with Llama's internals (position='rope',
-norm='rmsnorm', activation='swiglu', the head tied or not, biases or not); any other mix is refused:
+norm='rmsnorm', activation='swiglu', the head tied or not, biases or not), Qwen3's for those with qk_norm=True and
+bias=False; any other mix is refused. The checkpoint's settings pick the layout, so the command is the same:
 
     python scripts/export_hf.py out/gpt3_6b hf/gpt3_6b                 # the newest loadable checkpoint
     python scripts/export_hf.py out/gpt3_6b/ckpt_572205.pt hf/final --dtype float32

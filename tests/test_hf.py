@@ -238,7 +238,7 @@ def test_bad_weights_give_one_line(tmp_path, data_dir, hf_folder, case, expected
         hf.from_pretrained(str(folder))
     result = train(tmp_path / "out", data_dir, f"--init_weights={folder}", "--max_iters=1", check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    last = result.stdout.strip().splitlines()[-1]
+    last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: init_weights: ") and expected in last
 
 
@@ -271,7 +271,7 @@ def test_gpt2_by_name_offline_without_a_cached_copy_is_one_line(tmp_path, data_d
                              f"--data_dir={data_dir}", f"--out_dir={tmp_path / 'out'}"],
                             cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stdout.strip().splitlines()[-1].startswith("error: init_from: cannot get gpt2")
+    assert result.stderr.strip().splitlines()[-1].startswith("error: init_from: cannot get gpt2")
 
 
 def test_a_byte_level_run_exports_a_byte_level_tokenizer(tmp_path):
@@ -336,6 +336,23 @@ def save_modern(folder, **changes):
     return model
 
 
+def assert_scores_like_the_model(model, folder):
+    """The exported folder's transformers logits equal the model's in float32 (the byte encoding's 257 tokens), and
+    lm-eval's own `hf` model scores a continuation from the local folder as the model does. Returns the
+    transformers model."""
+    exported = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    x = torch.randint(0, 257, (2, 16), generator=torch.Generator().manual_seed(2))
+    ours = logits_of(model.eval(), x)[..., :257]
+    assert (ours - exported(x).logits).abs().max() <= 1e-5
+    from lm_eval.models.huggingface import HFLM
+    lm = HFLM(pretrained=str(folder), dtype="float32", device="cpu", batch_size=2)
+    [(logprob, greedy)] = lm.loglikelihood([type("Request", (), {"args": ("def f", "(x):")})()])
+    tokens = [ord(c) for c in "def f(x):"]
+    expected = torch.log_softmax(logits_of(model, torch.tensor([tokens]))[0, :-1, :257], -1)
+    assert logprob == pytest.approx(sum(expected[i - 1, tokens[i]].item() for i in range(5, 9)), abs=1e-4)
+    return exported
+
+
 @pytest.mark.parametrize("tied, bias", [(False, False), (True, False), (False, True)])
 def test_llamas_settings_export_as_llama_with_the_same_logits(tmp_path, tied, bias):
     """Llama's settings, the head tied to the embedding or its own (transformers' tie_word_embeddings), and with
@@ -343,28 +360,50 @@ def test_llamas_settings_export_as_llama_with_the_same_logits(tmp_path, tied, bi
     model = save_modern(tmp_path / "run", tie_embeddings=tied, bias=bias)
     result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"), "--dtype", "float32")
     assert result.returncode == 0 and "as LlamaForCausalLM" in result.stderr + result.stdout, result.stderr
-    llama = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    llama = assert_scores_like_the_model(model, tmp_path / "hf")
     assert type(llama).__name__ == "LlamaForCausalLM" and llama.config.vocab_size == 257  # the bytes' padding dropped
     assert llama.config.tie_word_embeddings == tied and llama.config.attention_bias == llama.config.mlp_bias == bias
-    x = torch.randint(0, 257, (2, 16), generator=torch.Generator().manual_seed(2))
-    ours = logits_of(model.eval(), x)[..., :257]
-    assert (ours - llama(x).logits).abs().max() <= 1e-5
-    from lm_eval.models.huggingface import HFLM  # lm-eval's own `hf` model, from the local folder
-    lm = HFLM(pretrained=str(tmp_path / "hf"), dtype="float32", device="cpu", batch_size=2)
-    [(logprob, greedy)] = lm.loglikelihood([type("Request", (), {"args": ("def f", "(x):")})()])
-    tokens = [ord(c) for c in "def f(x):"]
-    expected = torch.log_softmax(logits_of(model, torch.tensor([tokens]))[0, :-1, :257], -1)
-    assert logprob == pytest.approx(sum(expected[i - 1, tokens[i]].item() for i in range(5, 9)), abs=1e-4)
 
 
-@pytest.mark.parametrize("changes, named", [
-    (dict(qk_norm=True), "qk_norm=True"), (dict(logit_softcap=15.0), "logit_softcap=15.0"),
-    (dict(activation="relu2"), "activation='relu2'"),
-    (dict(position="learned", norm="layernorm", activation="gelu", tie_embeddings=True, qk_norm=True),
-     "position='learned', norm='layernorm', activation='gelu', qk_norm=True")])
-def test_a_mix_neither_gpt2_nor_llama_has_is_refused_in_one_line(tmp_path, changes, named):
+@pytest.mark.parametrize("tied", [False, True])
+def test_qk_norm_on_llamas_settings_exports_as_qwen3_with_the_same_logits(tmp_path, tied):
+    """QK-norm is what Qwen3 adds to Llama: its q_norm and k_norm gains are written as ones, and the config carries
+    what Qwen3Config's defaults (Qwen3-8B's) would get wrong: head_dim, rms_norm_eps, rope_theta, no sliding window.
+    Greedy generation through transformers' KV cache continues as the model's own does."""
+    model = save_modern(tmp_path / "run", tie_embeddings=tied, qk_norm=True)
+    result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"), "--dtype", "float32")
+    assert result.returncode == 0 and "as Qwen3ForCausalLM" in result.stderr + result.stdout, result.stderr
+    qwen3 = assert_scores_like_the_model(model, tmp_path / "hf")
+    config = qwen3.config
+    assert type(qwen3).__name__ == "Qwen3ForCausalLM" and config.vocab_size == 257
+    assert config.tie_word_embeddings == tied and (config.head_dim, config.rms_norm_eps) == (16, 1e-5)
+    assert config.rope_parameters == dict(rope_type="default", rope_theta=500.0)
+    assert config.sliding_window is None and set(config.layer_types) == {"full_attention"}
+    assert not config.attention_bias and not hasattr(config, "mlp_bias")
+    gains = [p for name, p in qwen3.named_parameters() if name.endswith(("q_norm.weight", "k_norm.weight"))]
+    assert len(gains) == 2 * 2 and all(torch.equal(p, torch.ones(16)) for p in gains)
+    prompt = torch.tensor([[ord(c) for c in "def f"]])
+    model.config.n_tokens = 257  # past the bytes' tokens, rows the export dropped: masked out here too
+    with torch.no_grad():
+        theirs = qwen3.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(prompt, 8, top_k=1), theirs)
+    with pytest.raises(hf.WeightsError, match="holds a 'qwen3' model"):  # import reads GPT-2 folders only
+        hf.load_weights(str(tmp_path / "hf"))
+
+
+@pytest.mark.parametrize("changes, layout, named", [
+    (dict(logit_softcap=15.0), "Llama", "logit_softcap=15.0"),
+    (dict(activation="relu2"), "Llama", "activation='relu2'"),
+    (dict(qk_norm=True, bias=True), "Qwen3", "bias=True"),  # Qwen3's MLP has no biases
+    (dict(qk_norm=True, logit_softcap=15.0), "Qwen3", "logit_softcap=15.0"),
+    (dict(position="learned", norm="layernorm", activation="gelu", tie_embeddings=True, qk_norm=True), "Qwen3",
+     "position='learned', norm='layernorm', activation='gelu'"),
+    (dict(position="learned", activation="gelu", logit_softcap=15.0), "Llama",
+     "position='learned', activation='gelu', logit_softcap=15.0")])
+def test_a_mix_neither_gpt2_llama_nor_qwen3_has_is_refused_in_one_line(tmp_path, changes, layout, named):
+    """Named against Llama's layout, or Qwen3's for a model with QK-norm: the settings that keep it from exporting."""
     save_modern(tmp_path / "run", **changes)
     result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"))
     assert result.returncode == 1 and "Traceback" not in result.stderr and not (tmp_path / "hf").exists()
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("error: ") and f"Llama's layout has no {named}, and GPT-2's" in line
+    assert line.startswith("error: ") and f"{layout}'s layout has no {named}, and GPT-2's" in line

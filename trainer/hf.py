@@ -4,8 +4,9 @@ transformers folder, or one of this project's checkpoints), and a checkpoint exp
 transformers, vLLM and lm-evaluation-harness load as GPT2LMHeadModel. A model with Llama's internals
 (LLAMA_SETTINGS: rotary positions in the rotate-half layout model.py uses, RMSNorm, SwiGLU; tied head or not,
 biases or not: Llama's attention_bias and mlp_bias) exports as LlamaForCausalLM instead: c_attn splits into
-q_proj, k_proj and v_proj, the rest is renamed (LLAMA_NAMES). Any other mix of settings has no transformers class
-and is refused.
+q_proj, k_proj and v_proj, the rest is renamed (LLAMA_NAMES). The same with qk_norm=True and no biases
+(QWEN3_SETTINGS) exports as Qwen3ForCausalLM: Llama's tensors plus each layer's q_norm and k_norm gains, at ones.
+Any other mix of settings has no transformers class and is refused.
 
 The two layouts hold the same tensors under the same names, except that transformers keeps GPT-2's
 linear layers as Conv1D with (in, out) weights, so c_attn, c_proj and c_fc are transposed each way,
@@ -36,6 +37,9 @@ EXPORTED_BIAS = "bias"  # config.json's record of a bias=False model, whose expo
 # embedding or not (tie_word_embeddings), and the export says which
 GPT2_SETTINGS = dict(position="learned", norm="layernorm", qk_norm=False, logit_softcap=0.0)
 LLAMA_SETTINGS = dict(position="rope", norm="rmsnorm", activation="swiglu", qk_norm=False, logit_softcap=0.0)
+# Qwen3 is Llama plus an RMSNorm with a gain over each head's queries and keys before RoPE (q_norm, k_norm): model.py's
+# gain-free QK-norm at gains of one. Its MLP has no biases (no mlp_bias), so a model with biases has no Qwen3.
+QWEN3_SETTINGS = dict(LLAMA_SETTINGS, qk_norm=True, bias=False)
 LLAMA_NAMES = {"ln_1.weight": "input_layernorm.weight", "ln_2.weight": "post_attention_layernorm.weight",
                **{f"{ours}.{kind}": f"{theirs}.{kind}" for kind in ("weight", "bias") for ours, theirs in (
                    ("attn.c_proj", "self_attn.o_proj"), ("mlp.c_gate", "mlp.gate_proj"), ("mlp.c_fc", "mlp.up_proj"),
@@ -230,29 +234,43 @@ def checkpoint_weights(state):
 # out
 
 def export_layout(args, source):
-    """'gpt2' or 'llama': the transformers class that computes what a model of args (a GPTConfig) computes;
-    for any other mix of settings a WeightsError naming what Llama lacks."""
+    """'gpt2', 'llama' or 'qwen3': the transformers class that computes what a model of args (a GPTConfig) computes;
+    for any other mix of settings a WeightsError naming what the nearer of Llama and Qwen3 lacks (the model's qk_norm
+    picks which: only Qwen3 has one), so that the line names only the settings to change."""
     if all(getattr(args, k) == v for k, v in GPT2_SETTINGS.items()) and args.activation in ACTIVATIONS:
         return "gpt2"
-    lacking = [f"{k}={getattr(args, k)!r}" for k, v in LLAMA_SETTINGS.items() if getattr(args, k) != v]
+    layout, name, settings = ("qwen3", "Qwen3", QWEN3_SETTINGS) if args.qk_norm else ("llama", "Llama", LLAMA_SETTINGS)
+    lacking = [f"{k}={getattr(args, k)!r}" for k, v in settings.items() if getattr(args, k) != v]
     if lacking:
         llama = ", ".join(f"{k}={v!r}" for k, v in LLAMA_SETTINGS.items())
-        raise WeightsError(f"{source}: Llama's layout has no {', '.join(lacking)}, and GPT-2's has none of this model's "
-                           f"other settings: transformers loads GPT-3's settings (as GPT-2) or Llama's ({llama}); "
-                           f"scripts/eval.py evaluates any checkpoint")
-    return "llama"
+        raise WeightsError(f"{source}: {name}'s layout has no {', '.join(lacking)}, and GPT-2's has none of this "
+                           f"model's other settings: transformers loads GPT-3's settings (as GPT-2), Llama's ({llama}) "
+                           f"or those with qk_norm=True and bias=False (as Qwen3); scripts/eval.py evaluates any "
+                           f"checkpoint")
+    return layout
+
+
+def _llama_config_fields(args):
+    """The fields LlamaConfig and Qwen3Config share, for a model of args: one rms_norm_eps serves every RMSNorm
+    there, as NORM_EPS does here (layers, final norm and QK-norm alike); RoPE's plain ('default') frequencies at
+    the checkpoint's rope_theta, in transformers 5's rope_parameters; every head its own keys and values."""
+    return dict(hidden_size=args.n_embd, intermediate_size=args.mlp_hidden(), num_hidden_layers=args.n_layer,
+                num_attention_heads=args.n_head, num_key_value_heads=args.n_head, hidden_act="silu",
+                max_position_embeddings=args.block_size, rms_norm_eps=NORM_EPS,
+                rope_parameters=dict(rope_type="default", rope_theta=args.rope_theta),
+                tie_word_embeddings=args.tie_embeddings, attention_bias=args.bias)
 
 
 def _hf_config(args, layout, rows, eot, dtype_name):
-    """config.json's transformers config for a model of args in layout ('gpt2' or 'llama')."""
-    from transformers import GPT2Config, LlamaConfig
+    """config.json's transformers config for a model of args in layout ('gpt2', 'llama' or 'qwen3')."""
+    from transformers import GPT2Config, LlamaConfig, Qwen3Config
     common = dict(vocab_size=rows, bos_token_id=eot, eos_token_id=eot, dtype=dtype_name)
     if layout == "llama":
-        return LlamaConfig(hidden_size=args.n_embd, intermediate_size=args.mlp_hidden(), num_hidden_layers=args.n_layer,
-                           num_attention_heads=args.n_head, num_key_value_heads=args.n_head, hidden_act="silu",
-                           max_position_embeddings=args.block_size, rms_norm_eps=NORM_EPS, rope_theta=args.rope_theta,
-                           tie_word_embeddings=args.tie_embeddings, attention_bias=args.bias, mlp_bias=args.bias,
-                           architectures=["LlamaForCausalLM"], **common)
+        return LlamaConfig(**_llama_config_fields(args), mlp_bias=args.bias, architectures=["LlamaForCausalLM"],
+                           **common)
+    if layout == "qwen3":  # Qwen3Config's defaults are Qwen3-8B's: a head_dim of 128, a sliding window it could turn on
+        return Qwen3Config(**_llama_config_fields(args), head_dim=args.n_embd // args.n_head, use_sliding_window=False,
+                           architectures=["Qwen3ForCausalLM"], **common)
     return GPT2Config(n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
                       activation_function=ACTIVATIONS[args.activation], layer_norm_epsilon=NORM_EPS, resid_pdrop=0.0,
                       embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=args.tie_embeddings,
@@ -262,7 +280,7 @@ def _hf_config(args, layout, rows, eot, dtype_name):
 
 def export(source, out_dir, dtype=torch.bfloat16, log=print, encoding=None):
     """Write `source` (a ckpt_<N>.pt, a ckpt_<N>/ folder, or an out_dir: its newest loadable one) to
-    out_dir as a transformers GPT-2 or Llama folder (export_layout): config.json, generation_config.json,
+    out_dir as a transformers GPT-2, Llama or Qwen3 folder (export_layout): config.json, generation_config.json,
     model.safetensors (sharded with an index past SHARD_BYTES) and, for a GPT-2-pattern encoding, tokenizer
     files. encoding: the tokenizer instead of the checkpoint's record. Everything goes to a temporary folder
     renamed at the end, so out_dir is complete or absent."""
@@ -279,7 +297,7 @@ def export(source, out_dir, dtype=torch.bfloat16, log=print, encoding=None):
     rows = _exported_rows(args, encoding, source)
     eot = encoding.eot_token if encoding else None
     config = _hf_config(args, layout, rows, eot, dtype_name)
-    tensors = _llama_tensors if layout == "llama" else _hf_tensors
+    tensors = {"gpt2": _hf_tensors, "llama": _llama_tensors, "qwen3": _qwen3_tensors}[layout]
     tmp = out_dir.rstrip("/") + ".tmp-export"
     shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.time()
@@ -389,8 +407,18 @@ def _llama_tensors(weights, args, rows, dtype):
                      lambda t=t, j=j: t[j * C:(j + 1) * C].to(dtype).contiguous())
                     for j, proj in enumerate(("q_proj", "k_proj", "v_proj"))]
         else:
-            out.append((f"model.layers.{block}.{LLAMA_NAMES[rest]}", tuple(t.shape), lambda t=t: t.to(dtype).contiguous()))
+            out.append((f"model.layers.{block}.{LLAMA_NAMES[rest]}", tuple(t.shape),
+                        lambda t=t: t.to(dtype).contiguous()))
     return out
+
+
+def _qwen3_tensors(weights, args, rows, dtype):
+    """[(name, shape, make)] in Qwen3ForCausalLM's layout: Llama's, plus each layer's q_norm and k_norm gains at
+    ones, since model.py's QK-norm has no gain (the same eps, and before RoPE in both)."""
+    head_size = args.n_embd // args.n_head
+    gains = [(f"model.layers.{block}.self_attn.{norm}.weight", (head_size,), lambda: torch.ones(head_size, dtype=dtype))
+             for block in range(args.n_layer) for norm in ("q_norm", "k_norm")]
+    return _llama_tensors(weights, args, rows, dtype) + gains
 
 
 def _write_tensors(tensors, folder, dtype):
