@@ -3,6 +3,7 @@ follows the law with noise, widens to the backtest's miss when the law misfits, 
 the points cannot determine it, and writes its line and record."""
 import json
 import math
+import os
 import sys
 import types
 
@@ -267,3 +268,56 @@ def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_fin
         forecast_accuracy.main(["--ladder", path, "--runs", f"muon={tmp_path / 'run'}"])
     with pytest.raises(SystemExit, match="is not a finished train.py run"):
         forecast_accuracy.main(["--ladder", path, "--runs", f"adamw={tmp_path / 'missing'}"])
+
+
+@pytest.mark.e2e
+def test_a_run_with_a_real_ladders_prior_prints_it_from_early_on_and_a_resume_forecasts_as_if_it_never_stopped(
+        tmp_path, data_dir):
+    """The whole path a user's 6.7B run takes, at tiny sizes: scripts/ladder.py trains three sizes through train.py,
+    and a larger run at the ladder's ratio and schedule (its argv, as the ladder would give it) reads ladder.json
+    as forecast_prior. It prints the ladder's prediction beside the forecast and the measured loss from its first
+    evaluations on; a copy stopped part-way (an injected error) and resumed forecasts exactly as the run that
+    never stopped, because both read the evaluations metrics.jsonl kept."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import ladder as ladder_script
+    from conftest import python, run_here
+    common = (f"--vocab_size=64 --block_size=16 --batch_size=4 --gradient_accumulation_steps=2 --eval_iters=2 "
+              f"--data_dir={data_dir} --checkpoint_interval=1000000 --checkpoint_minutes=0 --dropout=0.0")
+    sizes = {f"w{w}": dict(n_layer=1, n_head=1, n_embd=w) for w in (16, 24, 32)}
+    config = tmp_path / "ladder_prior.py"
+    config.write_text(f"base = [{str(REPO / 'config/train_tiny.py')!r}]\ncommon = {common!r}\nsizes = {sizes!r}\n"
+                      "tokens_per_param = 0.2\nsweep_points = 1\nevaluations = 8\n")
+    recipe = "adamw: --optimizer=adamw --learning_rate=3e-3"
+    built = python([REPO / "scripts/ladder.py", config, "--out", tmp_path / "ladder", "--recipe", recipe],
+                   env=dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled"))
+    assert built.returncode == 0, built.stderr[-3000:]
+    name, overrides = ladder_script.parse_recipe(recipe)
+    argv = ladder_script.Ladder(ladder_script.load_settings(str(config)), None).argv(
+        overrides, dict(n_layer=1, n_head=1, n_embd=48), 3e-3, 0.2)
+    prior = f"--forecast_prior={tmp_path / 'ladder' / 'ladder.json'}"
+
+    def train(out_dir, *extra, env=None):
+        # evaluated every other step (the prior reads fractions of the run): the law's forecast has points enough
+        return run_here(["train.py", *argv, prior, f"--out_dir={out_dir}", "--eval_interval=2", *extra], env=env)
+
+    whole = train(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    max_iters = metrics.read(tmp_path / "whole", "start")[0]["max_iters"]
+    made = metrics.latest_per_iter(metrics.read(tmp_path / "whole", "forecast_prior"))
+    assert made and made[0]["iter"] <= max_iters / 4  # from a quarter of the run or earlier
+    said = [line for line in whole.stdout.splitlines()
+            if line.startswith("forecast with the ladder's prior: val loss")]
+    assert len(said) == len(made) and all("the ladder predicted" in line and "measured now" in line for line in said)
+    assert all(r["at_iter"] == max_iters and r["ladder_val_loss"] == made[0]["ladder_val_loss"] for r in made)
+    stop = max_iters // 2
+    stopped = train(tmp_path / "split", "--checkpoint_interval=5", env={"TRAINER_FAULTS": f"rank_error@{stop}"})
+    assert stopped.returncode == 1 and not metrics.read(tmp_path / "split", "done")
+    resumed = train(tmp_path / "split", "--checkpoint_interval=5")
+    assert resumed.returncode == 0 and "resuming after" in resumed.stdout, resumed.stderr[-3000:]
+    split, once = ([(r["iter"], r["val_loss"], r["error"]) for r in metrics.latest_per_iter(
+        metrics.read(tmp_path / run, "forecast_prior"))] for run in ("split", "whole"))
+    assert once[-1][0] > stop and split == once  # the forecasts after the resume point as well
+    # the law's forecast (none yet in so short a run: its fit and error say why) reads the same history too
+    resumed_law, whole_law = ([line for line in result.stdout.splitlines() if line.startswith("forecast: ")]
+                              for result in (resumed, whole))
+    assert resumed_law[-1] == whole_law[-1] and "±" in whole_law[-1]
