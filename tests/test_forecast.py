@@ -80,6 +80,24 @@ def test_report_logs_the_line_and_writes_the_record(tmp_path):
     assert lines[1].startswith("forecast: none yet, ")
 
 
+
+def test_report_leaves_out_the_evaluations_another_schedule_or_weighting_measured(tmp_path):
+    record, seen = metrics.Metrics(tmp_path), []
+    for it in range(0, 101, 10):
+        record("eval", it, val_loss=3.0)
+    record("schedule_changed", 60, changes=["max_iters 60 -> 200"], lr_from=35)  # the rates moved from step 35
+    for it in (60, 70):  # the resumed run's, the resume point's again: weights the old rates trained
+        record("eval", it, val_loss=2.5)
+    stub = types.SimpleNamespace(predict=lambda points: seen.append([it for it, _ in points]) or "stub")
+    forecast.report(stub, None, tmp_path, 70, 200, lambda line: None, record)
+    assert seen[-1] == [0, 10, 20, 30, 70]  # 40-60 measured weights the old rates from step 35 on had trained
+    record("weights_changed", 80, changes=["web 0.5 -> 0.7"], weights={"web": 0.7})
+    record("eval", 90, val_loss=2.0)
+    forecast.report(stub, None, tmp_path, 90, 200, lambda line: None, record)
+    assert seen[-1] == [90]  # another weighted mean of the sources up to the weights' change
+    assert forecast.measured_otherwise(metrics.read(tmp_path)) == [(35, 60), (-1, 80)]
+
+
 # -----------------------------------------------------------------------------
 # the scaling ladder's prior (forecast.Prior)
 

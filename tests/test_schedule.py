@@ -7,12 +7,12 @@ import pytest
 
 import configurator
 from conftest import VOCAB, run_here
-from trainer import checkpointer, metrics, schedule
+from trainer import checkpointer, forecast, metrics, schedule
 
 
 def cfg(**overrides):
-    return types.SimpleNamespace(**dict(configurator.DEFAULTS, warmup_iters=10, lr_decay_iters=100, max_iters=100,
-                                        learning_rate=1.0, min_lr=0.1, **overrides))
+    return types.SimpleNamespace(**{**configurator.DEFAULTS, **dict(warmup_iters=10, lr_decay_iters=100, max_iters=100,
+                                                                     learning_rate=1.0, min_lr=0.1), **overrides})
 
 
 def test_cosine_is_the_default_and_gpt3s():
@@ -118,3 +118,25 @@ def test_a_cooldown_fork_anneals_and_leaves_its_source_untouched(data_dir, tmp_p
                       f"--out_dir={fork}", "--cooldown_iters=10", "--max_iters=40"])
     assert other.returncode != 0 and (f"{fork} holds a cooldown fork from iter 20, and this command forks from "
                                       f"{source}/ckpt_10.pt (iter 10): give this fork a new --out_dir") in other.stderr
+
+
+def test_the_first_step_a_new_schedule_moves_is_where_the_old_ones_evaluations_stop_counting():
+    assert schedule.first_difference(cfg(), cfg(max_iters=200), 100) == 100  # max_iters alone moves no rate
+    assert schedule.first_difference(cfg(), cfg(lr_decay_iters=200), 100) == 11  # the cosine, from its first step
+    wsd = dict(lr_schedule="wsd", lr_decay_fraction=0.2)
+    assert schedule.first_difference(cfg(**wsd), cfg(**wsd, lr_decay_iters=200), 100) == 81  # the old decay's
+    assert schedule.first_difference(cfg(), cfg(learning_rate=2.0), 100) == 0
+
+
+def test_a_run_extended_after_its_end_records_the_change_and_its_forecast_leaves_out_the_old_decay(data_dir, tmp_path):
+    """nanoGPT's way to train longer, a larger max_iters (and lr_decay_iters) on the same command: the evaluations
+    made under the old cosine, its end's after the decay most of all, are another run's, not points of this one."""
+    out = tmp_path / "run"
+    train(data_dir, f"--out_dir={out}", "--max_iters=20", "--lr_schedule=cosine", "--lr_decay_iters=20")
+    longer = train(data_dir, f"--out_dir={out}", "--max_iters=40", "--lr_schedule=cosine", "--lr_decay_iters=40")
+    changed, = metrics.read(out, "schedule_changed")
+    assert changed["iter"] == 20 and changed["changes"] == ["lr_decay_iters 20 -> 40", "max_iters 20 -> 40"]
+    assert changed["lr_from"] == 3  # warmup_iters=2: the cosine moved from the step after it
+    assert "the forecast leaves out the evaluations after iter 3" in longer.stdout
+    evals = [r["iter"] for r in metrics.latest_per_iter(metrics.read(out, "eval"))]
+    assert evals == [0, 20, 40] and [first for first, last in forecast.measured_otherwise(metrics.read(out))] == [3]

@@ -184,9 +184,15 @@ class Checkpointer:
         changed = [f"{k} {saved[k]} -> {getattr(self.cfg, k)}" for k in SCHEDULE_KEYS
                    if k in saved and saved[k] != getattr(self.cfg, k)]
         if changed:
+            before = types.SimpleNamespace(**{**vars(self.cfg), **saved})
+            lr_from = schedule.first_difference(before, self.cfg, iteration, self.states["run"].cooldown_from)
             self.log(f"note: the schedule changed since the checkpoint ({', '.join(changed)}): the learning rate "
-                     f"follows the new values from iter {iteration} on")
-            was = schedule.learning_rate(iteration, types.SimpleNamespace(**{**vars(self.cfg), **saved}))
+                     f"follows the new values from iter {iteration} on" + (
+                         f"; the forecast leaves out the evaluations after iter {lr_from}, whose rates were the old "
+                         "schedule's" if lr_from < iteration else ""))
+            # the forecast reads it (forecast.measured_otherwise), as plot_log.py's vertical lines do
+            self.record("schedule_changed", iteration, changes=changed, lr_from=lr_from)
+            was = schedule.learning_rate(iteration, before)
             now = schedule.learning_rate(iteration, self.cfg)
             if now > 1.01 * was:  # a decayed model heated up again: what extending a run after its decay does
                 self.log(f"warning: at iter {iteration} the learning rate goes back up from {was:.3e} to {now:.3e}: "

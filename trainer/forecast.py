@@ -121,14 +121,26 @@ class Forecaster:
         return value, float(math.sqrt(max(grad @ cov @ grad, 0.0)))
 
 
+def measured_otherwise(records):
+    """[(first, last)]: the evaluations at iterations first < it <= last measured a run other than this one, from
+    its metrics records: after a resume that changed the schedule, those after the first step whose learning rate
+    changed (schedule_changed's lr_from) up to the resume (an extended run's old end, say, was measured after its
+    decay); after one that changed a mixture's weights, every one up to the resume (another weighted mean)."""
+    return [(r["lr_from"], r["iter"]) if r["kind"] == "schedule_changed" else (-1, r["iter"])
+            for r in records if r["kind"] in ("schedule_changed", "weights_changed")]
+
+
 def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):
     """After an evaluation: train.log's forecast line (or why there is none) and a "forecast" metrics record,
     and beside them the ladder prior's and its "forecast_prior" record (prior: prior()'s answer). The points
-    are out_dir's eval records up to iter_num (metrics.jsonl: a resumed run keeps its history)."""
+    are out_dir's eval records up to iter_num (metrics.jsonl: a resumed run keeps its history), but for those
+    measured under another schedule or weighting (measured_otherwise): the law and the prior read this run's."""
     if iter_num >= max_iters:
         return
     evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
-    points = [(r["iter"], r["val_loss"]) for r in evals if r["iter"] <= iter_num and r.get("val_loss") is not None]
+    otherwise = measured_otherwise(metrics.read(out_dir))
+    points = [(r["iter"], r["val_loss"]) for r in evals if r["iter"] <= iter_num and r.get("val_loss") is not None
+              and not any(first < r["iter"] <= last for first, last in otherwise)]
     result = forecaster.predict(points)
     if isinstance(result, str):
         log(f"forecast: none yet, {result}")

@@ -46,6 +46,13 @@ def learning_rate(it, cfg, cooldown_from=None):
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
 
 
+def first_difference(before, after, until, cooldown_from=None):
+    """The first step below `until` whose learning rate differs between configs `before` and `after`, else `until`:
+    the evaluations up to it followed either schedule, those after it (to `until`) only `before`'s."""
+    return next((it for it in range(until) if not math.isclose(learning_rate(it, before, cooldown_from),
+                                                               learning_rate(it, after, cooldown_from))), until)
+
+
 def describe(cfg, cooldown_from=None):
     """train.log's line naming the schedule and where its decay starts."""
     if cooldown_from is not None:
