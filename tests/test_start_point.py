@@ -59,3 +59,23 @@ def test_init_from_a_path_rolls_back_the_newer_checkpoints(tmp_path):
         save_run(out, n)
     _, start = start_point(f"--out_dir={out}", f"--init_from={out}/ckpt_4.pt")
     assert start.state["iter_num"] == 4 and [n for n, _ in checkpoint.list_checkpoints(str(out))] == [4, 2]
+
+
+def test_another_runs_checkpoint_goes_on_only_in_a_folder_without_checkpoints_of_its_own(tmp_path):
+    """A checkpoint from elsewhere continued in an out_dir that holds checkpoints would have its saves overwrite
+    them (a reviewer's ckpt_300.pt was replaced): refused, with nothing touched. A new folder takes it."""
+    other, out = tmp_path / "other", tmp_path / "run"
+    save_run(other, 3)
+    for n in (2, 4):
+        save_run(out, n)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(StartError, match=rf"continues another run's checkpoint, and {out} holds 2 of its own "
+                                         r"\(newest ckpt_4.pt\), which its saves would overwrite: give it a new"):
+        start_point(f"--out_dir={out}", f"--init_from={other}/ckpt_3.pt")
+    _, start = start_point(f"--out_dir={out}", f"--init_from={out}/ckpt_2.pt")  # a roll back: ckpt_4.pt set aside
+    [aside] = (out / checkpoint.ROLLED_BACK_DIR).glob("*/ckpt_4.pt")
+    with pytest.raises(StartError, match=rf"is a checkpoint {out} set aside: move it back into {out}"):
+        start_point(f"--out_dir={out}", f"--init_from={aside}")  # from rolled_back/: moved back first, as documented
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == {"ckpt_2.pt": before["ckpt_2.pt"]}
+    _, start = start_point(f"--out_dir={tmp_path / 'new'}", f"--init_from={other}/ckpt_3.pt")
+    assert start.state["iter_num"] == 3

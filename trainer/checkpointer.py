@@ -363,13 +363,32 @@ def _checkpoint_to_continue(cfg, from_path, master, log):
             raise StartError(f"init_from='resume' but {cfg.out_dir} has no checkpoint; use init_from='auto' to "
                              "start from scratch")
         return state
+    init_path = os.path.abspath(cfg.init_from)  # also for 'ckpt_N/' with a trailing slash
+    own = os.path.isdir(cfg.out_dir) and os.path.samefile(os.path.dirname(init_path), cfg.out_dir)
+    if not own and (problem := foreign_checkpoint_problem(cfg.out_dir, init_path)):
+        raise StartError(problem)
     state = checkpoint.load_checkpoint(cfg.init_from, log=log)
     # an earlier checkpoint of this out_dir: set the newer ones aside, only now that it has loaded
-    init_path = os.path.abspath(cfg.init_from)  # also for 'ckpt_N/' with a trailing slash
-    if master and os.path.samefile(os.path.dirname(init_path), cfg.out_dir) and checkpoint.roll_back_to(init_path, log=log):
+    if master and own and checkpoint.roll_back_to(init_path, log=log):
         log("rolled back: once this run is going, drop --init_from to continue it later "
             "(running this same command again would roll back again)")
     return state
+
+
+def foreign_checkpoint_problem(out_dir, init_path):
+    """Why init_from=init_path (a checkpoint outside out_dir's own, whose roll back start_point does) cannot go on
+    in out_dir, or None: where out_dir holds checkpoints, its saves would overwrite theirs and resume would mix the
+    two runs'. One set aside there before (rolled_back/) is moved back first, as checkpoints.md says."""
+    if not (existing := checkpoint.list_checkpoints(out_dir)):
+        return None
+    name = os.path.basename(init_path)
+    if os.path.commonpath([init_path, os.path.abspath(out_dir)]) == os.path.abspath(out_dir):
+        return (f"init_from={init_path} is a checkpoint {out_dir} set aside: move it back into {out_dir} (one of "
+                f"the same name there first aside) and give init_from={os.path.join(out_dir, name)}, which sets the "
+                "newer ones aside")
+    return (f"init_from={init_path} continues another run's checkpoint, and {out_dir} holds {len(existing)} of its "
+            f"own (newest {os.path.basename(existing[0][1])}), which its saves would overwrite: give it a new "
+            "--out_dir, or drop --init_from to continue this one")
 
 
 def take_architecture(cfg, defaults, saved_args, origin):
