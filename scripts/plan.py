@@ -529,8 +529,9 @@ def parse_args(argv):
                         help="GB/s per GPU between nodes, e.g. 50 for 400 Gb/s InfiniBand per GPU (default 50)")
     parser.add_argument("--intranode", type=float, default=450.0,
                         help="GB/s per GPU inside a node: NVLink 4 or MI300X Infinity Fabric (default 450)")
-    parser.add_argument("--ladder", metavar="LADDER_JSON", help="scripts/ladder.py's ladder.json: print its predictions "
-                        "for this run (final val loss, learning rate, zero-shot scores, each recipe's compute multiplier)")
+    parser.add_argument("--ladder", metavar="LADDER_JSON",
+                        help="scripts/ladder.py's ladder.json (or its folder): print its predictions for this run "
+                             "(final val loss, learning rate, zero-shot scores, each recipe's compute multiplier)")
     parser.add_argument("--target_val_loss", type=float, help="with --ladder: the tokens and days to reach this val loss")
     parser.add_argument("--target", metavar="TASK=SCORE", help="with --ladder: the tokens and days to reach a zero-shot "
                                                               "score in percent, e.g. hellaswag=67.4 (1 or less: a "
@@ -785,7 +786,10 @@ def ladder_text(plan):
 
 def budget_note(cfg, config_args):
     """A line on stderr when --key=value overrides change the run's token count: a config derives
-    max_iters from its own batch, so --batch_size=8 alone makes a 300B-token run a 600B one."""
+    max_iters from its own batch, so --batch_size=8 alone makes a 300B-token run a 600B one. A --max_iters
+    on the command line chose the count on purpose (a shorter first run): nothing to say then."""
+    if cfg.sources["max_iters"] == "on the command line":
+        return
     files = configurator.load_config_or_exit([a for a in config_args if not a.startswith("--")])
     before, after = (c.max_iters * c.tokens_per_step for c in (files, cfg))
     count = lambda tokens: f"{tokens / 1e9:,.1f}B" if tokens >= 1e8 else f"{tokens / 1e6:,.2f}M"  # a tiny run's too

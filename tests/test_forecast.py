@@ -255,6 +255,26 @@ def test_a_prior_path_may_hold_a_colon_and_a_recipe_follows_the_last_one(tmp_pat
     assert forecast.prior(path + ":adamw", 1e6).predicted[0] == pytest.approx(20 * 1e6 ** -0.2, rel=1e-3)
 
 
+def test_a_prior_may_be_the_ladders_folder_and_another_folder_is_one_line(tmp_path):
+    """forecast_prior=OUT reads scripts/ladder.py's OUT/ladder.json (a recipe may follow, and the folder's name
+    may hold a colon); a folder without a ladder.json is refused naming it, not with an IsADirectoryError."""
+    cfg = types.SimpleNamespace(**dict(configurator.DEFAULTS, dataset="quickstart", vocab_size=320,
+                                       data_dir=str(tmp_path)))
+    folder = tmp_path / "ladder:1"
+    folder.mkdir()
+    ladder_json(folder / "ladder.json")
+    for spec in (str(folder), f"{folder}:adamw"):
+        cfg.forecast_prior = spec
+        assert forecast.prior_problem(cfg) is None
+        assert forecast.prior(spec, 1e6).predicted[0] == pytest.approx(20 * 1e6 ** -0.2, rel=1e-3)
+    cfg.forecast_prior = f"{folder}:muon"
+    assert forecast.prior_problem(cfg).endswith(f"{folder / 'ladder.json'}: the ladder has no recipe 'muon' "
+                                                "(it has ['adamw'])")
+    cfg.forecast_prior = str(tmp_path)
+    assert forecast.prior_problem(cfg) == (f"forecast_prior: {tmp_path} is a folder without a ladder.json: pass the "
+                                           "ladder.json scripts/ladder.py wrote (OUT/ladder.json)")
+
+
 def test_forecast_accuracy_sets_the_largest_ladder_runs_forecasts_beside_its_final_loss(tmp_path):
     """scripts/bench/forecast_accuracy.py --ladder on a ladder whose largest run follows the ladder's shape."""
     path = ladder_json(tmp_path / "ladder.json", sizes=(1e4, 3e4, 1e5, 3e5, 1e6))

@@ -7,6 +7,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
+import configurator
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -144,6 +145,41 @@ def test_own_flags_and_overrides_mix(capsys):
     p = run_plan(capsys, "--gpu=a100", "--batch_size=2", "--mfu", "0.5", "--price_per_hour=3")
     assert p["tokens_per_iter"] == 2 * 160 * 2048 and p["gpu"] == "a100" and p["mfu"] == 0.5
     assert p["cost_usd"] == pytest.approx(p["days"] * 24 * 3)
+
+
+def budget_note_of(capsys, *overrides):
+    """What plan.py's budget note says on stderr for the 6.7B config with these overrides."""
+    args = [CONFIG_6B, *overrides]
+    plan.budget_note(configurator.load_config(args), args)
+    return capsys.readouterr().err
+
+
+def test_the_budget_note_asks_to_keep_the_tokens_only_where_the_batch_changed_them(capsys):
+    """A config's max_iters follows its own batch, so --batch_size=8 alone doubles the tokens: the note gives the
+    steps that keep 300B. A --max_iters of the user's (a shorter first run) was meant: nothing to undo."""
+    assert budget_note_of(capsys, "--batch_size=8") == (
+        "note: the overrides change the run from 300.0B to 600.0B tokens (the config derives max_iters from its "
+        "own batch); for 300.0B set --max_iters and --lr_decay_iters to 114441\n")
+    assert budget_note_of(capsys, "--max_iters=7630", "--lr_decay_iters=7630") == ""  # docs/first_run_h200.md
+    assert budget_note_of(capsys, "--batch_size=8", "--max_iters=7630") == ""
+    assert budget_note_of(capsys) == ""
+
+
+def test_plan_reads_a_ladders_folder_as_its_ladder_json_and_refuses_another_folder_in_one_line(tmp_path, capsys):
+    """--ladder OUT names scripts/ladder.py's OUT/ladder.json (the one a folder can hold); a folder without one
+    is refused naming it, with no IsADirectoryError."""
+    shipped = REPO / "docs" / "ladder_runs" / "scored_seed61"
+    tiny = [str(REPO / "config" / "train_tiny.py"), "--n_layer=2", "--n_head=14", "--n_embd=224", "--batch_size=98",
+            "--gradient_accumulation_steps=1", "--max_iters=400", "--lr_decay_iters=400", "--dtype=bfloat16"]
+    plan.main([*tiny, "--gpu", "h200", "--json", "--ladder", str(shipped)])
+    by_folder = json.loads(capsys.readouterr().out)["ladder"]["recipes"]
+    plan.main([*tiny, "--gpu", "h200", "--json", "--ladder", str(shipped / "ladder.json")])
+    assert by_folder == json.loads(capsys.readouterr().out)["ladder"]["recipes"]
+    with pytest.raises(SystemExit) as e:
+        plan.main([*tiny, "--gpu", "h200", "--ladder", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == (f"plan: error: {tmp_path} is a folder without a ladder.json: pass the "
+                                         "ladder.json scripts/ladder.py wrote (OUT/ladder.json)\n")
 
 
 

@@ -238,9 +238,10 @@ def prior(spec, n, cfg=None, tokens=None):
 
 
 def split_spec(spec):
-    """'PATH' or 'PATH:RECIPE' -> (PATH, RECIPE or None); a path that is a file is taken whole."""
+    """'PATH' or 'PATH:RECIPE' -> (PATH, RECIPE or None); a path that exists (a file, or the ladder's folder)
+    is taken whole."""
     path, sep, recipe = spec.rpartition(":")
-    return (spec, None) if not sep or os.path.isfile(spec) else (path, recipe)
+    return (spec, None) if not sep or os.path.exists(spec) else (path, recipe)
 
 
 def prior_problem(cfg):

@@ -590,11 +590,23 @@ def seed_mean(same):
 RUN_KEYS = {"size", "params", "tokens_per_param", "lr", "final_val_loss"}  # a run's record, as best_runs reads it
 
 
+def ladder_file(path):
+    """path, or path/ladder.json where path is a folder: scripts/ladder.py writes one ladder.json to its --out
+    folder, so the folder names it without a guess. FitError for a folder without one."""
+    if not os.path.isdir(path):
+        return path
+    if not os.path.isfile(found := os.path.join(path, "ladder.json")):
+        raise FitError(f"{path} is a folder without a ladder.json: pass the ladder.json scripts/ladder.py wrote "
+                       "(OUT/ladder.json)")
+    return found
+
+
 def load(path, recipe=None, expected=None, fitted=False):
     """(ladder.json's contents, the recipe: the first one unless named): the one reader of a ladder, for
-    plan.py, forecast_prior and scripts/ladder.py. FitError when the file is not a ladder.json with recipes and
-    their runs (fitted: their loss and lr fits, which plan.py reads), has no such recipe, or was measured on
-    other data than expected (identity(), where given)."""
+    plan.py, forecast_prior and scripts/ladder.py; path may be the ladder's folder. FitError when the file is
+    not a ladder.json with recipes and their runs (fitted: their loss and lr fits, which plan.py reads), has no
+    such recipe, or was measured on other data than expected (identity(), where given)."""
+    path = ladder_file(path)
     try:
         result = json.loads(Path(path).read_text())
         recipes = result["recipes"]
