@@ -122,8 +122,9 @@ HELP = {
         hellaswag_interval="iterations between HellaSwag evaluations (and at the end); 0: off",
         hellaswag_file="data/hellaswag/prepare.py's hellaswag.json or the official jsonl; '': beside the bins",
         hellaswag_limit="score only the first N examples (0: all 10,042)",
-        forecast_prior="a scaling ladder's ladder.json (scripts/ladder.py), or 'PATH:RECIPE': its prediction and "
-                       "a forecast from its curve shape beside the in-run forecast (trainer/forecast.py)",
+        forecast_prior="a scaling ladder's ladder.json or its folder (scripts/ladder.py), or 'PATH:RECIPE': its "
+                       "prediction and a forecast from its curve shape beside the in-run forecast "
+                       "(trainer/forecast.py)",
         init_from="'auto' (newest loadable checkpoint, else scratch), 'scratch', 'resume', a ckpt path to roll back "
                   "to, or 'gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl' (a new run from OpenAI's weights)",
         init_weights="a new run from these weights (a Hugging Face GPT-2 folder, a ckpt_N.pt or ckpt_N/): "

@@ -54,6 +54,9 @@ def load_state(args):
             if not os.path.exists(args.init_from):
                 fail(f"--init_from: no such checkpoint {args.init_from}")
             return checkpoint.load_checkpoint(args.init_from, log)
+        if os.path.isfile(args.out_dir):  # a checkpoint given for its run's folder
+            fail(f"--out_dir {args.out_dir} is a file: pass a checkpoint as --init_from {args.out_dir}, or its "
+                 "run's folder as --out_dir (its newest checkpoint is used)")
         found = checkpoint.load_newest(args.out_dir, log)
     except checkpoint.CheckpointError as e:
         fail(str(e))

@@ -5,6 +5,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import REPO
 from trainer import bins
 from trainer.bins import BinError, BinWriter, WindowSampler, open_split
 
@@ -97,6 +98,19 @@ def test_missing_data_names_the_prepare_command(tmp_path):
         open_split(str(tmp_path / "pile"), "train", BLOCK, 257)
     with pytest.raises(BinError, match=r"python data/quickstart/prepare.py --data_dir .*quickstart"):
         open_split(str(tmp_path / "quickstart"), "train", BLOCK, 257)
+
+
+def test_missing_data_run_from_another_folder_says_so_and_its_command_works_from_there(tmp_path, monkeypatch):
+    """A reviewer ran `cd scripts && python ../train.py ...`: the advice named data/quickstart/prepare.py, which
+    is not there from scripts/. The script's path is now relative to where the user is, and a relative
+    data_dir is said to be read from there."""
+    monkeypatch.chdir(REPO / "scripts")
+    with pytest.raises(BinError) as e:
+        open_split("data/quickstart", "train", BLOCK, 257)
+    assert str(e.value) == (
+        "no train.bin in data/quickstart: prepare the data first with: python ../data/quickstart/prepare.py "
+        f"--data_dir data/quickstart (a relative data_dir is read from the folder you run in, {REPO / 'scripts'}, "
+        f"not the repository's: run from {REPO} as its docs do)")
 
 
 def test_a_mistyped_data_folder_lists_the_real_ones(tmp_path):

@@ -213,7 +213,8 @@ def test_convert_between_sharded_and_single_file(tmp_path, fsdp):
     (tmp_path / "a_file").write_text("")
     live = runlock.hold(str(tmp_path / "live"))  # a run training there
     for dest, says in ((tmp_path / "single", "holds checkpoints already (ckpt_8.pt): convert into a new folder"),
-                       (tmp_path / "a_file", "cannot write to"), (tmp_path / "live", "is in use by another")):
+                       (tmp_path / "a_file", "a_file is a file, not a folder: give the folder it lies in"),
+                       (tmp_path / "live", "is in use by another")):
         result = run_here(["scripts/convert_checkpoint.py", fsdp / "ckpt_8", dest])
         [line] = result.stderr.strip().splitlines()
         assert result.returncode == 1 and line.startswith("error: ") and says in line, line

@@ -69,6 +69,9 @@ def test_a_prepare_job_holds_its_data_dir(tmp_path):
     blocked = run_here(["train.py", "config/train_tiny.py", f"--out_dir={source}/out"])  # a folder inside a file
     assert blocked.returncode == 1 and "Traceback" not in blocked.stderr
     assert blocked.stderr.strip().splitlines()[-1].startswith(f"error: cannot write to {source}/out: Not a directory")
+    given_a_file = run_here(["train.py", "config/train_tiny.py", f"--out_dir={source}"])  # a checkpoint's, say
+    assert given_a_file.returncode == 1 and given_a_file.stderr.strip().splitlines()[-1] == \
+        f"error: {source} is a file, not a folder: give the folder it lies in ({tmp_path}), or another"
 
 
 # 2. devices

@@ -144,6 +144,7 @@ def test_reads_an_fsdp_runs_sharded_checkpoint(run_dir, capsys):
 
 @pytest.mark.parametrize("case, args, message", [
     ("empty", [], "no checkpoint (ckpt_<N>.pt or ckpt_<N>/) in"),
+    ("a checkpoint", [], "is a file: pass a checkpoint as --init_from"),
     ("corrupt", [], "none of the 2 checkpoints"),
     ("ok", ["--init_from=/nonexistent/ckpt_5.pt"], "no such checkpoint"),
     ("ok", ["--start=FILE:/nonexistent.txt"], "No such file"),
@@ -153,7 +154,7 @@ def test_bad_input_is_one_line(run_dir, tmp_path, capsys, case, args, message):
     if case == "corrupt":
         for p in run_dir.glob("ckpt_*.pt"):
             p.write_bytes(b"not a checkpoint")
-    out_dir = tmp_path / "empty" if case == "empty" else run_dir
+    out_dir = {"empty": tmp_path / "empty", "a checkpoint": next(run_dir.glob("ckpt_*.pt"))}.get(case, run_dir)
     with pytest.raises(SystemExit) as e:
         sample.main([f"--out_dir={out_dir}", "--device=cpu", *args])
     assert e.value.code == 1 and message in capsys.readouterr().err

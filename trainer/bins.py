@@ -134,11 +134,11 @@ def prepare_hint(data_dir, meta=None):
     if meta and meta.get("command"):
         return meta["command"]
     name = os.path.basename(os.path.normpath(data_dir))
-    script = os.path.join("data", name, "prepare.py")
-    if name != "pile" and os.path.isfile(os.path.join(REPO, script)):
-        return f"python {script} --data_dir {data_dir}"
-    return (f"python data/pile/prepare.py --data_dir {data_dir} "
-            "(or python data/quickstart/prepare.py for the offline quick start)")
+    script = lambda data: os.path.relpath(os.path.join(REPO, "data", data, "prepare.py"))  # from where it is run
+    if name != "pile" and os.path.isfile(script(name)):
+        return f"python {script(name)} --data_dir {data_dir}"
+    return (f"python {script('pile')} --data_dir {data_dir} "
+            f"(or python {script('quickstart')} for the offline quick start)")
 
 
 def data_folders():
@@ -158,8 +158,11 @@ def missing_bins_advice(data_dir, meta, key=None):
     name (a typo is likelier than the Pile), the folders that could be meant. key: the setting that named
     the folder where not data_dir (a data_mixture's key)."""
     name = os.path.basename(os.path.normpath(data_dir))
+    elsewhere = "" if os.path.isabs(data_dir) or os.path.samefile(os.getcwd(), REPO) else (
+        f" (a relative data_dir is read from the folder you run in, {os.getcwd()}, not the repository's: run from "
+        f"{REPO} as its docs do)")
     if (meta and meta.get("command")) or os.path.isfile(os.path.join(REPO, "data", name, "prepare.py")):
-        return f"prepare the data first with: {prepare_hint(data_dir, meta)}"
+        return f"prepare the data first with: {prepare_hint(data_dir, meta)}{elsewhere}"
     return (f"there is no data/{name}/prepare.py to make it; data folders here: {', '.join(data_folders())}; "
             f"{key_advice(data_dir, key)} to one of them, or prepare into {data_dir} with one of their "
             f"prepare.py scripts and --data_dir {data_dir}")

@@ -28,6 +28,9 @@ def hold(folder, what="run"):
     """Lock folder for this process (kept until it exits) or raise Unavailable naming the holder. Returns the
     open lock file: keep a reference, since closing it releases the lock. Raises Unavailable."""
     path = os.path.join(folder, LOCK_FILE)
+    if os.path.isfile(folder):  # a checkpoint, a bin or a config given for its folder: not a permission problem
+        raise Unavailable(f"{folder} is a file, not a folder: give the folder it lies in "
+                          f"({os.path.dirname(folder) or '.'}), or another")
     try:
         os.makedirs(folder, exist_ok=True)
         f = open(path, "a+")
