@@ -126,7 +126,7 @@ if cfg.fp8:  # the blocks' matmuls in fp8; the weights stay ordinary Parameters 
 torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout masks
 model = parallel.wrap(raw_model, cfg, how, world_size, device_type, local_rank, log)  # DDP, FSDP2, compile
 optimizer = optim.build(raw_model, cfg.optimizer, cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                        device_type, cfg.master_weights, cfg.optimizer_offload)
+                        device_type, cfg.master_weights, cfg.optimizer_offload, cfg.muon_split_qkv)
 if isinstance(optimizer, optim.MuonAdamW):
     log(optimizer.describe())
 guard = faults.SpikeGuard(cfg.spike_window, cfg.spike_loss_z, cfg.spike_grad_z, cfg.spike_rollback_after,

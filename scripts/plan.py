@@ -66,7 +66,7 @@ def muon_seconds(cfg, model, gpus, mfu, gpu):
     if cfg.optimizer != "muon":
         return 0.0
     owners = {"fsdp": gpus, "hsdp": cfg.hsdp_shard_size or gpus}.get(cfg.strategy, 1) if gpus > 1 else 1
-    return optim.newton_schulz_flops(model) / (owners * mfu * gpu.peak_tflops * 1e12)
+    return optim.newton_schulz_flops(model, split_qkv=cfg.muon_split_qkv) / (owners * mfu * gpu.peak_tflops * 1e12)
 
 
 def offload_seconds(n_params, mode):

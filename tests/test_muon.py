@@ -66,6 +66,34 @@ def test_muon_on_the_blocks_matrices_steps_as_torchs_muon_and_adamw_apart_and_re
     assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), reloaded_model.parameters()))
 
 
+def test_split_qkv_steps_the_fused_qkv_as_torchs_muon_steps_q_k_and_v_as_three_matrices():
+    """muon_split_qkv: c_attn's three (C, C) row blocks each orthogonalised, and their lr adjusted, as torch's Muon
+    does three matrices of their own (modded-nanogpt's, Moonshot's and nanochat's layout); the rest as before."""
+    ours_model, fused_model = tiny_gpt(), tiny_gpt()
+    ours = optim.build(ours_model, "muon", 0.1, 1e-3, (0.9, 0.95), "cpu", muon_split_qkv=True)
+    fused = optim.build(fused_model, "muon", 0.1, 1e-3, (0.9, 0.95), "cpu")
+    assert ours.describe().startswith("muon: 24,576 parameters under Muon (8 matrices, qkv as q, k and v apart)")
+    qkv = ours_model.transformer.h[0].attn.c_attn.weight
+    apart = [torch.nn.Parameter(block.detach().clone()) for block in qkv.chunk(3)]
+    muon = torch.optim.Muon(apart, lr=1e-3, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    x = torch.randint(0, 64, (4, 16))
+    for _ in range(3):
+        for model, optimizer in ((ours_model, ours), (fused_model, fused)):
+            model.zero_grad()
+            model(x, x)[1].backward()
+            optimizer.step()
+        for p, grad in zip(apart, qkv.grad.chunk(3)):
+            p.grad = grad.clone()
+        muon.step()
+    assert torch.equal(qkv, torch.cat(apart))
+    assert not torch.equal(qkv, fused_model.transformer.h[0].attn.c_attn.weight)  # the fused step is another
+    split_flops = optim.newton_schulz_flops(ours_model, split_qkv=True) - optim.newton_schulz_flops(ours_model)
+    assert split_flops == 2 * (3 * optim.matrix_newton_schulz_flops(32, 32) - optim.matrix_newton_schulz_flops(96, 32))
+    assert configurator.check(configurator.load_config(["config/train_tiny.py", "--muon_split_qkv=True"]), 1) == (
+        "muon_split_qkv=True is how Muon steps the qkv matrix, and optimizer is 'adamw': set optimizer='muon' or "
+        "drop muon_split_qkv")
+
+
 def test_what_muon_does_not_compose_with_is_refused_in_one_line():
     def check(*overrides):
         return configurator.check(configurator.load_config(["config/train_tiny.py", "--optimizer=muon", *overrides]), 1)
@@ -92,8 +120,9 @@ def test_a_muon_run_resumes_bit_exactly_and_refuses_another_optimizer(tmp_path, 
 
 @pytest.mark.e2e
 def test_muon_under_ddp_fsdp_and_hsdp_matches_one_process(tmp_path, data_dir):
-    """DDP steps torch's Muon on the all-reduced gradients; FSDP2 and HSDP orthogonalise each matrix on its owner
-    rank and scatter the shards back; all follow one process's losses and weights, through an FSDP resume."""
+    """DDP steps each matrix as torch's Muon does, on the all-reduced gradients; FSDP2 and HSDP orthogonalise each
+    matrix on its owner rank and scatter the shards back (split_qkv's three blocks too); all follow one process's
+    losses and weights, through an FSDP resume."""
     from test_distributed import final_weights, losses, run
     args = ["--optimizer=muon", "--max_iters=4", "--eval_interval=0"]
     run(tmp_path / "one", data_dir, *args)  # one process: in this interpreter
@@ -102,9 +131,12 @@ def test_muon_under_ddp_fsdp_and_hsdp_matches_one_process(tmp_path, data_dir):
     assert "resuming after 2" in run(tmp_path / "fsdp", data_dir, *args, "--strategy=fsdp", nproc=2).stdout
     # HSDP's 2-D mesh (1 replica x 2 shards): the owner is found on the mesh's shard dimension
     run(tmp_path / "hsdp", data_dir, *args, "--strategy=hsdp", "--hsdp_shard_size=2", nproc=2)
-    one = final_weights(tmp_path / "one", 4)
-    for out in ("ddp", "fsdp", "hsdp"):
-        assert losses(tmp_path / out) == pytest.approx(losses(tmp_path / "one"), abs=2e-4), out
+    # q, k and v apart: the owner orthogonalises the gathered matrix's three blocks
+    run(tmp_path / "one_split", data_dir, *args, "--muon_split_qkv=True")
+    run(tmp_path / "fsdp_split", data_dir, *args, "--muon_split_qkv=True", "--strategy=fsdp", nproc=2)
+    for out, reference in (("ddp", "one"), ("fsdp", "one"), ("hsdp", "one"), ("fsdp_split", "one_split")):
+        one = final_weights(tmp_path / reference, 4)
+        assert losses(tmp_path / out) == pytest.approx(losses(tmp_path / reference), abs=2e-4), out
         # Newton-Schulz runs in bf16: a gradient summed in another order can move an update by a bf16 step
         # (lr x 0.2 sqrt(96) x 2^-8 ~ 2e-5 a step here), more than test_distributed's fp32 tolerance
         for name, weight in final_weights(tmp_path / out, 4).items():

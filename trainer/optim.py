@@ -27,15 +27,17 @@ projection, the MLP's two, and SwiGLU's gate), AdamW on everything else (the emb
 tied or not, LayerNorm gains, biases), as Moonshot (arXiv 2502.16982), nanochat and modded-nanogpt split it, in one
 optimizer object (MuonAdamW). Muon's lr is adjusted with 'match_rms_adamw' (0.2 sqrt(max(A, B))), so
 `learning_rate` means what it means for AdamW; its state is one fp32 momentum, 4 bytes a parameter.
+`muon_split_qkv=True` orthogonalises the fused qkv as three (C, C) matrices, q, k and v apart (row_blocks).
 
 A memory mode is the triple (optimizer, master_weights, optimizer_offload), in that order everywhere.
 """
+import functools
 import inspect
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
-from torch.optim import _muon  # Muon's Newton-Schulz and lr adjustment, for the FSDP path (MuonAdamW)
+from torch.optim import _muon  # Muon's Newton-Schulz and lr adjustment, for MuonAdamW's step
 
 from trainer.offload import IMPLEMENTATION_KEYS, HostAdamW
 
@@ -116,16 +118,24 @@ def matrix_newton_schulz_flops(rows, cols, ns_steps=_muon.DEFAULT_NS_STEPS):
     return ns_steps * (4 * m * m * n + 2 * m ** 3)
 
 
-def newton_schulz_flops(model, ns_steps=_muon.DEFAULT_NS_STEPS):
-    """FLOPs of Muon's orthogonalisation per optimizer step, over every matrix under Muon."""
-    return sum(matrix_newton_schulz_flops(*p.shape, ns_steps) for name, p in model.named_parameters()
-               if is_muon_matrix(name, p))
+def newton_schulz_flops(model, ns_steps=_muon.DEFAULT_NS_STEPS, split_qkv=False):
+    """FLOPs of Muon's orthogonalisation per optimizer step, over every matrix under Muon (each of its row blocks:
+    split_qkv's c_attn is three (C, C) matrices, ~29% more FLOPs than one (3C, C))."""
+    return sum(blocks * matrix_newton_schulz_flops(p.shape[0] // blocks, p.shape[1], ns_steps)
+               for name, p in model.named_parameters() if is_muon_matrix(name, p)
+               for blocks in [row_blocks(name, split_qkv)])
 
 
 def is_muon_matrix(name, p):
     """Muon's parameters: the blocks' 2-D weights (qkv, attention's and the MLP's projections, the MLP's fc and
     SwiGLU's gate). The embeddings and the LM head (tied to wte or not) and the 1-D gains and biases stay with AdamW."""
     return p.dim() == 2 and ".h." in f".{name}"
+
+
+def row_blocks(name, split_qkv):
+    """How many row blocks Muon orthogonalises a matrix in: attention's fused c_attn as q, k and v apart (3) with
+    split_qkv, as modded-nanogpt, Moonshot's and nanochat's models do; every other matrix whole (1)."""
+    return 3 if split_qkv and name.endswith("attn.c_attn.weight") else 1
 
 
 def muon_share(model):
@@ -246,13 +256,16 @@ class MuonAdamW(torch.optim.Optimizer):
     so state_dict, load_state_dict, zero_grad, set_lr and torch.distributed.checkpoint see one ordinary
     optimizer. lr is one value for both; Muon's is scaled per matrix by 'match_rms_adamw'.
 
-    Under FSDP2 (DTensor shards, which torch's Muon cannot orthogonalise: Newton-Schulz needs the whole
-    matrix) each matrix has one owner rank in its shard group, chosen largest first onto the least loaded
-    rank: the momentum is updated on the shards, the owner gathers the update in bf16 (what Newton-Schulz
-    casts it to first, so the result is one process's bit for bit), orthogonalises it with torch's own
-    _zeropower_via_newtonschulz and scatters the shards back. Nothing here is re-implemented but that."""
+    Muon's step is torch's _single_tensor_muon, matrix by matrix, with torch's own Newton-Schulz and lr
+    adjustment (tests/test_muon.py: bit for bit), taken here for two things torch's step cannot do:
+    - row_blocks: a matrix that stacks several (the fused qkv, with muon_split_qkv) is orthogonalised block by
+      block, each its own (C, C) matrix, and its lr adjusted for that shape;
+    - FSDP2 (DTensor shards; Newton-Schulz needs the whole matrix): each matrix has one owner rank in its shard
+      group, chosen largest first onto the least loaded rank. The momentum is updated on the shards, the owner
+      gathers the update in bf16 (what Newton-Schulz casts it to first, so the result is one process's bit for
+      bit), orthogonalises it and scatters the shards back."""
 
-    def __init__(self, matrices, adamw_groups, learning_rate, betas, weight_decay, device_type):
+    def __init__(self, matrices, adamw_groups, learning_rate, betas, weight_decay, device_type, row_blocks=None):
         self.muon = torch.optim.Muon(matrices, lr=learning_rate, weight_decay=weight_decay,
                                      adjust_lr_fn="match_rms_adamw")
         self.adamw = _torch_adamw(adamw_groups, learning_rate, betas, device_type)
@@ -262,12 +275,14 @@ class MuonAdamW(torch.optim.Optimizer):
         for p in matrices:
             self.state[p] = {"momentum_buffer": torch.zeros_like(p, memory_format=torch.preserve_format)}
         self.owners = _owners(matrices)
+        self.row_blocks = row_blocks or {}  # {matrix: its row blocks}; 1 where absent
 
     def describe(self):
         """train.log's line: how many parameters each half steps."""
         count = [sum(p.numel() for g in part.param_groups for p in g["params"]) for part in (self.muon, self.adamw)]
-        return (f"muon: {count[0]:,} parameters under Muon ({len(self.muon.param_groups[0]['params'])} matrices), "
-                f"{count[1]:,} under AdamW")
+        split = any(blocks > 1 for blocks in self.row_blocks.values())
+        return (f"muon: {count[0]:,} parameters under Muon ({len(self.muon.param_groups[0]['params'])} matrices"
+                f"{', qkv as q, k and v apart' if split else ''}), {count[1]:,} under AdamW")
 
     def _link(self):
         """Muon and AdamW step over this optimizer's groups and state (again after a load replaced them)."""
@@ -282,24 +297,34 @@ class MuonAdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         self.adamw.step()
-        if not any(isinstance(p, DTensor) for group in self.muon.param_groups for p in group["params"]):
-            return self.muon.step()
         for group in self.muon.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    self._sharded_step(p, group)
+                    self._matrix_step(p, group)
 
-    def _sharded_step(self, p, group):
-        """torch's _single_tensor_muon for one FSDP2-sharded matrix, Newton-Schulz on its owner rank."""
-        momentum, lr = group["momentum"], group["lr"]
+    def _matrix_step(self, p, group):
+        """torch's _single_tensor_muon for one matrix: Newton-Schulz per row block, on its owner under FSDP2."""
+        momentum, lr, blocks = group["momentum"], group["lr"], self.row_blocks.get(p, 1)
         buf = self.state[p]["momentum_buffer"]
         buf.lerp_(p.grad, 1 - momentum)
         update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
-        orthogonal = _orthogonalise_on_owner(update, self.owners[p], group["ns_coefficients"], group["ns_steps"],
-                                             group["eps"])
-        orthogonal = DTensor.from_local(orthogonal, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+        orthogonalise = functools.partial(_orthogonalise, blocks=blocks, coefficients=group["ns_coefficients"],
+                                          steps=group["ns_steps"], eps=group["eps"])
+        if isinstance(p, DTensor):
+            orthogonal = DTensor.from_local(_orthogonalise_on_owner(update, self.owners[p], orthogonalise),
+                                            p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
+        else:
+            orthogonal = orthogonalise(update)
         p.mul_(1 - lr * group["weight_decay"])
-        p.add_(orthogonal, alpha=-_muon._adjust_lr(lr, group["adjust_lr_fn"], p.shape))
+        p.add_(orthogonal, alpha=-_muon._adjust_lr(lr, group["adjust_lr_fn"], (p.shape[0] // blocks, p.shape[1])))
+
+
+def _orthogonalise(matrix, blocks, coefficients, steps, eps):
+    """torch's Newton-Schulz of each of matrix's row blocks, stacked back (one block: the matrix's own)."""
+    if blocks == 1:
+        return _muon._zeropower_via_newtonschulz(matrix, coefficients, steps, eps)
+    return torch.cat([_muon._zeropower_via_newtonschulz(block, coefficients, steps, eps)
+                      for block in matrix.chunk(blocks)])
 
 
 def _owners(matrices):
@@ -321,8 +346,8 @@ def _shard_dim(p):
     return dims[0]
 
 
-def _orthogonalise_on_owner(update, owner, ns_coefficients, ns_steps, eps):
-    """This rank's rows of Newton-Schulz(update), computed once, on `owner` of the shard group: the
+def _orthogonalise_on_owner(update, owner, orthogonalise):
+    """This rank's rows of orthogonalise(update), computed once, on `owner` of the shard group: the
     bf16 shards (padded to torch.chunk's equal size) gathered there, orthogonalised, scattered back."""
     group = update.device_mesh.get_group(_shard_dim(update))
     size, rows = dist.get_world_size(group), update.shape[0]
@@ -336,23 +361,25 @@ def _orthogonalise_on_owner(update, owner, ns_coefficients, ns_steps, eps):
     dist.gather(padded, pieces, dst=owner_rank, group=group)
     if mine:
         full = torch.cat(pieces)[:rows]
-        result = _muon._zeropower_via_newtonschulz(full, ns_coefficients, ns_steps, eps)
+        result = orthogonalise(full)
         # contiguous: a tall matrix comes back transposed, and the collectives send memory as it lies
         pieces = [piece.contiguous() for piece in torch.nn.functional.pad(result, (0, 0, 0, chunk * size - rows)).chunk(size)]
     dist.scatter(padded, pieces, src=owner_rank, group=group)
     return padded[:local.shape[0]]
 
 
-def build(model, name, weight_decay, learning_rate, betas, device_type, master_weights="float32", offload=False):
+def build(model, name, weight_decay, learning_rate, betas, device_type, master_weights="float32", offload=False,
+          muon_split_qkv=False):
     """The optimizer `name` (one of OPTIMIZERS) over model's parameters, whose dtype master_weights says,
-    on the host if offload (AdamW only: configurator.py checks)."""
+    on the host if offload (AdamW only: configurator.py checks); muon_split_qkv: row_blocks."""
     if name == "muon":
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         matrices = [p for n, p in named if is_muon_matrix(n, p)]
         rest = [(n, p) for n, p in named if not is_muon_matrix(n, p)]
         groups = [{"params": [p for _, p in rest if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for _, p in rest if p.dim() < 2], "weight_decay": 0.0}]
-        optimizer = MuonAdamW(matrices, groups, learning_rate, betas, weight_decay, device_type)
+        blocks = {p: row_blocks(n, muon_split_qkv) for n, p in named if is_muon_matrix(n, p)}
+        optimizer = MuonAdamW(matrices, groups, learning_rate, betas, weight_decay, device_type, blocks)
         _keep_implementation(optimizer)
         return optimizer
     groups = param_groups(model, weight_decay)
