@@ -1,5 +1,6 @@
 """Encodings by name: GPT-2's known ids from a rank file, the byte encoding, and robust decoding."""
 import pickle
+import re
 
 import pytest
 import tiktoken
@@ -63,6 +64,10 @@ def test_bad_names_raise_one_clear_value_error(tmp_path, monkeypatch):
     def offline(name):
         raise ConnectionError("no network")
     monkeypatch.setattr(tiktoken, "get_encoding", offline)
-    tokenizer.get_encoding.cache_clear()
-    with pytest.raises(ValueError, match="fetch_gpt2_ranks.sh"):
-        tokenizer.get_encoding("gpt2")
+    for fetched, way in ((True, "pass --encoding .cache/gpt2.tiktoken (GPT-2's ranks, fetched here already)"),
+                         (False, "run scripts/fetch_gpt2_ranks.sh and pass --encoding ")):
+        monkeypatch.setattr(tokenizer, "REPO_CACHE", tokenizer.REPO_CACHE if fetched else str(tmp_path))
+        tokenizer.get_encoding.cache_clear()  # a reviewer with the ranks in .cache/ was told to fetch them
+        with pytest.raises(ValueError, match=re.escape(f"encoding (ConnectionError); offline, {way}")):
+            tokenizer.get_encoding("gpt2")
+

@@ -70,6 +70,9 @@ class Encoding:
         return "".join(parts)
 
 
+REPO_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache")  # fetched ranks
+
+
 @functools.cache  # built once per process; forked workers inherit it ready-made
 def get_encoding(name):
     """'gpt2', 'bytes', or the path of a .tiktoken rank file; ValueError names what is wrong."""
@@ -83,8 +86,10 @@ def get_encoding(name):
         try:
             return Encoding(name, tiktoken.get_encoding("gpt2"))
         except Exception as e:  # tiktoken downloads GPT-2's files on first use
-            raise ValueError(f"could not load tiktoken's 'gpt2' encoding ({type(e).__name__}); offline, run "
-                             "scripts/fetch_gpt2_ranks.sh and pass --encoding .cache/gpt2.tiktoken") from None
+            fetched = os.path.relpath(os.path.join(REPO_CACHE, "gpt2.tiktoken"))
+            way = (f"pass --encoding {fetched} (GPT-2's ranks, fetched here already)" if os.path.isfile(fetched) else
+                   f"run scripts/fetch_gpt2_ranks.sh and pass --encoding {fetched}")
+            raise ValueError(f"could not load tiktoken's 'gpt2' encoding ({type(e).__name__}); offline, {way}") from None
     if name.endswith(".tiktoken") or os.path.exists(name):
         ranks = load_ranks(name)
         core = tiktoken.Encoding(os.path.basename(name), pat_str=GPT2_PATTERN,
@@ -117,7 +122,7 @@ def find(name, sha256=None, near=()):
     hash in a folder of `near` (say, beside the bins) or in .cache/."""
     if name in ("gpt2", "bytes") or not sha256 or (os.path.isfile(name) and file_sha256(name) == sha256):
         return name
-    folders = [*near, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache"), ".cache"]
+    folders = [*near, REPO_CACHE, ".cache"]
     for folder in folders:
         for candidate in sorted(glob.glob(os.path.join(folder, "*.tiktoken"))):
             if file_sha256(candidate) == sha256:
