@@ -10,9 +10,10 @@ A checkpoint beside the GPT-3 paper's zero-shot table, through lm-evaluation-har
 
 Prints one table (task, metric, score, the paper's figure for the GPT-3 size nearest the model's) and
 writes the results beside the checkpoint: ckpt_5000.eval.json (an out_dir: its newest checkpoint's; a
-Hugging Face folder: <folder>.eval.json). The hub is off: the paper's six tasks come from --data_dir's
-files, any other task from a config in an --include_path folder (with local data_files). Under torchrun
-each process scores its share of the examples and rank 0 prints.
+Hugging Face folder: <folder>.eval.json), merged into what that file holds of the same model (a task scored
+again replaces its entry), each task's --limit and data files (path and sha256) under "scored_with". The hub
+is off: the paper's six tasks come from --data_dir's files, any other task from a config in an --include_path
+folder (with local data_files). Under torchrun each process scores its share of the examples and rank 0 prints.
 
 --watch OUT_DIR scores every checkpoint of a run not yet in OUT_DIR/eval.jsonl, oldest first, appending
 a line for each, then waits --poll seconds for the next; it stops after the run's last step (max_iters),
@@ -37,6 +38,7 @@ if __name__ == "__main__":  # heard from here on: `cmd &` in a script starts a p
 os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 from datetime import timedelta  # noqa: E402
@@ -73,7 +75,23 @@ def parse_args(argv):
         sample.fail("give a checkpoint, an out_dir or a Hugging Face folder, or --watch OUT_DIR (one of them)")
     if (args.limit is not None and args.limit < 1) or args.batch_size < 1 or args.poll < 0 or not args.tasks:
         sample.fail("need --limit >= 1, --batch_size >= 1, --poll >= 0 and at least one task")
+    if args.watch and (problem := watch_problem(args.watch)):
+        sample.fail(problem)
     return args
+
+
+def watch_problem(path):
+    """Why --watch cannot watch path, as one line, or None: a checkpoint (scored once, without --watch), a folder
+    that is not there or holds no run (a typo would wait forever)."""
+    if os.path.isfile(path) or os.path.isfile(os.path.join(path, checkpoint.TRAINER_STATE)):
+        return (f"--watch {path} is a checkpoint, not a run's folder: score it once without --watch "
+                f"(python scripts/eval.py {path}), or watch its run's out_dir")
+    if not os.path.isdir(path):
+        return f"--watch {path}: no such folder: pass the out_dir of a run (the folder train.py writes into)"
+    if not checkpoint.list_checkpoints(path) and not os.path.isfile(os.path.join(path, "train.log")):
+        return (f"--watch {path} holds no run (no checkpoint, no train.log): pass the out_dir of a run (the folder "
+                "train.py writes into)")
+    return None
 
 
 def check_tasks(args):
@@ -97,14 +115,7 @@ def load(args, source, local_rank=0):
             model = hf.from_pretrained(source).to(device).eval()
         except hf.WeightsError as e:
             sample.fail(str(e))
-        tokens = model.config.n_tokens or model.config.vocab_size
-        if not args.encoding and tokens != GPT2_TOKENS:
-            sample.fail(f"{source} has {tokens} tokens, not GPT-2's {GPT2_TOKENS}: pass --encoding (bytes, gpt2 or "
-                        "the run's .tiktoken file)")
-        try:
-            encoding = tokenizer.get_encoding(args.encoding or "gpt2")
-        except ValueError as e:
-            sample.fail(str(e))
+        encoding = hf_encoding(args.encoding, source, model.config.n_tokens or model.config.vocab_size)
         return model, encoding, device, autocast, {"iter": None, "max_iters": None, "out": source.rstrip("/") + ".eval.json"}
     if not is_checkpoint and not checkpoint.list_checkpoints(source):  # sample.py's advice names its own flags
         what = "holds no checkpoint (ckpt_<N>.pt or ckpt_<N>/) and no Hugging Face config.json" \
@@ -120,6 +131,22 @@ def load(args, source, local_rank=0):
                                                "out": os.path.join(folder, f"ckpt_{step}.eval.json")}
 
 
+def hf_encoding(name, folder, tokens):
+    """The encoding of a Hugging Face folder of `tokens` tokens: --encoding (name), else GPT-2's where the model has
+    GPT-2's 50,257 tokens; else one line. One of more tokens than the model is one line too."""
+    if not name and tokens != GPT2_TOKENS:
+        sample.fail(f"{folder} has {tokens} tokens, not GPT-2's {GPT2_TOKENS}: pass --encoding (bytes, gpt2 or the "
+                    "run's .tiktoken file)")
+    try:
+        found = tokenizer.get_encoding(name or "gpt2")
+    except ValueError as e:  # a rank file not there, or tiktoken's gpt2 offline
+        sample.fail(str(e))
+    if found.n_vocab > tokens:  # its ids past the model's rows would be an IndexError mid-scoring
+        sample.fail(f"{found.name} has {found.n_vocab} tokens but the model {tokens}: pass the --encoding it was "
+                    "trained with (bytes, gpt2 or the run's .tiktoken file)")
+    return found
+
+
 def score(args, source, rank=0, world_size=1, local_rank=0):
     """(results on rank 0 else None, load's dict with 'params', the truncation note) of one model."""
     model, encoding, device, autocast, info = load(args, source, local_rank)
@@ -129,6 +156,67 @@ def score(args, source, rank=0, world_size=1, local_rank=0):
     except lm_eval_adapter.HarnessError as e:
         sample.fail(str(e))
     return results, {**info, "params": model.get_num_params(non_embedding=False)}, lm.truncation_note()
+
+
+def scored_with(tasks, data_dir, include_path, limit):
+    """{task: {'limit', 'data': [{'path', 'sha256'}]}}: what a task's score depends on beside the model, the data
+    by content too (prepare.py --synthetic writes made-up examples where the real ones go, data/eval by default).
+    Kept per task: the tasks merged into one eval.json may come from different calls."""
+    others = [t for t in tasks if t not in lm_eval_adapter.PAPER_TASKS]
+    index = lm_eval_adapter.task_manager(list(include_path)).task_index if others and include_path else {}
+    files = {t: [lm_eval_adapter.task_file(data_dir, t)] if t in lm_eval_adapter.PAPER_TASKS else
+             lm_eval_adapter.data_files(index[t]) if t in index else [] for t in tasks}
+    return {t: {"limit": limit, "data": [{"path": os.path.abspath(p), "sha256": data_digest(p)} for p in paths]}
+            for t, paths in files.items()}
+
+
+def data_digest(path):
+    """sha256 of a task's data file, or of a folder's files (names and contents) in name order."""
+    if os.path.isfile(path):
+        return tokenizer.file_sha256(path)
+    names = sorted(os.path.relpath(os.path.join(d, f), path) for d, _, files in os.walk(path) for f in files)
+    listing = "".join(f"{name} {tokenizer.file_sha256(os.path.join(path, name))}\n" for name in names)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def unscored(record, wanted):
+    """The tasks of wanted (scored_with's) that an eval.json's record lacks or holds scored otherwise: with another
+    --limit, on other data, or before eval.py recorded either (unknown: it may have been made-up or limited data),
+    so that such a score never stands in for the one asked for. Data by content: a volume moved reads the same."""
+    results, recorded = record.get("results", {}), record.get("scored_with", {})
+    digests = lambda r: sorted(str(f.get("sha256")) for f in r.get("data", []) if isinstance(f, dict))
+    return [t for t, want in wanted.items() if t not in results or not isinstance(recorded.get(t), dict)
+            or recorded[t].get("limit") != want["limit"] or digests(recorded[t]) != digests(want)]
+
+
+def earlier_record(info):
+    """What info['out'] holds of this model, to merge into; {} where it is absent, another model's (its iter or
+    params other: a folder exported anew) or not JSON, which a note names."""
+    try:
+        with open(info["out"]) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        print(f"note: {info['out']} does not read as JSON ({e}): written anew", file=sys.stderr)
+        return {}
+    same = isinstance(record, dict) and isinstance(record.get("results"), dict) and \
+        (record.get("iter"), record.get("params")) == (info["iter"], info["params"])
+    if not same:
+        print(f"note: {info['out']} held another model's scores: written anew", file=sys.stderr)
+    return record if same else {}
+
+
+def write_results(args, info, results):
+    """results into info['out'], merged with what it holds of this model: a task scored again replaces its entry,
+    the others stay (scoring task B after task A keeps A for the ladder). The tasks kept, for the last line."""
+    record = earlier_record(info)
+    kept = {t: r for t, r in record.get("results", {}).items() if t not in results}
+    scoring = {t: s for t, s in record.get("scored_with", {}).items() if t not in results}
+    bins.write_json_atomic(info["out"], {
+        "source": args.source, "iter": info["iter"], "params": info["params"], "results": {**kept, **results},
+        "scored_with": {**scoring, **scored_with(args.tasks, args.data_dir, args.include_path, args.limit)}})
+    return sorted(kept)
 
 
 def table(results, params):
@@ -207,9 +295,8 @@ def main(argv=None):
             print(f"note: {note}", file=sys.stderr)
         print(f"{args.source}: step {info['iter']}, {info['params']:,} parameters")
         print(table(results, info["params"]))
-        bins.write_json_atomic(info["out"], {"source": args.source, "iter": info["iter"], "params": info["params"],
-                                             "limit": args.limit, "results": results})
-        print(f"wrote {info['out']}")
+        kept = write_results(args, info, results)
+        print(f"wrote {info['out']}" + (f" (kept its earlier {', '.join(kept)})" if kept else ""))
     if world_size > 1:
         dist.destroy_process_group()
 

@@ -22,9 +22,10 @@ repeated, so a stopped ladder reruns where it stopped and a larger size added to
 whose config.json holds other settings than the ladder would give it, a recipe's flags or an edited base or
 common, is refused). --jobs runs share the slots, each with its own --nproc GPUs on a GPU box.
 Zero-shot scores: with --eval_tasks each run's last checkpoint is scored by scripts/eval.py once it is
-trained, its tasks looked up before anything trains (or score them apart and rerun); ckpt_N.eval.json beside
-each run feeds a fit of each task's score against the final val loss (Bhagia et al.'s second step) for
-plan.py. On the CPU the tasks are data/quickstart/next_line.py's.
+trained, its tasks looked up before anything trains (or score them apart and rerun), and not again unless
+its ckpt_N.eval.json says it was scored with another --limit or other data (or does not say: an older file);
+ckpt_N.eval.json beside each run feeds a fit of each task's score against the final val loss (Bhagia et al.'s
+second step) for plan.py. On the CPU the tasks are data/quickstart/next_line.py's.
 It writes OUT/ladder.json (the runs; per recipe the fits with their parameters, uncertainty and the
 held-out check: fitted without the largest size, the prediction for it beside what it measured; each
 recipe's compute multiplier against the first; the data and vocabulary it was measured on) and
@@ -163,9 +164,10 @@ class Ladder:
     """One ladder: its settings, where its runs go, and how each is trained. slots: one environment per run that
     may train at once (device_slots), shared by every recipe's climb, so a slot one leaves idle another takes."""
 
-    def __init__(self, settings, out, slots=({},), nproc=1, eval_tasks=(), eval_args=()):
+    def __init__(self, settings, out, slots=({},), nproc=1, eval_tasks=None, eval_args=()):
         self.s, self.out, self.jobs, self.nproc = settings, out and Path(out), len(slots), nproc  # out None: argv only
-        self.eval_tasks, self.eval_args = list(eval_tasks), list(eval_args)  # scripts/eval.py on each run's end
+        # scripts/eval.py on each run's end: {task: how it scores it (its scored_with)}, and its other arguments
+        self.eval_tasks, self.eval_args = dict(eval_tasks or {}), list(eval_args)
         self.stopped, self.lock, self.failure = threading.Event(), threading.Lock(), None  # stopped: start no new run
         self.slots = queue.Queue()
         for slot in slots:
@@ -207,12 +209,10 @@ class Ladder:
         if (ended := ending(out_dir)) is None:  # a signal saved it and it exited 0
             raise Stopped() if self.stopped.is_set() else self.fail(SystemExit(
                 f"error: {out_dir} stopped before its end (its train.py was signalled): rerun to resume it"))
-        before, lost = eval_results(out_dir), ended == "diverged"
-        if not lost and (missing := [t for t in self.eval_tasks if t not in before]):  # scored once: not again
+        lost = ended == "diverged"
+        # scored once as asked: not again (eval.py merges the tasks it scores into what the run holds)
+        if not lost and self.eval_tasks and (missing := eval_script().unscored(eval_record(out_dir), self.eval_tasks)):
             self.launch("scripts/eval.py", [str(out_dir), "--tasks", ",".join(missing), *self.eval_args])
-            path = eval_json(out_dir)
-            written = json.loads(path.read_text())  # eval.py wrote these tasks alone: the earlier ones are kept
-            bins.write_json_atomic(path, {**written, "results": {**before, **written["results"]}})
         start = metrics.read(out_dir, "start")[-1]
         evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
         final = math.nan if lost or evals[-1].get("val_loss") is None else evals[-1]["val_loss"]  # None: not finite
@@ -406,8 +406,13 @@ def chances(results):
 
 def eval_results(out_dir):
     """{task: {metric: value}} of the newest checkpoint's ckpt_N.eval.json, {} where it has none."""
+    return eval_record(out_dir).get("results", {})
+
+
+def eval_record(out_dir):
+    """The newest checkpoint's ckpt_N.eval.json as scripts/eval.py wrote it, {} where it has none."""
     path = eval_json(out_dir)
-    return json.loads(path.read_text())["results"] if path and path.is_file() else {}
+    return json.loads(path.read_text()) if path and path.is_file() else {}
 
 
 def eval_json(out_dir):
@@ -472,10 +477,13 @@ def main(argv=None):
                    "on its own --nproc of them), shared by the recipes, which climb side by side")
     p.add_argument("--nproc", type=int, default=1, help="GPUs per run: train.py under torchrun")
     p.add_argument("--eval_tasks", default="", help="score each run's last checkpoint on these tasks with "
-                   "scripts/eval.py once it is trained (comma-separated; a run scored on them is not scored again)")
+                   "scripts/eval.py once it is trained (comma-separated; a run scored on them with the same --limit "
+                   "and data is not scored again)")
     p.add_argument("--eval_args", default="", help="more arguments for scripts/eval.py, e.g. "
                    "'--include_path data/quickstart/next_line --device cpu --limit 1000'")
     args = p.parse_args(argv)
+    if problem := out_problem(Path(args.out)):
+        raise SystemExit(f"error: {problem}")
     settings = load_settings(args.config)
     parsed = [parse_recipe(r, VARIED + VARIED_BY_STEPS if settings["steps"] else VARIED) for r in args.recipe]
     names = [name for name, _ in parsed]
@@ -560,6 +568,16 @@ def main(argv=None):
     print(f"wrote {out / 'ladder.json'} and {out / 'ladder.png'}")
 
 
+def out_problem(out):
+    """One line where --out cannot be a folder (it, or a folder above it, is a file), else None: said before
+    anything trains, not as a traceback when the first run makes its folder."""
+    existing = next(p for p in (out, *out.parents) if p.exists())  # '.' or '/' at the latest
+    if not existing.is_dir():
+        under = "" if existing == out else f" lies under {existing}, which"
+        return f"--out {out}{under} is a file, not a folder: pass a folder for the runs and ladder.json"
+    return None
+
+
 def check_sizes(lad, recipes, path):
     """Every size's runs as train.py would check them (configurator.check), for every recipe and ratio, before
     anything trains: a size that cannot be built is one line now, not a traceback when the climb reaches it."""
@@ -582,7 +600,8 @@ def check_sizes(lad, recipes, path):
 
 
 def eval_options(args):
-    """(tasks, eval.py's other arguments) of --eval_tasks and --eval_args, or a one-line error."""
+    """({task: how eval.py will score it (its scored_with)}, eval.py's other arguments) of --eval_tasks and
+    --eval_args, or a one-line error."""
     tasks = [t.strip() for t in args.eval_tasks.split(",") if t.strip()]
     try:
         rest = shlex.split(args.eval_args)
@@ -593,14 +612,21 @@ def eval_options(args):
     if clash := [a for a in rest if a.split("=")[0] in ("--tasks", "--watch")]:
         raise SystemExit(f"error: --eval_args sets {clash[0]}: name the tasks with --eval_tasks (each run is "
                          "scored once on them)")
-    if tasks:  # read as eval.py will read them, its tasks looked up now: not after the first run has trained
-        import eval as eval_script  # scripts/eval.py; here, as it imports lm-eval, seconds a ladder without scores skips
-        options = eval_script.parse_args(["OUT_DIR", "--tasks", ",".join(tasks), *rest])
-        try:
-            eval_script.lm_eval_adapter.check_tasks(tasks, options.data_dir, options.include_path)
-        except eval_script.lm_eval_adapter.HarnessError as e:
-            raise SystemExit(f"error: --eval_tasks: {e}")
-    return tasks, rest
+    if not tasks:
+        return {}, rest
+    script = eval_script()  # read as eval.py will read them, its tasks looked up now: not after the first run
+    options = script.parse_args(["OUT_DIR", "--tasks", ",".join(tasks), *rest])
+    try:
+        script.lm_eval_adapter.check_tasks(tasks, options.data_dir, options.include_path)
+    except script.lm_eval_adapter.HarnessError as e:
+        raise SystemExit(f"error: --eval_tasks: {e}")
+    return script.scored_with(tasks, options.data_dir, options.include_path, options.limit), rest
+
+
+def eval_script():
+    """scripts/eval.py, imported where first needed: it imports lm-eval, seconds a ladder without scores skips."""
+    import eval
+    return eval
 
 
 def nd_lines(h):

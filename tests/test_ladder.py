@@ -2,6 +2,7 @@
 their intervals cover the truth; scripts/ladder.py climbs a synthetic recipe (a stand-in for train.py that writes
 the metrics.jsonl a run would, from a known law), finds its optimum, holds out the largest size, trains nothing
 on a rerun and only the new size when one is added; bad input is one line."""
+import hashlib
 import json
 import math
 import os
@@ -339,8 +340,11 @@ def fake_train(monkeypatch):
             tasks = command[command.index("--tasks") + 1].split(",")
             loss = metrics.read(out_dir, "eval")[-1]["val_loss"]
             newest = checkpoint.list_checkpoints(out_dir)[0][0]
-            Path(out_dir, f"ckpt_{newest}.eval.json").write_text(json.dumps(
-                {"iter": newest, "results": {t: {"acc_norm": task_score(loss), "n": 1000} for t in tasks}}))
+            eval_script = ladder_script.eval_script()  # written as eval.py writes: merged, with how each was scored
+            eval_script.write_results(eval_script.parse_args(command[command.index("scripts/eval.py") + 1:]),
+                                      {"out": str(Path(out_dir, f"ckpt_{newest}.eval.json")), "iter": newest,
+                                       "params": None},
+                                      {t: {"acc_norm": task_score(loss), "n": 1000} for t in tasks})
             calls.scored.append((out_dir, tasks))
             return types.SimpleNamespace(returncode=0, stdout="", stderr="")
         args = command[command.index("train.py") + 1:]
@@ -686,11 +690,54 @@ def test_eval_tasks_scores_each_run_once_and_the_ladder_fits_them(tmp_path, fake
     assert fit.named()["b"] == pytest.approx(0.25, abs=0.02)
     ladder_script.main(argv)
     assert len(fake_train.scored) == len(rec["runs"])  # the rerun scored nothing
-    ladder_script.main(argv[:-4] + ["--eval_tasks", "next_line, other", "--eval_args", ""])
+    ladder_script.main(argv[:-4] + ["--eval_tasks", "next_line, other", *argv[-2:]])  # next_line from the same data
     assert len(fake_train.scored) == 2 * len(rec["runs"])  # each run once more, on the new task alone
     assert [tasks for _, tasks in fake_train.scored[len(rec["runs"]):]] == [["other"]] * len(rec["runs"])
     for run in rec["runs"]:  # eval.py wrote "other" alone: next_line's scores were kept beside it
         assert set(ladder_script.eval_results(run["out_dir"])) == {"next_line", "other"}
+
+
+def test_a_task_scored_with_another_limit_other_data_or_by_an_older_eval_py_is_scored_again(tmp_path, fake_train,
+                                                                                              any_task):
+    """The ladder's "already scored" check reads how eval.py scored each task (scored_with: --limit, the data's
+    sha256): a limited, made-up or unrecorded score is scored again, never taken for the one asked for."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "mytask.jsonl").write_text('{"context": "a", "choices": ["x", "y"], "label": 0}\n')
+    (tasks / "mytask.yaml").write_text(json.dumps({"task": "mytask", "dataset_path": "json", "dataset_kwargs": {
+        "data_files": {"validation": str(tasks / "mytask.jsonl")}}}))
+    config, out = ladder_config(tmp_path, [16, 32, 48]), tmp_path / "out"
+    argv = [config, "--out", str(out), "--recipe", "adamw: --optimizer=adamw", "--eval_tasks", "mytask,other"]
+    scoring = f"--include_path {tasks} --device cpu"
+
+    def rescored(eval_args):  # the runs scored by this ladder call, and on which tasks
+        before = len(fake_train.scored)
+        ladder_script.main(argv + ["--eval_args", eval_args])
+        return {tuple(t) for _, t in fake_train.scored[before:]}, len(fake_train.scored) - before
+    runs = rescored(scoring)[1]
+    assert runs == len(fake_train) and rescored(scoring) == (set(), 0)  # as asked: not again
+    assert rescored(scoring + " --limit 5") == ({("mytask", "other")}, runs)  # a limited score is another score
+    (tasks / "mytask.jsonl").write_text('{"context": "b", "choices": ["x", "y"], "label": 1}\n')  # made-up, same path
+    assert rescored(scoring + " --limit 5") == ({("mytask",)}, runs)  # "other" names no file: its data is the same
+    for r in fake_train:  # as an eval.py that recorded no scored_with left it: unknown, so scored again
+        path = ladder_script.eval_json(r)
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "scored_with"}))
+    assert rescored(scoring + " --limit 5") == ({("mytask", "other")}, runs)
+    record = ladder_script.eval_record(fake_train[0])
+    assert set(record["results"]) == {"mytask", "other"} and record["scored_with"]["mytask"]["limit"] == 5
+    assert record["scored_with"]["mytask"]["data"] == [{"path": str(tasks / "mytask.jsonl"), "sha256": hashlib.sha256(
+        (tasks / "mytask.jsonl").read_bytes()).hexdigest()}]
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_an_out_that_is_a_file_is_one_line_before_anything_trains(tmp_path, fake_train, under):
+    """--out naming a file, or a folder under one, made the first run's mkdir a NotADirectoryError traceback."""
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "sub" if under else tmp_path / "afile"
+    said = f" lies under {tmp_path / 'afile'}, which" if under else ""
+    with pytest.raises(SystemExit, match=f"^error: --out {out}{said} is a file, not a folder: pass a folder"):
+        climb(ladder_config(tmp_path, [16, 32, 48]), out, "a: --optimizer=adamw")
+    assert len(fake_train) == 0
 
 
 def test_the_failure_is_reported_when_a_run_of_the_same_recipe_then_stops(tmp_path, fake_train, any_task, monkeypatch):

@@ -4,10 +4,12 @@ scripts/eval.py prints the paper's table from local files with the hub off, writ
 checkpoint, agrees with itself under torchrun and takes custom task configs; --watch scores each
 checkpoint once and resumes; plot_log.py draws the curves; an export scores the same under lm-eval's
 own `hf` model. Tiny random models and made-up task files (data/eval/prepare.py --synthetic): no hub."""
+import hashlib
 import json
 import shlex
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -383,3 +385,84 @@ def test_next_line_writes_two_four_way_tasks_of_the_val_split_that_lm_eval_score
     with pytest.raises(lm_eval_adapter.HarnessError, match=r"^task next_line reads .*/task/next_line.jsonl, which is "
                                                            r"not there: write its config .* again \(for next_line"):
         lm_eval_adapter.check_tasks(["next_line"], str(tmp_path), [str(tmp_path / "moved")])
+
+
+def scored(out_dir, step):
+    return json.loads((out_dir / f"ckpt_{step}.eval.json").read_text())
+
+
+def test_eval_json_merges_each_call_and_says_how_each_task_was_scored(run, tmp_path, capsys):
+    """Scoring a checkpoint on piqa after hellaswag (docs/scaling_ladder.md's "Scoring apart") keeps hellaswag, an
+    eval.json from before scored_with included; a task scored again replaces its entry. Each task says its --limit
+    and data by content (scored_with), and unscored (the ladder's check) names those scored otherwise or unknown."""
+    out_dir, tasks = tmp_path / "run", str(run / "tasks")
+    save(out_dir, 10)
+    params = tiny_model().get_num_params(non_embedding=False)
+    (out_dir / "ckpt_10.eval.json").write_text(json.dumps({  # as eval.py wrote it before: one limit for the file
+        "source": str(out_dir), "iter": 10, "params": params, "limit": None, "results": {"hellaswag": {"n": 8}}}))
+    eval_script.main([str(out_dir), "--data_dir", tasks, "--tasks", "piqa", "--limit", "3", "--device", "cpu"])
+    assert capsys.readouterr().out.endswith(f"wrote {out_dir / 'ckpt_10.eval.json'} (kept its earlier hellaswag)\n")
+    record = scored(out_dir, 10)
+    assert record["results"]["hellaswag"] == {"n": 8} and record["results"]["piqa"]["n"] == 3
+    piqa = run / "tasks" / "piqa.jsonl"
+    assert record["scored_with"] == {"piqa": {"limit": 3, "data": [{"path": str(piqa), "sha256": hashlib.sha256(
+        piqa.read_bytes()).hexdigest()}]}}  # hellaswag's is unknown
+    wanted = lambda limit, data_dir=tasks: eval_script.scored_with(["hellaswag", "piqa"], data_dir, [], limit)
+    assert eval_script.unscored(record, wanted(3)) == ["hellaswag"] and eval_script.unscored(record, wanted(None)) == [
+        "hellaswag", "piqa"]
+    eval_script.main([str(out_dir), "--data_dir", tasks, "--tasks", "hellaswag,piqa", "--device", "cpu"])
+    record = scored(out_dir, 10)
+    assert [record["results"][t]["n"] for t in ("hellaswag", "piqa")] == [8, 8] and eval_script.unscored(
+        record, wanted(None)) == []
+    made_up = tmp_path / "made_up"  # other examples, as prepare.py --synthetic writes them
+    made_up.mkdir()
+    for task in ("hellaswag", "piqa"):
+        bins.write_jsonl_atomic(lm_eval_adapter.task_file(str(made_up), task), prepare_script.synthetic(task, 8, 1))
+    assert eval_script.unscored(record, wanted(None, str(made_up))) == ["hellaswag", "piqa"]
+    shutil.copytree(tasks, tmp_path / "moved")  # the same files elsewhere (a volume mounted at another path)
+    assert eval_script.unscored(record, wanted(None, str(tmp_path / "moved"))) == []
+
+
+@pytest.mark.parametrize("before, note", [
+    ('{"iter": 10, "params": 1, "results": {"piqa": {"n": 8}}}', "held another model's scores: written anew"),
+    ('{"iter": 10, "resu', "does not read as JSON (Unterminated string")])
+def test_an_eval_json_of_another_model_or_cut_short_is_written_anew_with_a_note(run, tmp_path, capsys, before, note):
+    out_dir = tmp_path / "run"
+    save(out_dir, 10)
+    (out_dir / "ckpt_10.eval.json").write_text(before)
+    eval_script.main([str(out_dir), "--data_dir", str(run / "tasks"), "--tasks", "hellaswag", "--limit", "2",
+                      "--device", "cpu"])
+    assert note in capsys.readouterr().err and set(scored(out_dir, 10)["results"]) == {"hellaswag"}
+
+
+@pytest.mark.parametrize("case", ["checkpoint", "checkpoint_folder", "missing", "no_run"])
+def test_watch_refuses_what_is_not_a_runs_folder_in_one_line(tmp_path, capsys, case):
+    """--watch of a typo waited forever, and of a checkpoint file exited 0 having scored nothing."""
+    save(tmp_path / "run", 10)
+    (tmp_path / "run" / "ckpt_20").mkdir()  # a sharded checkpoint's folder
+    (tmp_path / "run" / "ckpt_20" / checkpoint.TRAINER_STATE).touch()
+    (tmp_path / "empty").mkdir()
+    path, expected = {
+        "checkpoint": (tmp_path / "run" / "ckpt_10.pt", " is a checkpoint, not a run's folder: score it once without "
+                                                        f"--watch (python scripts/eval.py {tmp_path}/run/ckpt_10.pt)"),
+        "checkpoint_folder": (tmp_path / "run" / "ckpt_20", " is a checkpoint, not a run's folder"),
+        "missing": (tmp_path / "typo", ": no such folder: pass the out_dir of a run"),
+        "no_run": (tmp_path / "empty", " holds no run (no checkpoint, no train.log): pass the out_dir of a run")}[case]
+    with pytest.raises(SystemExit) as e:
+        eval_script.main(["--watch", str(path), "--device", "cpu", "--poll", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and len(err) == 1 and err[0].startswith(f"error: --watch {path}{expected}"), err
+
+
+TEXTS = ["hello world", "  Ünïcödé 東京 🚀 x=1;\n\n\tdef f():\n    return 'it's'", (REPO / "model.py").read_text()]
+
+
+def test_an_encoding_of_more_tokens_than_a_hf_folders_model_is_one_line(run, tmp_path, capsys, gpt2_rank_file):
+    folder = str(tmp_path / "hf")
+    hf.export(str(run / "run" / "ckpt_20.pt"), folder, dtype=torch.float32, log=lambda m: None)
+    with pytest.raises(SystemExit) as e:
+        eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", "piqa", "--device", "cpu",
+                          "--encoding", gpt2_rank_file])
+    assert e.value.code == 1 and capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {gpt2_rank_file} has 50257 tokens but the model 257: pass the --encoding it was trained with "
+        "(bytes, gpt2 or the run's .tiktoken file)")
