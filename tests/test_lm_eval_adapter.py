@@ -454,9 +454,6 @@ def test_watch_refuses_what_is_not_a_runs_folder_in_one_line(tmp_path, capsys, c
     assert e.value.code == 1 and len(err) == 1 and err[0].startswith(f"error: --watch {path}{expected}"), err
 
 
-TEXTS = ["hello world", "  Ünïcödé 東京 🚀 x=1;\n\n\tdef f():\n    return 'it's'", (REPO / "model.py").read_text()]
-
-
 def test_an_encoding_of_more_tokens_than_a_hf_folders_model_is_one_line(run, tmp_path, capsys, gpt2_rank_file):
     folder = str(tmp_path / "hf")
     hf.export(str(run / "run" / "ckpt_20.pt"), folder, dtype=torch.float32, log=lambda m: None)
