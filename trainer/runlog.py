@@ -1,9 +1,10 @@
 """
 What a training run says, and where: every line to stdout and to <out_dir>/train.log (appended across
 restarts, so `tail -f` needs no tee), from rank 0 only; a failure as one line the user can act on, from
-any rank, on stderr (where the tools that run train.py read it: why_it_failed); and an unexpected crash with its traceback in train.log too, where a dead run is looked at.
-Either also leaves its line in out_dir/FAILURES, which a restarted run reports (elastic.py). The step
-line is built here (step_line, StepClock) from the same figures metrics.jsonl records for tools.
+any rank, on stderr (where the tools that run train.py read it: why_it_failed) and in train.log; and an
+unexpected crash with its traceback in train.log too, where a dead run is looked at. Either also leaves
+its line in out_dir/FAILURES, which a restarted run reports (elastic.py). The step line is built here
+(step_line, StepClock) from the same figures metrics.jsonl records for tools.
 """
 import os
 import sys
