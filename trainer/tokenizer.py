@@ -89,7 +89,8 @@ def get_encoding(name):
             fetched = os.path.relpath(os.path.join(REPO_CACHE, "gpt2.tiktoken"))
             way = (f"pass --encoding {fetched} (GPT-2's ranks, fetched here already)" if os.path.isfile(fetched) else
                    f"run scripts/fetch_gpt2_ranks.sh and pass --encoding {fetched}")
-            raise ValueError(f"could not load tiktoken's 'gpt2' encoding ({type(e).__name__}); offline, {way}") from None
+            raise ValueError(f"could not load tiktoken's 'gpt2' encoding ({type(e).__name__}); offline, "
+                             f"{way}") from None
     if name.endswith(".tiktoken") or os.path.exists(name):
         ranks = load_ranks(name)
         core = tiktoken.Encoding(os.path.basename(name), pat_str=GPT2_PATTERN,
