@@ -208,6 +208,9 @@ def _parquet_texts(path, text_field, skip):
             continue
         groups.append(g)
     for batch in f.iter_batches(batch_size=CHUNK_RECORDS, row_groups=groups, columns=[text_field]):
+        if skip >= batch.num_rows:  # a row group longer than a batch: the skip spans its batches
+            skip -= batch.num_rows
+            continue
         texts = batch.column(0).to_pylist()[skip:]
         skip = 0
         yield from (t if isinstance(t, str) else None for t in texts)
