@@ -90,6 +90,8 @@ tokens = gptconf.n_tokens or gptconf.vocab_size  # an id in the padding past n_t
 sampler = bins.open_mixture(bins.folders(cfg), gptconf.block_size, tokens, cfg.seed, start.origin,
                             mixed=bool(cfg.data_mixture))
 encoding = sampler.encoding(fallback=start.encoding)  # saved in checkpoints, so sample.py can decode
+if problem := checkpointer.encoding_problem(start, encoding, cfg.data_mixture or cfg.data_dir):
+    raise RunError(problem)
 # every rank draws the same global batch and takes its share: the batches do not depend on the number of processes
 micro_steps = cfg.gradient_accumulation_steps // world_size  # this rank's share of a step
 val_windows = sampler.val_windows(cfg.eval_iters, eval_batch_size)  # the same every time: val losses compare

@@ -79,3 +79,23 @@ def test_another_runs_checkpoint_goes_on_only_in_a_folder_without_checkpoints_of
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == {"ckpt_2.pt": before["ckpt_2.pt"]}
     _, start = start_point(f"--out_dir={tmp_path / 'new'}", f"--init_from={other}/ckpt_3.pt")
     assert start.state["iter_num"] == 3
+
+
+def test_weights_go_on_only_on_data_of_the_encoding_they_learnt(tmp_path, gpt2_rank_file):
+    """A reviewer resumed a GPT-2-encoded run on byte-encoded bins with only a note about the mixture; and
+    fine-tuning GPT-2 on the quick start's byte bins trained its ids on other text. Both are refused now."""
+    import types
+    from trainer import tokenizer
+    checkpoint_of = lambda name: types.SimpleNamespace(state=tokenizer.describe(name), encoding=None,
+                                                     origin="the checkpoint")
+    assert checkpointer.encoding_problem(checkpoint_of("gpt2"), "bytes", "data/quickstart") == (
+        "the checkpoint learnt the token ids of encoding gpt2, and data/quickstart is encoded with bytes: prepare "
+        "it again with --encoding gpt2, or train on it from scratch in another out_dir")
+    imported = types.SimpleNamespace(state=None, encoding="gpt2", origin="gpt2")
+    assert "gpt2 learnt the token ids of encoding gpt2" in checkpointer.encoding_problem(imported, "bytes", "data/x")
+    # GPT-2's own rank file, fetched for offline use, is GPT-2's encoding; unknown encodings are not judged
+    assert checkpointer.encoding_problem(checkpoint_of("gpt2"), gpt2_rank_file, "data/pile") is None
+    assert checkpointer.encoding_problem(checkpoint_of(gpt2_rank_file), "gpt2", "data/pile") is None
+    assert checkpointer.encoding_problem(checkpoint_of("bytes"), None, "data/x") is None
+    assert checkpointer.encoding_problem(types.SimpleNamespace(state={}, encoding=None, origin="x"), "bytes",
+                                         "data/x") is None  # a checkpoint older than the record

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from model import ARCHITECTURE_KEYS, GPTConfig
-from trainer import RunError, checkpoint, faults, hf, optim, parallel, precision, schedule
+from trainer import RunError, checkpoint, faults, hf, optim, parallel, precision, schedule, tokenizer
 
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
 SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters", "lr_schedule",
@@ -389,6 +389,21 @@ def foreign_checkpoint_problem(out_dir, init_path):
     return (f"init_from={init_path} continues another run's checkpoint, and {out_dir} holds {len(existing)} of its "
             f"own (newest {os.path.basename(existing[0][1])}), which its saves would overwrite: give it a new "
             "--out_dir, or drop --init_from to continue this one")
+
+
+def encoding_problem(start, encoding, data):
+    """Why the data's encoding (the name its meta.json gives, read from `data`) cannot go on from the start
+    point's weights, or None: a checkpoint or imported weights learnt one encoding's token ids, and bins of another
+    would train them on other text without a word (sample.py would then decode with the data's)."""
+    learnt = start.state if start.state is not None else tokenizer.describe(start.encoding) if start.encoding in (
+        "gpt2", "bytes") or (start.encoding and os.path.isfile(start.encoding)) else {}
+    if not learnt.get("encoding") or encoding is None:  # an older checkpoint, bins without meta.json: unknown
+        return None
+    if tokenizer.identity(learnt) == tokenizer.identity(tokenizer.describe(encoding)):
+        return None
+    return (f"{start.origin} learnt the token ids of encoding {learnt['encoding']}, and {data} is encoded with "
+            f"{encoding}: prepare it again with --encoding {learnt['encoding']}, or train on it from scratch in "
+            "another out_dir")
 
 
 def take_architecture(cfg, defaults, saved_args, origin):

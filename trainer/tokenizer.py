@@ -112,9 +112,14 @@ def describe(name):
     return {"encoding": os.path.abspath(name), "encoding_sha256": file_sha256(name)}
 
 
+GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # fetch_gpt2_ranks.sh's file
+
+
 def identity(recorded):
-    """What makes two encodings the same, from describe()'s record: a built-in one's name, a rank file's hash."""
-    return recorded.get("encoding_sha256") or recorded["encoding"]
+    """What makes two encodings the same, from describe()'s record: a built-in one's name, a rank file's hash (GPT-2's
+    own rank file, fetched for offline use, is 'gpt2': the same ids)."""
+    found = recorded.get("encoding_sha256") or recorded["encoding"]
+    return "gpt2" if found == GPT2_RANKS_SHA256 else found
 
 
 def find(name, sha256=None, near=()):
