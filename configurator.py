@@ -455,8 +455,11 @@ def check(cfg, world_size, distributed=None):
         return (f"activation_checkpointing must be one of {', '.join(CHECKPOINTING_POLICIES)} or auto, "
                 f"got {cfg.activation_checkpointing!r}")
     if cfg.gradient_accumulation_steps % world_size:
-        return (f"gradient_accumulation_steps={cfg.gradient_accumulation_steps} must divide among {world_size} "
-                f"processes; the global batch is batch_size x gradient_accumulation_steps at any world size")
+        steps = cfg.gradient_accumulation_steps
+        below, above = steps // world_size * world_size, -(-steps // world_size) * world_size
+        return (f"gradient_accumulation_steps={steps} must divide among {world_size} processes (the global batch is "
+                f"batch_size x gradient_accumulation_steps at any world size): set it to "
+                f"{' or '.join(str(n) for n in (below, above) if n)}, or run a number of processes that divides {steps}")
     if cfg.forecast_prior:
         from trainer import forecast  # here: numpy for a key few runs set
         return forecast.prior_problem(cfg)

@@ -45,6 +45,18 @@ def report(status, message):
     print(f"{status:<4}  {message}", flush=True)
 
 
+def check_settings(cfg, processes):
+    """What train.py refuses before it starts (configurator.check, for this many processes), and a sharded strategy
+    checked for one process, whose memory is then a whole model's, not a shard's."""
+    if problem := configurator.check(cfg, processes, "WORLD_SIZE" in os.environ):
+        report("FAIL", f"settings: {problem}")
+    elif cfg.strategy in ("fsdp", "hsdp") and processes == 1:
+        report("WARN", f"strategy={cfg.strategy} checked for one process: run this under torchrun with the job's "
+                       "--nproc_per_node to check each GPU's share of the memory")
+    else:
+        report("ok", f"settings: as train.py checks them, for {processes} process(es)")
+
+
 def check_torch():
     if torch.version.hip:
         build = f"ROCm/HIP {torch.version.hip}"
@@ -234,11 +246,13 @@ def main(argv=None):
     cfg = configurator.load_config_or_exit(argv)
     failures.clear()
     gpu_key = plan.default_gpu()
+    processes = int(os.environ.get("WORLD_SIZE", "1"))  # under torchrun, the job's; else one
     try:
-        p = plan.make_plan(cfg, gpu_key, 0.4, 0.0, 1)
+        p = plan.make_plan(cfg, gpu_key, 0.4, 0.0, processes)
     except ValueError as e:  # GPTConfig's check of the shapes
         print(f"check_env: error: {e}", file=sys.stderr)
         sys.exit(2)
+    check_settings(cfg, processes)
     check_torch()
     check_device(cfg, p["memory_gb"]["total"])
     on_gpu = check_gpu(cfg, p["memory_gb"]["total"])

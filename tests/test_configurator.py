@@ -5,7 +5,7 @@ import sys
 import pytest
 
 import configurator
-from configurator import DEFAULTS, ConfigError, load_config
+from configurator import DEFAULTS, ConfigError, check, load_config
 from conftest import REPO
 
 
@@ -174,3 +174,10 @@ def test_a_tools_misspelt_option_is_named_with_the_one_it_is_near():
     parser.add_argument("--ladder")
     assert configurator.misspelt_option(["--simulat"], parser) == "unknown option --simulat: did you mean --simulate?"
     assert configurator.misspelt_option(["--n_lyer=3", "--batch_size=4", "config/train_tiny.py"], parser) is None
+
+
+def test_micro_batches_that_do_not_divide_among_the_processes_name_the_counts_that_would():
+    assert check(load_config(["--gradient_accumulation_steps=3"]), world_size=2).endswith(
+        "set it to 2 or 4, or run a number of processes that divides 3")
+    assert check(load_config(["--gradient_accumulation_steps=1"]), world_size=2).endswith(
+        "set it to 2, or run a number of processes that divides 1")

@@ -131,6 +131,26 @@ def test_check_env_on_cpu(tmp_path, data_dir, capsys):
     assert e.value.code == 1 and "FAIL  no train.bin in /nonexistent/data" in capsys.readouterr().out
 
 
+def test_check_env_fails_what_train_py_refuses_for_the_processes_torchrun_gives_it(data_dir, capsys, monkeypatch):
+    """A reviewer's --strategy=fdsp, and 3 micro-batches over 2 processes, passed check_env and failed in train.py;
+    and a sharded strategy was sized for one process, a whole model's memory."""
+    args = [str(REPO / "config" / "train_tiny.py"), *TINY, f"--data_dir={data_dir}", "--device=cpu"]
+    for extra, processes, line in (
+            (["--strategy=fdsp"], None, "FAIL  settings: strategy must be 'ddp', 'fsdp' or 'hsdp', got 'fdsp'"),
+            (["--gradient_accumulation_steps=3"], "2", "FAIL  settings: gradient_accumulation_steps=3 must divide"),
+            (["--strategy=fsdp"], None, "WARN  strategy=fsdp checked for one process: run this under torchrun"),
+            (["--gradient_accumulation_steps=2"], "2", "ok    settings: as train.py checks them, for 2 process(es)")):
+        if processes:
+            monkeypatch.setenv("WORLD_SIZE", processes)
+        else:
+            monkeypatch.delenv("WORLD_SIZE", raising=False)
+        try:
+            check_env.main([*args, *extra])
+        except SystemExit:
+            pass
+        assert any(out.startswith(line) for out in capsys.readouterr().out.splitlines()), line
+
+
 @pytest.mark.e2e
 def test_shell_scripts_parse_and_launch_usage(tmp_path):
     for script in ("launch.sh", "quickstart.sh"):
