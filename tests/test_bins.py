@@ -153,8 +153,14 @@ def test_reader_refuses_what_cannot_be_trained_on(tmp_path):
 
     unfinished = make_bins(folder("unfinished"), np.arange(100), np.arange(100),
                            {"complete": False, "command": "python data/pile/prepare.py --max_tokens 5"})
-    with pytest.raises(BinError, match=r"unfinished: re-run python data/pile/prepare.py --max_tokens 5"):
+    with pytest.raises(BinError, match=rf"unfinished: re-run python data/pile/prepare.py --max_tokens 5 --data_dir "
+                                       rf"{unfinished}"):
         open_split(unfinished, "train", BLOCK, 257)
+    # copied or mounted elsewhere since: the command's own --data_dir would resume another folder
+    moved = make_bins(folder("moved"), np.arange(100), np.arange(100),
+                      {"complete": False, "command": "python data/pile/prepare.py --data_dir /old/pile --max_tokens 5"})
+    with pytest.raises(BinError, match=rf"re-run python data/pile/prepare.py --data_dir {moved} --max_tokens 5"):
+        open_split(moved, "train", BLOCK, 257)
 
     big_vocab = make_bins(folder("big"), np.arange(100), np.arange(100), {"vocab_size": 50257}, n_vocab=50257)
     with pytest.raises(BinError, match="50257 ids.*vocab_size 320"):

@@ -113,6 +113,7 @@ def test_gpt2_rank_file_gives_the_known_ids(tmp_path, gpt2_rank_file):
     source = [write_jsonl(tmp_path / "docs.jsonl", ["hello world", "a <|endoftext|> b"])]
     result = prepare(source, tmp_path / "out", "--encoding", gpt2_rank_file, "--val_fraction", "0")
     assert result.returncode == 0, result.stderr
+    assert "val.bin holds no tokens (--val_fraction 0, or too small a source): train.py" in result.stderr  # now
     ids = np.fromfile(tmp_path / "out" / "train.bin", dtype="<u2").tolist()
     assert ids[:3] == [31373, 995, 50256]
     assert ids.count(50256) == 2  # the literal '<|endoftext|>' in a document is ordinary text

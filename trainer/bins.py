@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 
 import numpy as np
 
@@ -130,9 +131,15 @@ class BinWriter:
 # reading
 
 def prepare_hint(data_dir, meta=None):
-    """The command that prepares data_dir: the one recorded in its meta.json, else a good guess."""
+    """The command that prepares data_dir: the one recorded in its meta.json, writing to data_dir (the folder may
+    have been copied or mounted elsewhere since), else a good guess."""
     if meta and meta.get("command"):
-        return meta["command"]
+        words = shlex.split(meta["command"])
+        at = next((i for i, w in enumerate(words) if w == "--data_dir" or w.startswith("--data_dir=")), None)
+        if at is None:
+            return shlex.join([*words, "--data_dir", str(data_dir)])
+        cut = 2 if words[at] == "--data_dir" else 1
+        return shlex.join([*words[:at], "--data_dir", str(data_dir), *words[at + cut:]])
     name = os.path.basename(os.path.normpath(data_dir))
     script = lambda data: os.path.relpath(os.path.join(REPO, "data", data, "prepare.py"))  # from where it is run
     if name != "pile" and os.path.isfile(script(name)):

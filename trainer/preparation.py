@@ -611,7 +611,10 @@ def _run_job(args, source, encoding, job):
         raise PrepareError(f"writing to {args.data_dir} failed ({e.strerror or e}): work up to the last commit "
                            "is kept; fix that and re-run the same command to resume") from None
     seconds = time.time() - started
-    if state["val_fraction"] and state["tokens"]["val"] < args.min_val_tokens:
+    if not state["tokens"]["val"]:  # a run of this folder would be refused only now, after hours of encoding
+        warn("val.bin holds no tokens (--val_fraction 0, or too small a source): train.py evaluates on it and refuses "
+             "a folder with fewer than block_size + 1 val tokens; prepare with --val_fraction above 0 to train on it")
+    elif state["val_fraction"] and state["tokens"]["val"] < args.min_val_tokens:
         warn(f"val.bin holds only {state['tokens']['val']:,} tokens ({state['documents']['val']:,} documents), fewer "
              f"than --min_val_tokens {args.min_val_tokens:,}: the source is small, and validation loss on so little is noisy")
     print(f"prepared {args.data_dir}: {_summary(state)}; this run {tokens:,} tokens in {seconds:.1f}s "
