@@ -51,10 +51,17 @@ else
     cmd=("$python" train.py "$config" "$@")
 fi
 
-# the last lines a dead pane printed: its whole history (-S -) with wrapped lines joined (-J), so the
-# first line is never the tail of a wrapped one, less the command's header and tmux's "Pane is dead"
+# the last lines of the run that ended: train.log's, where it has one (under torchrun the pane ends with
+# torchrun's own report, a traceback even after a clean stop), else the dead pane's whole history (-S -) with
+# wrapped lines joined (-J), less the command's header and tmux's "Pane is dead"
+log=$out_dir/train.log
+[[ $out_dir = /* ]] || log=$repo/$log  # train.py runs in the repo root
 last_lines() {
-    tmux capture-pane -p -J -S - -t "=$session:" | grep -v -e '^$' -e '^=== ' -e '^Pane is dead' | tail -n 5
+    if [ -f "$log" ]; then
+        tail -n 5 "$log"
+    else
+        tmux capture-pane -p -J -S - -t "=$session:" | grep -v -e '^$' -e '^=== ' -e '^Pane is dead' | tail -n 5
+    fi
 }
 
 if tmux has-session -t "=$session" 2>/dev/null; then
@@ -85,7 +92,8 @@ if ! tmux has-session -t "=$session" 2>/dev/null; then
             exit 1
         fi
     done
-    echo "started ${cmd[*]} in tmux session $session (log: $out_dir/train.log)"
+    [ "$PWD" = "$repo" ] && shown=$out_dir/train.log || shown=$log  # a path that works from here
+    echo "started ${cmd[*]} in tmux session $session (log: $shown)"
 fi
 if [ -t 0 ] && [ -t 1 ] && [ -z "${TMUX:-}" ]; then
     exec tmux attach -t "=$session"

@@ -193,6 +193,9 @@ def test_launch_survives_relaunch_stops_safely_and_resumes(tmp_path, data_dir):
             time.sleep(0.2)
         relaunched = launch().stdout
         assert "has ended" in relaunched and "started" in relaunched  # as after a reboot: resume
+        # the final lines are train.log's (under torchrun the pane's end with torchrun's traceback)
+        ended = relaunched.split("its final lines:\n", 1)[1].split("\nstarted ", 1)[0]
+        assert "run the same command to continue" in ended and ended in log.read_text()
         wait_for(out, "start", since=1)  # the relaunch resumed
     finally:
         tmux("kill-server")
