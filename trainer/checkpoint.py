@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -49,6 +50,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.serialization import config as serialization_config
 
 from trainer import RunError, faults
+
+# dcp says so each time one process (sample.py, eval.py, a conversion) reads or writes a sharded checkpoint
+warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized", UserWarning)
 
 # no sign and no zero padding, so each step has exactly one name (ckpt_010.pt is not step 10)
 _CKPT_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)\.pt')
