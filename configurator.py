@@ -171,7 +171,7 @@ HELP = {
     "optimizer": dict(
         optimizer="'adamw' (fp32 moments, 8 B/param), torchao's 'adamw8bit' (~2 B) or 'adamw4bit' (~1 B), 'muon' (docs/optimizers.md)",
         muon_split_qkv="True: Muon orthogonalises attention's queries, keys and values apart, three (C, C) matrices, "
-                       "not the fused (3C, C) c_attn as one (docs/optimizers.md)",
+                       "not the fused (3C, C) c_attn as one (docs/optimizers.md); no effect on the other optimizers",
         master_weights="'float32', or 'bfloat16': 2 B/param weights, stochastically rounded steps, fp32 gradients",
         optimizer_offload="True: AdamW's fp32 state and step on the host (12 B/param of host memory), not the GPU",
         learning_rate="the peak learning rate, reached after warmup_iters",
@@ -433,9 +433,6 @@ def check(cfg, world_size, distributed=None):
         # torch's Muon rounds bf16 weights to nearest (small updates vanish); offload's host step is AdamW's alone
         return ("optimizer='muon' steps fp32 weights on the device: set master_weights='float32' and "
                 "optimizer_offload=False (its momentum already takes half AdamW's memory on the matrices)")
-    if cfg.muon_split_qkv and cfg.optimizer != "muon":
-        return f"muon_split_qkv=True is how Muon steps the qkv matrix, and optimizer is {cfg.optimizer!r}: set " \
-               "optimizer='muon' or drop muon_split_qkv"
     if cfg.optimizer_offload and cfg.optimizer != "adamw":
         return (f"optimizer_offload=True runs PyTorch's AdamW on the host, not {cfg.optimizer!r}: set optimizer='adamw' "
                 f"(low-bit moments would only save host memory)")
@@ -459,7 +456,8 @@ def check(cfg, world_size, distributed=None):
         below, above = steps // world_size * world_size, -(-steps // world_size) * world_size
         return (f"gradient_accumulation_steps={steps} must divide among {world_size} processes (the global batch is "
                 f"batch_size x gradient_accumulation_steps at any world size): set it to "
-                f"{' or '.join(str(n) for n in (below, above) if n)}, or run a number of processes that divides {steps}")
+                f"{' or '.join(str(n) for n in (below, above) if n)}, or run a number of processes that divides "
+                f"{steps}")
     if cfg.forecast_prior:
         from trainer import forecast  # here: numpy for a key few runs set
         return forecast.prior_problem(cfg)

@@ -51,8 +51,8 @@ def check_settings(cfg, processes):
     if problem := configurator.check(cfg, processes, "WORLD_SIZE" in os.environ):
         report("FAIL", f"settings: {problem}")
     elif cfg.strategy in ("fsdp", "hsdp") and processes == 1:
-        report("WARN", f"strategy={cfg.strategy} checked for one process: run this under torchrun with the job's "
-                       "--nproc_per_node to check each GPU's share of the memory")
+        report("WARN", f"strategy={cfg.strategy} checked for one process: WORLD_SIZE=N python "
+                       "scripts/check_env.py ... checks each of the job's N GPUs' share of the memory")
     else:
         report("ok", f"settings: as train.py checks them, for {processes} process(es)")
 
@@ -246,7 +246,7 @@ def main(argv=None):
     cfg = configurator.load_config_or_exit(argv)
     failures.clear()
     gpu_key = plan.default_gpu()
-    processes = int(os.environ.get("WORLD_SIZE", "1"))  # under torchrun, the job's; else one
+    processes = int(os.environ.get("WORLD_SIZE", "1"))  # the job's, set by hand (or torchrun's); else one
     try:
         p = plan.make_plan(cfg, gpu_key, 0.4, 0.0, processes)
     except ValueError as e:  # GPTConfig's check of the shapes

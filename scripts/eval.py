@@ -190,8 +190,13 @@ def unscored(record, wanted):
 
 
 def earlier_record(info):
-    """What info['out'] holds of this model, to merge into; {} where it is absent, another model's (its iter or
-    params other: a folder exported anew) or not JSON, which a note names."""
+    """What info['out'] holds of this checkpoint, to merge into; {} where it is absent, another checkpoint's (its iter
+    or params other) or not JSON, and for a Hugging Face folder, which nothing tells apart from one exported anew
+    over it (a note names the last two)."""
+    if info["iter"] is None and os.path.isfile(info["out"]):
+        print(f"note: {info['out']} written anew: a Hugging Face folder's scores are not merged (a folder exported "
+              "again in its place would keep another model's)", file=sys.stderr)
+        return {}
     try:
         with open(info["out"]) as f:
             record = json.load(f)

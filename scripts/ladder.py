@@ -360,7 +360,8 @@ def reuse_problem(out_dir, cfg, asker="this ladder"):
     common edited since), which the run's folder name (size, ratio, rate, seed) does not show."""
     if not (out_dir / "config.json").is_file():  # nothing to compare
         return None
-    saved = json.loads((out_dir / "config.json").read_text())
+    # a key newer than the run's config.json: the run had its default (muon_split_qkv, say, trained fused)
+    saved = {**configurator.DEFAULTS, **json.loads((out_dir / "config.json").read_text())}
     differs = {k: (saved[k], v) for k, v in vars(cfg).items() if k in saved and k not in NOT_COMPARED
                and ladder.by_folder_name(k, saved[k]) != ladder.by_folder_name(k, json.loads(json.dumps(v)))}
     if {"batch_size", "gradient_accumulation_steps"} <= set(saved):  # train.py may split the batch, not change it

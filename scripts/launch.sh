@@ -51,14 +51,18 @@ else
     cmd=("$python" train.py "$config" "$@")
 fi
 
-# the last lines of the run that ended: train.log's, where it has one (under torchrun the pane ends with
-# torchrun's own report, a traceback even after a clean stop), else the dead pane's whole history (-S -) with
-# wrapped lines joined (-J), less the command's header and tmux's "Pane is dead"
+# the last lines of the run that ended: what it wrote to train.log, where it wrote any (under torchrun the pane
+# ends with torchrun's own report, a traceback even after a clean stop; LOG_FROM, the log's size when the run
+# started, is kept in the session), else the dead pane's whole history (-S -) with wrapped lines joined (-J),
+# less the command's header and tmux's "Pane is dead": an error before train.log opened (the lock, an import)
 log=$out_dir/train.log
 [[ $out_dir = /* ]] || log=$repo/$log  # train.py runs in the repo root
+log_size() { if [ -f "$log" ]; then wc -c < "$log"; else echo 0; fi; }
 last_lines() {
-    if [ -f "$log" ]; then
-        tail -n 5 "$log"
+    local from
+    from=$(tmux show-environment -t "=$session" LOG_FROM 2>/dev/null | cut -d= -f2)
+    if [ -n "$from" ] && [ "$(log_size)" -gt "$from" ]; then
+        tail -c +"$((from + 1))" "$log" | grep -v -e '^$' -e '^=== ' | tail -n 5
     else
         tmux capture-pane -p -J -S - -t "=$session:" | grep -v -e '^$' -e '^=== ' -e '^Pane is dead' | tail -n 5
     fi
@@ -81,8 +85,9 @@ if ! tmux has-session -t "=$session" 2>/dev/null; then
         env_args+=(-e "$var=${!var}")
     done < <(compgen -e | grep -E '^(CUDA_|HIP_|ROCR_|NCCL_|TORCH_|PYTORCH_|WANDB_|OMP_NUM_THREADS$)' || true)
     # remain-on-exit keeps a finished or crashed run's output on screen until the next launch
+    started_at=$(log_size)
     tmux new-session -d -s "$session" -c "$repo" "${env_args[@]}" "$(printf '%q ' "${cmd[@]}")" \; \
-        set-option -w -t "=$session:" remain-on-exit on
+        set-option -w -t "=$session:" remain-on-exit on \; set-environment -t "=$session" LOG_FROM "$started_at"
     for _ in $(seq "${LAUNCH_WAIT:-10}"); do  # a run that dies at once must not look started
         sleep 1
         if [ "$(tmux display-message -p -t "=$session:" '#{pane_dead}')" = 1 ]; then

@@ -80,7 +80,6 @@ def test_report_logs_the_line_and_writes_the_record(tmp_path):
     assert lines[1].startswith("forecast: none yet, ")
 
 
-
 def test_report_leaves_out_the_evaluations_another_schedule_or_weighting_measured(tmp_path):
     record, seen = metrics.Metrics(tmp_path), []
     for it in range(0, 101, 10):

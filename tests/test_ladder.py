@@ -1228,6 +1228,14 @@ def test_a_ladder_on_a_volume_mounted_elsewhere_is_the_same_ladder_and_reuses_it
     assert ladder_script.reuse_problem(run, second) is None
     other = configurator.load_config(["config/train_tiny.py", f"--data_dir={tmp_path / 'volB' / 'data' / 'code'}"])
     assert "data_dir=" in ladder_script.reuse_problem(run, other)  # another folder is other data
+    # a key newer than the run's config.json: the run had its default, so a recipe that sets it trains anew
+    saved = json.loads((run / "config.json").read_text())
+    del saved["muon_split_qkv"]
+    (run / "config.json").write_text(json.dumps(saved))
+    assert ladder_script.reuse_problem(run, second) is None
+    second.muon_split_qkv = True
+    assert "was trained with muon_split_qkv=False where this ladder sets muon_split_qkv=True" in \
+        ladder_script.reuse_problem(run, second)
 
 
 def test_ladder_plan_prices_each_run_the_ladder_config_would_train(tmp_path):

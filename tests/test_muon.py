@@ -89,9 +89,9 @@ def test_split_qkv_steps_the_fused_qkv_as_torchs_muon_steps_q_k_and_v_as_three_m
     assert not torch.equal(qkv, fused_model.transformer.h[0].attn.c_attn.weight)  # the fused step is another
     split_flops = optim.newton_schulz_flops(ours_model, split_qkv=True) - optim.newton_schulz_flops(ours_model)
     assert split_flops == 2 * (3 * optim.matrix_newton_schulz_flops(32, 32) - optim.matrix_newton_schulz_flops(96, 32))
-    assert configurator.check(configurator.load_config(["config/train_tiny.py", "--muon_split_qkv=True"]), 1) == (
-        "muon_split_qkv=True is how Muon steps the qkv matrix, and optimizer is 'adamw': set optimizer='muon' or "
-        "drop muon_split_qkv")
+    # the fast recipe sets it, and its ladder's AdamW recipe runs beside it: no effect without Muon, not refused
+    fast_adamw = configurator.load_config(["config/train_gpt3_6b_fast.py", "--optimizer=adamw"])
+    assert configurator.check(fast_adamw, 1) is None
 
 
 def test_what_muon_does_not_compose_with_is_refused_in_one_line():
@@ -112,7 +112,11 @@ def test_a_muon_run_resumes_bit_exactly_and_refuses_another_optimizer(tmp_path, 
     # in a fresh process: Muon's momentum and its AdamW half come from the file alone
     assert "resuming after 4" in train(tmp_path / "split", data_dir, *MUON, process=True).stdout
     assert_same_weights(tmp_path / "whole" / "ckpt_8.pt", tmp_path / "split" / "ckpt_8.pt")
-    refused = train(tmp_path / "split", data_dir, *MUON, "--optimizer=adamw", "--max_iters=9", check=False)
+    # q, k and v apart from here on: the same state, another step, said at the resume
+    apart = train(tmp_path / "split", data_dir, *MUON, "--max_iters=9", "--muon_split_qkv=True").stdout
+    assert "note: muon_split_qkv False -> True since the checkpoint: from here on Muon orthogonalises q, k and v " \
+           "apart" in apart
+    refused = train(tmp_path / "split", data_dir, *MUON, "--optimizer=adamw", "--max_iters=10", check=False)
     assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1].startswith(
         "error: the checkpoint holds Muon on the blocks' matrices and AdamW on the rest, fp32 weights state but "
         "this config asks for AdamW, fp32 weights: resume with optimizer='muon'")

@@ -202,7 +202,6 @@ def test_a_killed_job_resumes_on_a_volume_mounted_elsewhere(tmp_path, corpus):
     assert preparation._location_free({"encoding": str(rank_file)})["encoding"] == "gpt2.tiktoken"
 
 
-@pytest.mark.e2e
 def test_a_parquet_row_group_longer_than_a_batch_resumes_at_the_right_row(tmp_path):
     """A reviewer's kill -9 inside a 6,491-row group (pyarrow's default groups hold up to ~1M rows) resumed with
     rows 1024.. of the skip read again: the skip was taken off the group's first 1,024-row batch only."""
@@ -212,6 +211,7 @@ def test_a_parquet_row_group_longer_than_a_batch_resumes_at_the_right_row(tmp_pa
         assert list(preparation._parquet_texts(str(tmp_path / "one_group.parquet"), "text", skip)) == rows[skip:]
 
 
+@pytest.mark.e2e
 def test_rerun_of_a_complete_job_is_a_no_op(tmp_path, corpus):
     docs, source, reference = corpus
     out = tmp_path / "out"

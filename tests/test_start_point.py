@@ -97,5 +97,9 @@ def test_weights_go_on_only_on_data_of_the_encoding_they_learnt(tmp_path, gpt2_r
     assert checkpointer.encoding_problem(checkpoint_of("gpt2"), gpt2_rank_file, "data/pile") is None
     assert checkpointer.encoding_problem(checkpoint_of(gpt2_rank_file), "gpt2", "data/pile") is None
     assert checkpointer.encoding_problem(checkpoint_of("bytes"), None, "data/x") is None
+    older = types.SimpleNamespace(state={"encoding": gpt2_rank_file}, encoding=None, origin="the checkpoint")
+    assert checkpointer.encoding_problem(older, gpt2_rank_file, "data/pile") is None  # no hash yet: its file's
+    older.state = {"encoding": str(tmp_path / "moved.tiktoken")}
+    assert checkpointer.encoding_problem(older, "bytes", "data/x") is None  # nor the file: unknown
     assert checkpointer.encoding_problem(types.SimpleNamespace(state={}, encoding=None, origin="x"), "bytes",
                                          "data/x") is None  # a checkpoint older than the record

@@ -1,4 +1,5 @@
 """Encodings by name: GPT-2's known ids from a rank file, the byte encoding, and robust decoding."""
+import os
 import pickle
 import re
 
@@ -64,9 +65,12 @@ def test_bad_names_raise_one_clear_value_error(tmp_path, monkeypatch):
     def offline(name):
         raise ConnectionError("no network")
     monkeypatch.setattr(tiktoken, "get_encoding", offline)
-    for fetched, way in ((True, "pass --encoding .cache/gpt2.tiktoken (GPT-2's ranks, fetched here already)"),
-                         (False, "run scripts/fetch_gpt2_ranks.sh and pass --encoding ")):
-        monkeypatch.setattr(tokenizer, "REPO_CACHE", tokenizer.REPO_CACHE if fetched else str(tmp_path))
+    (tmp_path / "fetched").mkdir()
+    (tmp_path / "fetched" / "gpt2.tiktoken").touch()  # what fetch_gpt2_ranks.sh leaves in .cache/
+    fetched_here = os.path.relpath(tmp_path / "fetched" / "gpt2.tiktoken")
+    for cache, way in ((tmp_path / "fetched", f"pass --encoding {fetched_here} (GPT-2's ranks, fetched here already)"),
+                       (tmp_path, "run scripts/fetch_gpt2_ranks.sh and pass --encoding ")):
+        monkeypatch.setattr(tokenizer, "REPO_CACHE", str(cache))
         tokenizer.get_encoding.cache_clear()  # a reviewer with the ranks in .cache/ was told to fetch them
         with pytest.raises(ValueError, match=re.escape(f"encoding (ConnectionError); offline, {way}")):
             tokenizer.get_encoding("gpt2")

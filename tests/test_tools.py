@@ -138,7 +138,7 @@ def test_check_env_fails_what_train_py_refuses_for_the_processes_torchrun_gives_
     for extra, processes, line in (
             (["--strategy=fdsp"], None, "FAIL  settings: strategy must be 'ddp', 'fsdp' or 'hsdp', got 'fdsp'"),
             (["--gradient_accumulation_steps=3"], "2", "FAIL  settings: gradient_accumulation_steps=3 must divide"),
-            (["--strategy=fsdp"], None, "WARN  strategy=fsdp checked for one process: run this under torchrun"),
+            (["--strategy=fsdp"], None, "WARN  strategy=fsdp checked for one process: WORLD_SIZE=N python"),
             (["--gradient_accumulation_steps=2"], "2", "ok    settings: as train.py checks them, for 2 process(es)")):
         if processes:
             monkeypatch.setenv("WORLD_SIZE", processes)
@@ -159,6 +159,28 @@ def test_shell_scripts_parse_and_launch_usage(tmp_path):
     assert usage.returncode == 2 and "usage:" in usage.stderr
     missing = subprocess.run(["bash", "scripts/launch.sh", "config/nope.py"], cwd=REPO, capture_output=True, text=True)
     assert missing.returncode == 1 and "config file not found" in missing.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt install tmux)")
+def test_launch_shows_a_start_up_error_that_never_reached_train_log(tmp_path, data_dir):
+    """The lock is taken before train.log opens: its refusal is the pane's, not the old run's last log lines."""
+    from trainer import runlock
+    env = {k: v for k, v in ENV.items() if k != "TMUX"}
+    env.update(TMUX_TMPDIR=str(tmp_path), SESSION="test_locked", LAUNCH_WAIT="8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.log").write_text("iter 1: loss 5.0 (an older run's)\n")
+    held = runlock.hold(str(out), "training run")
+    try:
+        result = subprocess.run(["bash", "scripts/launch.sh", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+                                 f"--out_dir={out}"], cwd=REPO, capture_output=True, text=True, env=env,
+                                stdin=subprocess.DEVNULL, timeout=60)
+    finally:
+        held.close()
+        subprocess.run(["tmux", "kill-server"], capture_output=True, env=env)
+    assert result.returncode == 1 and "exited at start-up" in result.stderr
+    assert "is in use by another training run" in result.stderr and "an older run's" not in result.stderr
 
 
 @pytest.mark.e2e

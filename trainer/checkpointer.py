@@ -181,6 +181,10 @@ class Checkpointer:
         if saved.get("fp8", "") != self.cfg.fp8:  # the weights are plain either way
             self.log(f"note: fp8 {saved.get('fp8', '') or 'off'} -> {self.cfg.fp8 or 'off'} since the checkpoint: "
                      f"the weights and optimizer continue as saved, the matmuls from here on are {self.cfg.fp8 or 'bf16'}")
+        split = saved.get("muon_split_qkv", False)  # a checkpoint older than the key stepped the qkv fused
+        if self.cfg.optimizer == "muon" and split != self.cfg.muon_split_qkv:
+            self.log(f"note: muon_split_qkv {split} -> {self.cfg.muon_split_qkv} since the checkpoint: from here on "
+                     f"Muon orthogonalises q, k and v {'apart' if self.cfg.muon_split_qkv else 'as one matrix'}")
         changed = [f"{k} {saved[k]} -> {getattr(self.cfg, k)}" for k in SCHEDULE_KEYS
                    if k in saved and saved[k] != getattr(self.cfg, k)]
         if changed:
@@ -395,8 +399,10 @@ def encoding_problem(start, encoding, data):
     """Why the data's encoding (the name its meta.json gives, read from `data`) cannot go on from the start
     point's weights, or None: a checkpoint or imported weights learnt one encoding's token ids, and bins of another
     would train them on other text without a word (sample.py would then decode with the data's)."""
-    learnt = start.state if start.state is not None else tokenizer.describe(start.encoding) if start.encoding in (
-        "gpt2", "bytes") or (start.encoding and os.path.isfile(start.encoding)) else {}
+    learnt = start.state if start.state is not None else {"encoding": start.encoding}
+    if learnt.get("encoding") not in (None, "gpt2", "bytes") and not learnt.get("encoding_sha256"):
+        # a rank file by path alone (imported weights; a checkpoint older than its hash): its content, if there
+        learnt = tokenizer.describe(learnt["encoding"]) if os.path.isfile(learnt["encoding"]) else {}
     if not learnt.get("encoding") or encoding is None:  # an older checkpoint, bins without meta.json: unknown
         return None
     if tokenizer.identity(learnt) == tokenizer.identity(tokenizer.describe(encoding)):

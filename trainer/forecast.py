@@ -137,8 +137,9 @@ def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):
     measured under another schedule or weighting (measured_otherwise): the law and the prior read this run's."""
     if iter_num >= max_iters:
         return
-    evals = metrics.latest_per_iter(metrics.read(out_dir, "eval"))
-    otherwise = measured_otherwise(metrics.read(out_dir))
+    records = metrics.read(out_dir)
+    evals = metrics.latest_per_iter([r for r in records if r["kind"] == "eval"])
+    otherwise = measured_otherwise(records)
     points = [(r["iter"], r["val_loss"]) for r in evals if r["iter"] <= iter_num and r.get("val_loss") is not None
               and not any(first < r["iter"] <= last for first, last in otherwise)]
     result = forecaster.predict(points)

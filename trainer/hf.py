@@ -33,7 +33,7 @@ TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "ml
 SHARD_BYTES = 4_000_000_000  # model.safetensors up to this size, else shards and an index
 PAD_TO = 64
 EXPORTED_BIAS = "bias"  # config.json's record of a bias=False model, whose export writes zero biases
-# the settings each transformers class computes (GPT-2's activation: one of ACTIVATIONS); both tie the head to the
+# the settings each transformers class computes (GPT-2's activation: one of ACTIVATIONS); each ties the head to the
 # embedding or not (tie_word_embeddings), and the export says which
 GPT2_SETTINGS = dict(position="learned", norm="layernorm", qk_norm=False, logit_softcap=0.0)
 LLAMA_SETTINGS = dict(position="rope", norm="rmsnorm", activation="swiglu", qk_norm=False, logit_softcap=0.0)
