@@ -21,6 +21,14 @@ def tiny_gpt():
     return GPT(GPTConfig(block_size=16, vocab_size=64, n_layer=2, n_head=2, n_embd=32, bias=True))
 
 
+def step(model, x, *optimizers):
+    """One training step of model on the batch x (inputs and targets alike), by each optimizer in turn."""
+    model.zero_grad()
+    model(x, x)[1].backward()
+    for o in optimizers:
+        o.step()
+
+
 def test_muon_on_the_blocks_matrices_steps_as_torchs_muon_and_adamw_apart_and_reloads():
     ours_model, apart_model, reloaded_model = tiny_gpt(), tiny_gpt(), tiny_gpt()
     ours = optim.build(ours_model, "muon", 0.1, 1e-3, (0.9, 0.95), "cpu")
@@ -44,15 +52,9 @@ def test_muon_on_the_blocks_matrices_steps_as_torchs_muon_and_adamw_apart_and_re
                                {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}],
                               lr=1e-3, betas=(0.9, 0.95), foreach=False)
     x = torch.randint(0, 64, (4, 16))
-
-    def step(model, *optimizers):
-        model.zero_grad()
-        model(x, x)[1].backward()
-        for o in optimizers:
-            o.step()
     for _ in range(3):
-        step(ours_model, ours)
-        step(apart_model, muon, adamw)
+        step(ours_model, x, ours)
+        step(apart_model, x, muon, adamw)
     assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), apart_model.parameters()))
     # through a state dict into a fresh one (as a resume does): the next steps are the same
     reloaded_model.load_state_dict(ours_model.state_dict())
@@ -61,8 +63,8 @@ def test_muon_on_the_blocks_matrices_steps_as_torchs_muon_and_adamw_apart_and_re
     optim.set_lr(reloaded, 2e-3)
     optim.set_lr(ours, 2e-3)
     for _ in range(2):
-        step(ours_model, ours)
-        step(reloaded_model, reloaded)
+        step(ours_model, x, ours)
+        step(reloaded_model, x, reloaded)
     assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), reloaded_model.parameters()))
 
 
@@ -78,10 +80,8 @@ def test_split_qkv_steps_the_fused_qkv_as_torchs_muon_steps_q_k_and_v_as_three_m
     muon = torch.optim.Muon(apart, lr=1e-3, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
     x = torch.randint(0, 64, (4, 16))
     for _ in range(3):
-        for model, optimizer in ((ours_model, ours), (fused_model, fused)):
-            model.zero_grad()
-            model(x, x)[1].backward()
-            optimizer.step()
+        step(ours_model, x, ours)
+        step(fused_model, x, fused)
         for p, grad in zip(apart, qkv.grad.chunk(3)):
             p.grad = grad.clone()
         muon.step()
