@@ -49,7 +49,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
-from trainer import bins, checkpoint, elastic, evaluation, hf, lm_eval_adapter, tokenizer  # noqa: E402
+from trainer import bins, checkpoint, elastic, evaluation, hf, lm_eval_adapter, runlock, tokenizer  # noqa: E402
 
 WATCH_LOG = "eval.jsonl"
 GPT2_TOKENS = 50257
@@ -215,12 +215,14 @@ def earlier_record(info):
 def write_results(args, info, results):
     """results into info['out'], merged with what it holds of this model: a task scored again replaces its entry,
     the others stay (scoring task B after task A keeps A for the ladder). The tasks kept, for the last line."""
-    record = earlier_record(info)
-    kept = {t: r for t, r in record.get("results", {}).items() if t not in results}
-    scoring = {t: s for t, s in record.get("scored_with", {}).items() if t not in results}
-    bins.write_json_atomic(info["out"], {
-        "source": args.source, "iter": info["iter"], "params": info["params"], "results": {**kept, **results},
-        "scored_with": {**scoring, **scored_with(args.tasks, args.data_dir, args.include_path, args.limit)}})
+    scoring_now = scored_with(args.tasks, args.data_dir, args.include_path, args.limit)
+    with runlock.merging(info["out"]):
+        record = earlier_record(info)
+        kept = {t: r for t, r in record.get("results", {}).items() if t not in results}
+        scoring = {t: s for t, s in record.get("scored_with", {}).items() if t not in results}
+        bins.write_json_atomic(info["out"], {
+            "source": args.source, "iter": info["iter"], "params": info["params"], "results": {**kept, **results},
+            "scored_with": {**scoring, **scoring_now}})
     return sorted(kept)
 
 

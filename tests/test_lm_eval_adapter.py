@@ -427,6 +427,23 @@ def test_eval_json_merges_each_call_and_says_how_each_task_was_scored(run, tmp_p
     assert eval_script.unscored(record, wanted(None, str(tmp_path / "moved"))) == []
 
 
+def test_two_calls_merging_into_one_eval_json_take_turns(tmp_path):
+    """Two eval.py calls on one checkpoint: the second's read-merge-write waits for the first's, which would
+    otherwise drop the tasks written between its read and its write."""
+    import threading
+    from trainer import runlock
+    out = tmp_path / "ckpt_10.eval.json"
+    info, args = {"out": str(out), "iter": 10, "params": 5}, eval_script.parse_args([str(tmp_path), "--tasks", "piqa"])
+    with runlock.merging(str(out)):  # the first call, between its read and its write
+        second = threading.Thread(target=eval_script.write_results, args=(args, info, {"piqa": {"n": 2}}))
+        second.start()
+        second.join(timeout=0.5)
+        assert second.is_alive() and not out.exists()
+        bins.write_json_atomic(str(out), {"iter": 10, "params": 5, "results": {"hellaswag": {"n": 8}}})
+    second.join(timeout=10)
+    assert scored(tmp_path, 10)["results"] == {"hellaswag": {"n": 8}, "piqa": {"n": 2}}
+
+
 @pytest.mark.parametrize("before, note", [
     ('{"iter": 10, "params": 1, "results": {"piqa": {"n": 8}}}', "held another model's scores: written anew"),
     ('{"iter": 10, "resu', "does not read as JSON (Unterminated string")])

@@ -8,6 +8,7 @@ On network filesystems flock is only as good as the server's locking: NFSv4 and 
 flock) honour it across machines; NFSv3 needs a running lockd; some FUSE mounts accept it locally
 only, so two machines sharing such a mount are not protected from each other.
 """
+import contextlib
 import fcntl
 import json
 import os
@@ -18,6 +19,7 @@ import time
 from trainer import RunError
 
 LOCK_FILE = ".lock"
+MERGE_LOCK_FILE = ".merge.lock"
 
 
 class Unavailable(RunError):
@@ -63,3 +65,13 @@ def hold_or_exit(folder, what="run"):
         return hold(folder, what)
     except Unavailable as e:
         sys.exit(f"error: {e}")
+
+
+@contextlib.contextmanager
+def merging(path):
+    """Hold path's folder for one read-merge-write of path, waiting while another process holds it: two eval.py
+    calls on one checkpoint each merge their tasks into its eval.json, where the later write would drop the
+    earlier's. Apart from hold()'s lock, which the training run holds meanwhile."""
+    with open(os.path.join(os.path.dirname(path) or ".", MERGE_LOCK_FILE), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
