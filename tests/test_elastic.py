@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from conftest import REPO
-from trainer import elastic
+from conftest import REPO, wait_for
+from trainer import checkpoint, elastic, metrics
 
 
 def test_a_run_outside_torchrun_clears_the_failures_note_without_telling_it(tmp_path, monkeypatch):
@@ -54,6 +54,31 @@ def test_a_rank_killed_with_sigkill_is_named_at_the_restart(tmp_path, data_dir):
         assert "elastic: restart 1 of 1; the attempt before ended with: rank 1 left no line: killed (kill -9" in stdout
     finally:
         job.kill()
+
+
+@pytest.mark.e2e
+def test_the_workers_stop_and_save_when_torchrun_itself_is_killed(tmp_path, data_dir):
+    """kill -9 of torchrun: the kernel sends its workers SIGTERM (elastic.term_when_launcher_dies), so they stop
+    and save as at any signal, where they used to train on holding the out_dir's lock."""
+    import psutil
+    from test_distributed import ARGS, ENV
+    out = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                            "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out}",
+                            "--max_iters=100000"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=ENV)
+    try:
+        wait_for(out, "step", job, since=1)
+        workers = psutil.Process(job.pid).children(recursive=True)
+        job.send_signal(signal.SIGKILL)
+        gone, alive = psutil.wait_procs(workers, timeout=120)
+        assert not alive, f"{len(alive)} worker(s) still training two minutes after torchrun was killed"
+        stop = metrics.read(out, "stop")
+        assert stop and stop[-1]["signal"] == "SIGTERM"
+        assert checkpoint.list_checkpoints(str(out))[0][0] == stop[-1]["iter"]
+    finally:
+        for p in psutil.Process().children(recursive=True):
+            p.kill()
 
 
 def environ(process):

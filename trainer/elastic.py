@@ -16,6 +16,7 @@ rank, and under `torchrun --max-restarts=N` comes back on its own from the newes
   OOM killer, a lost node). A start that is not a torchrun restart only clears the file. A half-written checkpoint is never loaded: its temp
   name is one discovery skips (checkpoint.py).
 """
+import ctypes
 import datetime
 import os
 import re
@@ -167,6 +168,7 @@ class StopSignal:
             # starts a background job (`python train.py ... &` in a script) with SIGINT ignored
             if sig in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(sig) is not signal.SIG_IGN:
                 signal.signal(sig, self._request)
+        term_when_launcher_dies()
 
     def _request(self, signum, frame):
         if self.signum is not None:  # heard: say so, since nothing else visibly happens until the save ends
@@ -180,6 +182,15 @@ class StopSignal:
 
     def name(self):
         return signal.Signals(self.signum).name if self.signum else "a signal to another rank"
+
+
+def term_when_launcher_dies():
+    """Under torchrun, a SIGTERM from the kernel when torchrun itself dies (kill -9, the OOM killer). Without it its
+    workers train on with no one to stop them, holding the GPUs and the out_dir's lock, and a rerun is refused; with
+    it they stop and save as at any signal. Linux's prctl(PR_SET_PDEATHSIG); elsewhere nothing."""
+    if "TORCHELASTIC_RUN_ID" in os.environ and sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def hear_sigint():
