@@ -78,6 +78,12 @@ def figures():
             found[f"{key} {recipe} days"] = p["days"], f"plan.py {command}"
             found[f"{key} {recipe} dollars"] = f"{p['cost_usd']:,.0f}", f"plan.py {command}"
         found[f"{key} days ratio"] = f"{plans['fast']['days'] / plans['gpt3']['days']:.2f}", f"plan.py {command}"
+    for key, gpus in (("mi300x", 1), ("h200", 1), ("mi300x", 8)):  # the README's figures table
+        p, command = plan.make_plan(six_b, key, 0.4, 2.0, gpus), f"plan.py {SIX_B} --gpu {key} --gpus {gpus}"
+        found[f"{key} x{gpus} step"] = p["seconds_per_iter"], command
+        found[f"{key} x{gpus} whole days"] = f"{p['days']:.0f}" if gpus == 1 else f"{p['days']:.1f}", command
+        found[f"{key} x{gpus} dollars"] = f"{p['cost_usd']:,.0f}", command
+        found[f"{key} x{gpus} tok/s"] = f"{p['tokens_per_second']:,.0f}", command
     return found
 
 
@@ -150,10 +156,15 @@ QUOTES = [
     ("docs/first_run_h200.md", r"\(auto: (no recompute|selective|full) checkpointing", "h200 auto policy"),
     ("docs/first_run_h200.md", r"an estimated peak of ([\d.]+) GB", "h200 auto peak"),
     ("docs/first_run_h200.md", r"\n?([\d.]+) days by the same\s+estimate", "h200 days for 7630 steps"),
-    ("README.md", r"MI300X: (no recompute|selective|full), [\d.]+ GB", "mi300x auto policy"),
-    ("README.md", r"MI300X: [a-z ]+, ([\d.]+) GB", "mi300x auto peak"),
-    ("README.md", r"H200 \(`--gpu h200`\): (no recompute|selective|full), [\d.]+ GB", "h200 auto policy"),
-    ("README.md", r"H200 \(`--gpu h200`\): [a-z ]+, ([\d.]+) GB", "h200 auto peak"),
+    ("README.md", r"MI300X: ([\d.]+) s a step", "mi300x x1 step"),
+    ("README.md", r"MI300X: [\d.]+ s a step, (\d+) days", "mi300x x1 whole days"),
+    ("README.md", r"MI300X: [\d.]+ s a step, \d+ days, \$([\d,]+);", "mi300x x1 dollars"),
+    ("README.md", r"H200 \(`--gpu h200`\): ([\d.]+) s,", "h200 x1 step"),
+    ("README.md", r"H200 \(`--gpu h200`\): [\d.]+ s, (\d+) days", "h200 x1 whole days"),
+    ("README.md", r"^\| 6.7B on 8 × MI300X, planned \| ([\d.]+) s a step", "mi300x x8 step"),
+    ("README.md", r"^\| 6.7B on 8 × MI300X, planned \| [\d.]+ s a step, ([\d,]+) tok/s", "mi300x x8 tok/s"),
+    ("README.md", r"^\| 6.7B on 8 × MI300X, planned \|.* tok/s, ([\d.]+) days", "mi300x x8 whole days"),
+    ("README.md", r"^\| 6.7B on 8 × MI300X, planned \|.* days, \$([\d,]+)", "mi300x x8 dollars"),
     *recipe_row("h200", "H200"), *recipe_row("mi300x", "MI300X"),
     *[("docs/time_to_quality.md", rf"^python scripts/plan.py ({FAST} --gpu {key} .*)$", f"{key} recipe command")
       for key in ("h200", "mi300x")],
