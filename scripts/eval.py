@@ -4,7 +4,7 @@ A checkpoint beside the GPT-3 paper's zero-shot table, through lm-evaluation-har
     python data/eval/prepare.py                          # once, where there is a network: data/eval/<task>.jsonl
     python scripts/eval.py out/gpt3_6b                   # its newest checkpoint, the six tasks
     python scripts/eval.py out/gpt3_6b/ckpt_5000.pt --tasks hellaswag,piqa --limit 500
-    python scripts/eval.py hf/gpt3_6b --encoding gpt2    # a folder scripts/export_hf.py wrote
+    python scripts/eval.py hf/gpt3_6b                    # a folder scripts/export_hf.py wrote (its tokenizer.json)
     torchrun --nproc_per_node=8 scripts/eval.py out/gpt3_6b/ckpt_5000/
     python scripts/eval.py --watch out/gpt3_6b --device cuda:1   # each checkpoint once, as it lands
 
@@ -132,14 +132,16 @@ def load(args, source, local_rank=0):
 
 
 def hf_encoding(name, folder, tokens):
-    """The encoding of a Hugging Face folder of `tokens` tokens: --encoding (name), else GPT-2's where the model has
-    GPT-2's 50,257 tokens; else one line. One of more tokens than the model is one line too."""
-    if not name and tokens != GPT2_TOKENS:
-        sample.fail(f"{folder} has {tokens} tokens, not GPT-2's {GPT2_TOKENS}: pass --encoding (bytes, gpt2 or the "
-                    "run's .tiktoken file)")
+    """The encoding of a Hugging Face folder of `tokens` tokens: --encoding (name), else the folder's own
+    tokenizer.json (export_hf.py writes one), else GPT-2's where the model has GPT-2's 50,257 tokens; else one
+    line. One of more tokens than the model is one line too."""
+    has_own = os.path.isfile(os.path.join(folder, "tokenizer.json"))
+    if not name and not has_own and tokens != GPT2_TOKENS:
+        sample.fail(f"{folder} has {tokens} tokens, not GPT-2's {GPT2_TOKENS}, and no tokenizer.json: pass --encoding "
+                    "(bytes, gpt2 or the run's .tiktoken file)")
     try:
-        found = tokenizer.get_encoding(name or "gpt2")
-    except ValueError as e:  # a rank file not there, or tiktoken's gpt2 offline
+        found = tokenizer.FolderEncoding(folder) if has_own and not name else tokenizer.get_encoding(name or "gpt2")
+    except ValueError as e:  # a rank file not there, tiktoken's gpt2 offline, a tokenizer.json that does not load
         sample.fail(str(e))
     if found.n_vocab > tokens:  # its ids past the model's rows would be an IndexError mid-scoring
         sample.fail(f"{found.name} has {found.n_vocab} tokens but the model {tokens}: pass the --encoding it was "

@@ -312,7 +312,7 @@ def test_watch_started_with_sigint_ignored_stops_on_it_within_10s_leaving_eval_j
     assert ("watch: stopped by SIGINT" in lines.read_text()) == (when != "importing")
 
 
-def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
+def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path, capsys):
     from lm_eval.models.huggingface import HFLM
     folder = str(tmp_path / "hf")
     hf.export(str(run / "run" / "ckpt_20.pt"), folder, dtype=torch.float32, log=lambda m: None)
@@ -324,10 +324,16 @@ def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path):
     eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", ",".join(tasks), "--encoding", "bytes",
                       "--device", "cpu"])
     exported = json.loads((tmp_path / "hf.eval.json").read_text())["results"]
-    # scored again on one task: a folder's file is written anew, not merged (an export over it is another model)
-    eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", "piqa", "--encoding", "bytes",
-                      "--device", "cpu"])
-    assert list(json.loads((tmp_path / "hf.eval.json").read_text())["results"]) == ["piqa"]
+    # scored again on one task: a folder's file is written anew, not merged (an export over it is another model);
+    # without --encoding, through the folder's own tokenizer.json, with the same scores
+    eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", "piqa", "--device", "cpu"])
+    assert json.loads((tmp_path / "hf.eval.json").read_text())["results"] == {"piqa": exported["piqa"]}
+    os.remove(os.path.join(folder, "tokenizer.json"))
+    with pytest.raises(SystemExit, match="^1$"):
+        eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", "piqa", "--device", "cpu"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {folder} has 257 tokens, not GPT-2's 50257, and no tokenizer.json: pass --encoding (bytes, gpt2 or "
+        "the run's .tiktoken file)")
     for task in tasks:
         assert theirs[task].get("chance") == ours[task].get("chance") == exported[task].get("chance")
         for metric in ("acc", "acc_norm", "perplexity"):

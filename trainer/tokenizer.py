@@ -99,6 +99,32 @@ def get_encoding(name):
     raise ValueError(f"unknown encoding {name!r}: use 'gpt2', 'bytes' or the path of a .tiktoken rank file")
 
 
+class FolderEncoding:
+    """A Hugging Face folder's own tokenizer (tokenizer.json), read by transformers, behind the Encoding methods
+    eval.py uses: a folder export_hf.py wrote carries its run's tokenizer, whatever its vocabulary, so that it is
+    scored without naming the encoding again. Special tokens in the text are text, as in encode_ordinary."""
+
+    def __init__(self, folder):
+        from transformers import AutoTokenizer
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{folder}/tokenizer.json does not load ({type(e).__name__}: {e}); pass --encoding "
+                             "(bytes, gpt2 or the run's .tiktoken file)") from None
+        if self._tokenizer.eos_token_id is None:
+            raise ValueError(f"{folder}'s tokenizer names no end-of-text token (eos_token); pass --encoding "
+                             "(bytes, gpt2 or the run's .tiktoken file)")
+        self.name = os.path.join(folder, "tokenizer.json")
+        self.n_vocab = len(self._tokenizer)
+        self.eot_token = self._tokenizer.eos_token_id
+
+    def encode_ordinary(self, text):
+        return self._tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    def decode(self, ids):
+        return self._tokenizer.decode(list(map(int, ids)))
+
+
 def file_sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
