@@ -33,18 +33,21 @@ OUT/ladder.png (val loss against training compute, the fits extrapolated with th
 """
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import math
 import os
 import queue
 import runpy
 import shlex
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,6 +172,7 @@ class Ladder:
         # scripts/eval.py on each run's end: {task: how it scores it (its scored_with)}, and its other arguments
         self.eval_tasks, self.eval_args = dict(eval_tasks or {}), list(eval_args)
         self.stopped, self.lock, self.failure = threading.Event(), threading.Lock(), None  # stopped: start no new run
+        self.heard = None  # the signal that stopped the ladder (stop_on_signals), or None
         self.slots = queue.Queue()
         for slot in slots:
             self.slots.put(slot)
@@ -245,9 +249,36 @@ class Ladder:
             result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         finally:
             self.slots.put(slot)
+        if result.returncode != 0 and self.heard:  # torchrun exits 1 after a signal, whatever its workers did
+            raise Stopped()
         if result.returncode != 0 and not accept():
             why = runlog.why_it_failed(result.returncode, result.stderr)
             raise self.fail(SystemExit(f"error: {shown} failed: {why}"))
+
+    @contextlib.contextmanager
+    def stopping_on_signals(self):
+        """Meanwhile SIGINT, SIGTERM or SIGHUP (unless ignored: nohup) to the ladder reaches the runs in
+        flight as SIGTERM: they save and stop as train.py does at any signal, and no new run starts. Without it a
+        `kill` of the ladder left its train.py training on alone, to meet a rerun in its folder; Ctrl-C ended in a
+        traceback."""
+        def stop(signum, frame):
+            if self.heard is None:
+                print(f"{signal.Signals(signum).name}: the runs in flight save and stop; no new run starts",
+                      flush=True)
+            self.heard = self.heard or signum
+            self.stopped.set()
+            for child in psutil.Process().children():  # train.py, torchrun or eval.py
+                try:
+                    child.send_signal(signal.SIGTERM)
+                except psutil.Error:  # it ended meanwhile
+                    pass
+        hup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+        before = {sig: signal.signal(sig, stop) for sig in [signal.SIGINT, signal.SIGTERM, *hup]}
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
 
     def fail(self, error):
         """The ladder's first failure (the one main reports), from now on every climb's: no new run starts, and
@@ -539,7 +570,7 @@ def main(argv=None):
     ratio = settings["tokens_per_param"][0]
     result = {"config": args.config, "settings": settings, "data": data, "tokens_per_param":
               list(settings["tokens_per_param"]), "recipes": {}}
-    with concurrent.futures.ThreadPoolExecutor(min(args.jobs, len(recipes))) as pool:
+    with lad.stopping_on_signals(), concurrent.futures.ThreadPoolExecutor(min(args.jobs, len(recipes))) as pool:
         climbs = {name: pool.submit(lad.climb, name, recipe) for name, recipe in recipes.items()}
         try:
             concurrent.futures.wait(climbs.values(), return_when=concurrent.futures.FIRST_EXCEPTION)
@@ -554,6 +585,9 @@ def main(argv=None):
             raise SystemExit(f"error: recipe {name}: {error}")
         if error is not None and not isinstance(error, Stopped):
             raise error
+    if lad.heard and any(isinstance(climb.exception(), Stopped) for climb in climbs.values()):
+        raise SystemExit(f"stopped by {signal.Signals(lad.heard).name} before the ladder's end: rerun the same "
+                         "command to resume its runs")
     runs = {name: climb.result() for name, climb in climbs.items()}
     try:
         analysis = ladder_analysis.analyse(runs, ratio)

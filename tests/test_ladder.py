@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -1440,3 +1441,38 @@ def test_a_real_ladder_under_torchrun_trains_through_train_py_and_its_rerun_trai
     assert again.returncode == 0, again.stderr[-3000:]
     assert "train.py" not in again.stdout  # every run reused: the real config.json holds what the ladder sets
     assert json.loads((tmp_path / "out" / "ladder.json").read_text()) == result
+
+
+@pytest.mark.e2e
+def test_a_signal_to_the_ladder_stops_and_saves_its_run_in_flight_and_says_so_in_one_line(tmp_path, data_dir):
+    """kill (SIGTERM) of the ladder alone: its train.py gets SIGTERM too, saves and stops, and the ladder ends
+    with one line, where the run used to train on alone with no ladder waiting for it."""
+    import psutil
+    common = (f"--vocab_size=64 --block_size=16 --batch_size=4 --gradient_accumulation_steps=2 --eval_iters=2 "
+              f"--data_dir={data_dir} --checkpoint_interval=1000000 --checkpoint_minutes=0 --keep_last_n=1")
+    sizes = {f"w{w}": dict(n_layer=1, n_head=1, n_embd=w) for w in (16, 24, 32)}
+    (tmp_path / "ladder_e2e.py").write_text(f"base = [{str(REPO / 'config/train_tiny.py')!r}]\ncommon = {common!r}\n"
+                                            f"sizes = {sizes!r}\ntokens_per_param = 100\nsweep_points = 1\n")
+    job = subprocess.Popen([sys.executable, REPO / "scripts/ladder.py", "ladder_e2e.py", "--out", "out", "--recipe",
+                            "adamw: --optimizer=adamw"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled"))
+    try:
+        deadline = time.time() + 120
+        while not list((tmp_path / "out" / "runs").glob("adamw/w16_*/metrics.jsonl")) or not metrics.read(
+                next((tmp_path / "out" / "runs").glob("adamw/w16_*")), "step"):
+            assert time.time() < deadline and job.poll() is None, "the first run did not reach its first step"
+            time.sleep(0.1)
+        run_dir = next((tmp_path / "out" / "runs").glob("adamw/w16_*"))
+        trainers = psutil.Process(job.pid).children()
+        job.send_signal(signal.SIGTERM)
+        stdout, stderr = job.communicate(timeout=120)
+        assert job.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+        assert stderr.strip().splitlines()[-1] == ("stopped by SIGTERM before the ladder's end: rerun the same command "
+                                                   "to resume its runs")
+        assert "SIGTERM: the runs in flight save and stop; no new run starts" in stdout
+        assert not psutil.wait_procs(trainers, timeout=10)[1], "a run went on training after the ladder ended"
+        stop, = metrics.read(run_dir, "stop")
+        assert stop["signal"] == "SIGTERM" and checkpoint.list_checkpoints(str(run_dir))[0][0] == stop["iter"]
+        assert not metrics.read(run_dir, "done") and len(list((tmp_path / "out" / "runs").glob("*/*"))) == 1
+    finally:
+        job.kill()
