@@ -140,6 +140,21 @@ def test_meta_json_finds_its_rank_file_by_path_then_by_hash(tmp_path):
         tokenizer.find(meta["encoding"], meta["encoding_sha256"], [str(data)])
 
 
+def test_a_rank_file_on_a_volume_mounted_elsewhere_is_found_under_the_working_folder(tmp_path, monkeypatch):
+    """meta.json recorded /old/mount/project/tok/mine.tiktoken; the volume is now at tmp_path/new, and the
+    command runs from the project's folder there: tok/mine.tiktoken, with the recorded hash, is the file."""
+    from trainer import tokenizer
+    project = tmp_path / "new" / "project"
+    (project / "tok").mkdir(parents=True)
+    (project / "tok" / "mine.tiktoken").write_bytes(b"".join(base64.b64encode(bytes([b])) + b" %d\n" % b
+                                                             for b in range(256)))
+    sha256 = tokenizer.file_sha256(project / "tok" / "mine.tiktoken")
+    monkeypatch.chdir(project)
+    assert tokenizer.find("/old/mount/project/tok/mine.tiktoken", sha256) == os.path.join("tok", "mine.tiktoken")
+    with pytest.raises(ValueError, match="is not there"):  # another file of that name: not the one recorded
+        tokenizer.find("/old/mount/project/tok/mine.tiktoken", "0" * 64)
+
+
 # 5. a useful validation split
 
 @pytest.mark.e2e  # the same command twice: the first job's pool workers must be gone, as they are with its process

@@ -150,10 +150,16 @@ def identity(recorded):
 
 def find(name, sha256=None, near=()):
     """The name to load a recorded encoding by: itself if built in or where its file is (with the recorded
-    hash: a rank file edited since would tokenize differently), else a .tiktoken file with the recorded
-    hash in a folder of `near` (say, beside the bins) or in .cache/."""
+    hash: a rank file edited since would tokenize differently); else, with the recorded hash, the same file
+    under the working folder (a volume mounted elsewhere: /old/mount/tok/my.tiktoken is tok/my.tiktoken, run
+    from the project's folder) or a .tiktoken file in a folder of `near` (say, beside the bins) or in .cache/."""
     if name in ("gpt2", "bytes") or not sha256 or (os.path.isfile(name) and file_sha256(name) == sha256):
         return name
+    parts = os.path.normpath(name).split(os.sep)
+    for i in range(1, len(parts)):  # the shortest tail last: a folder of its own before a bare file name
+        tail = os.path.join(*parts[i:])
+        if os.path.isfile(tail) and file_sha256(tail) == sha256:
+            return tail
     folders = [*near, REPO_CACHE, ".cache"]
     for folder in folders:
         for candidate in sorted(glob.glob(os.path.join(folder, "*.tiktoken"))):
