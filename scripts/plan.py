@@ -520,7 +520,7 @@ def parse_args(argv):
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     parser.add_argument("--simulate", action="store_true",
                         help="also run the training step on fake tensors and print its measured peak by category "
-                             "beside the estimate (about 20 s at 6.7B; one GPU)")
+                             "beside the estimate (minutes at 6.7B on a CPU; one GPU)")
     parser.add_argument("--beside", metavar="CONFIG", help="also plan this config on the same GPU, MFU and price, "
                                                             "and print both runs' tokens, days and dollars")
     parser.add_argument("--nodes", type=int, default=0, help="plan DDP, FSDP and HSDP on this many nodes")

@@ -11,7 +11,7 @@ the folder to the GPU machine. data/eval/hellaswag.jsonl also feeds the in-loop 
 (data/hellaswag/prepare.py --source data/eval/hellaswag.jsonl).
 
 --synthetic N writes N made-up examples per task in each task's format instead: they try the whole path
-offline (the tests use them, and the README's table); their scores mean nothing.
+offline (the tests use them, and docs/evaluation.md's table); their scores mean nothing.
 """
 import argparse
 import os
