@@ -51,7 +51,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
 from trainer import bins, checkpoint, elastic, evaluation, hf, lm_eval_adapter, runlock, tokenizer  # noqa: E402
 
-WATCH_LOG = "eval.jsonl"
 GPT2_TOKENS = 50257
 
 
@@ -128,7 +127,7 @@ def load(args, source, local_rank=0):
     step = state.get("iter_num")
     folder = os.path.dirname(source.rstrip("/")) if is_checkpoint else source
     return model, encoding, device, autocast, {"iter": step, "max_iters": state.get("config", {}).get("max_iters"),
-                                               "out": os.path.join(folder, f"ckpt_{step}.eval.json")}
+                                               "out": checkpoint.scores_path(folder, step)}
 
 
 def hf_encoding(name, folder, tokens):
@@ -247,7 +246,7 @@ def table(results, params):
 def watch(args, heard):
     """Score each checkpoint of args.watch not yet in its eval.jsonl, oldest first, until the run's last step;
     stop once heard (a SIGINT) is set, should a library have swallowed its KeyboardInterrupt."""
-    log_path = os.path.join(args.watch, WATCH_LOG)
+    log_path = os.path.join(args.watch, checkpoint.SCORES_LOG)
     print(f"watch: {args.watch}: {len(evaluation.read_watch_log(log_path))} checkpoint(s) scored before; "
           "Ctrl-C (SIGINT) stops, and the same command carries on", flush=True)
     while True:
@@ -290,8 +289,9 @@ def main(argv=None):
         try:
             return watch(args, heard)
         except KeyboardInterrupt:  # a checkpoint half scored is scored again by the next watch
-            print(f"watch: stopped by SIGINT; {os.path.join(args.watch, WATCH_LOG)} has every checkpoint scored "
-                  "so far, and the same command carries on", flush=True)
+            log = os.path.join(args.watch, checkpoint.SCORES_LOG)
+            print(f"watch: stopped by SIGINT; {log} has every checkpoint scored so far, and the same command carries on",
+                  flush=True)
             sys.exit(130)
     if world_size > 1:
         device, _ = sample.device_and_autocast(args, local_rank)

@@ -18,7 +18,7 @@ import sys
 import matplotlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer import metrics  # noqa: E402
+from trainer import checkpoint, metrics  # noqa: E402
 from trainer.evaluation import GPT3_ZERO_SHOT, gpt3_reference, read_watch_log  # noqa: E402
 
 matplotlib.use("Agg")  # render to a file: no display on a GPU server
@@ -211,7 +211,7 @@ def main(argv=None):
     train = c["train"]
     if not train:
         sys.exit(f"plot_log: no 'step' records in {path}: is it a train.py out_dir?")
-    evals = parse_evals(os.path.join(out_dir, "eval.jsonl"))
+    evals = parse_evals(os.path.join(out_dir, checkpoint.SCORES_LOG))
     try:
         plot(c, out, args.run, evals=evals if evals[0] else None)
     except OSError as e:

@@ -1,10 +1,12 @@
 """checkpoint.py: atomic saves, numeric rotation, fallback past broken files, kills mid-save, full disks."""
 import glob
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -314,6 +316,36 @@ def test_roll_back_moves_newer_aside_and_rotation_leaves_them(tmp_path):
     again = roll_back_to(checkpoint_path(str(tmp_path), 5), log=quiet)
     assert [os.path.basename(p) for p in again] == ['ckpt_6.pt'] and os.path.exists(moved[0])
     assert roll_back_to(checkpoint_path(str(tmp_path), 5), log=quiet) == []
+
+
+def test_roll_back_sets_the_newer_checkpoints_scores_aside_with_them(tmp_path):
+    """ckpt_N.eval.json and eval.jsonl's lines after the step rolled back to go with their checkpoints: the
+    checkpoint training writes anew at step N is another model, which eval.py must score, not take as scored."""
+    for n in [1, 2, 3]:
+        save(tmp_path, n)
+        (tmp_path / f"ckpt_{n}.eval.json").write_text(json.dumps({"iter": n, "results": {"piqa": {"acc": n}}}))
+    (tmp_path / checkpoint.SCORES_LOG).write_text("".join(json.dumps({"iter": n, "piqa": n}) + "\n" for n in [1, 2, 3])
+                                                  + '{"iter": 3, "pi')  # torn by a kill mid-write
+    moved = roll_back_to(checkpoint_path(str(tmp_path), 1), log=quiet)
+    aside = Path(moved[0]).parent
+    assert sorted(p.name for p in tmp_path.glob("ckpt_*.eval.json")) == ["ckpt_1.eval.json"]
+    assert sorted(p.name for p in aside.glob("ckpt_*.eval.json")) == ["ckpt_2.eval.json", "ckpt_3.eval.json"]
+    assert [json.loads(line)["iter"] for line in (tmp_path / checkpoint.SCORES_LOG).read_text().splitlines()] == [1]
+    assert [json.loads(line)["iter"] for line in (aside / checkpoint.SCORES_LOG).read_text().splitlines()] == [2, 3]
+
+
+def test_a_checkpoint_whose_weights_are_not_finite_is_damaged_and_the_one_before_loads(tmp_path):
+    """No save writes non-finite weights, so bytes damaged on disk that read as a NaN are a damaged file: eval.py,
+    export and sample.py would have used it (exit 0, a NaN perplexity), a resume would have skipped NaN steps."""
+    save(tmp_path, 1)
+    damaged = make_state(2)
+    damaged['model']['w'][0] = float('nan')
+    torch.save(damaged, tmp_path / 'ckpt_2.pt')  # as a bit flip on disk leaves it, past the save's own check
+    with pytest.raises(CheckpointError, match=r"ckpt_2.pt: its weight w is not finite, which no save writes"):
+        load_checkpoint(str(tmp_path / 'ckpt_2.pt'), log=quiet)
+    logs = []
+    assert load_newest(str(tmp_path), log=logs.append)[1] == checkpoint_path(str(tmp_path), 1)
+    assert any("falling back to an older checkpoint" in line for line in logs)
 
 
 def test_roll_back_from_inside_out_dir(tmp_path, monkeypatch):

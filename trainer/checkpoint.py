@@ -28,6 +28,7 @@ checkpoint holds beyond weights and optimizer, and is what train.py calls.
 
 import datetime
 import errno
+import json
 import operator
 import os
 import pickle
@@ -49,7 +50,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.serialization import config as serialization_config
 
-from trainer import RunError, faults
+from trainer import RunError, bins, faults
 
 # dcp says so each time one process (sample.py, eval.py, a conversion) reads or writes a sharded checkpoint
 warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized", UserWarning)
@@ -60,6 +61,7 @@ _SHARDED_RE = re.compile(r'ckpt_(0|[1-9][0-9]*)')
 _TEMP_RE = re.compile(r'\.ckpt_([0-9]+)(\.pt\.tmp-[0-9]+|\.tmp-sharded(-replaced)?)')  # a .pt's, a sharded folder's
 TRAINER_STATE = 'trainer_state.pt'  # in a sharded checkpoint: all but the model and optimizer
 ROLLED_BACK_DIR = 'rolled_back'  # roll_back_to moves checkpoints here; discovery never looks inside
+SCORES_LOG = 'eval.jsonl'  # scripts/eval.py --watch's scores, one line per checkpoint (by its iter)
 REQUIRED_KEYS = ('model', 'model_args', 'iter_num')  # what every tool needs of a checkpoint: train.py, sample.py, eval.py
 
 
@@ -423,8 +425,19 @@ def load_checkpoint(path, log=print):
     missing = [k for k in REQUIRED_KEYS if k not in state and not (sharded and k in ("model", "optimizer"))]
     if missing:
         raise CheckpointError(f"cannot load {path}: it lacks the keys {missing}")
+    if not sharded and (bad := _first_nonfinite(state["model"])):
+        raise CheckpointError(f"cannot load {path}: its weight {bad} is not finite, which no save writes (it refuses "
+                              "such weights): the file is damaged")
     log(f"loaded {path} in {time.time() - t0:.1f}s")
     return state
+
+
+def _first_nonfinite(weights):
+    """The name of the first floating tensor holding a NaN or an infinity, or None. A save refuses such weights
+    (the Checkpointer), so here they are bytes damaged on disk: without the CRC the save leaves out, one pass over
+    the weights (read again from the page cache by the load that follows) is what tells garbage from a model."""
+    return next((name for name, t in weights.items()
+                 if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()), None)
 
 
 def load_newest(out_dir, log=print):
@@ -467,10 +480,17 @@ def load_newest_on_every_rank(out_dir, log=print):
     return state
 
 
-def roll_back_to(path, log=print):
-    """Make path the newest checkpoint: move every newer one into out_dir/rolled_back/<time>_to_<N>_<id>/.
+def scores_path(out_dir, step):
+    """ckpt_<step>.eval.json: scripts/eval.py's scores of that checkpoint (a .pt or a folder), beside it."""
+    return os.path.join(out_dir, f"ckpt_{step}.eval.json")
 
-    Nothing is deleted (move a file back into out_dir to undo). Returns the moved files' new paths.
+
+def roll_back_to(path, log=print):
+    """Make path the newest checkpoint: move every newer one into out_dir/rolled_back/<time>_to_<N>_<id>/, with
+    its scores (its ckpt_<N>.eval.json and lines of eval.jsonl), which would otherwise pass for the scores of the
+    checkpoint that training writes anew at its step.
+
+    Nothing is deleted (move a file back into out_dir to undo). Returns the moved checkpoints' new paths.
     """
     path = os.path.normpath(path)
     out_dir = os.path.dirname(path) or '.'
@@ -492,12 +512,37 @@ def roll_back_to(path, log=print):
             os.rename(p, os.path.join(dest, os.path.basename(p)))
             moved.append(os.path.join(dest, os.path.basename(p)))
             log(f"moved {p} to {moved[-1]}")
+            if os.path.isfile(scores := scores_path(out_dir, numbers[p])):
+                os.rename(scores, os.path.join(dest, os.path.basename(scores)))
+        _set_aside_scores_log(out_dir, target, dest)
         for d in (dest, parent, out_dir):
             _fsync_dir(d)  # else after a power cut the rolled-back checkpoints could reappear and be resumed
     except OSError as e:
         raise CheckpointError(f"cannot roll back to {path}: {e.strerror} setting the newer checkpoints aside in "
                               f"{parent} ({len(moved)} of {len(newer)} moved); fix that and rerun") from None
     return moved
+
+
+def _set_aside_scores_log(out_dir, target, dest):
+    """The lines of out_dir's eval.jsonl after step target into dest's (the rest stay), so that eval.py --watch
+    scores the checkpoints written anew at those steps. A torn line, which eval.py skips anyway, goes."""
+    path = os.path.join(out_dir, SCORES_LOG)
+    if not os.path.isfile(path):
+        return
+    with open(path) as f:
+        lines = f.readlines()
+    later = [line for line in lines if _scored_iter(line) > target]
+    if later:
+        bins.write_jsonl_atomic(os.path.join(dest, SCORES_LOG), map(json.loads, later))
+        bins.write_jsonl_atomic(path, [json.loads(line) for line in lines if 0 <= _scored_iter(line) <= target])
+
+
+def _scored_iter(line):
+    """The iter of an eval.jsonl line, -1 for one torn or not a record."""
+    try:
+        return int(json.loads(line)["iter"])
+    except (ValueError, KeyError, TypeError):
+        return -1
 
 
 # -----------------------------------------------------------------------------
