@@ -10,6 +10,7 @@ recorded, else --encoding. Works offline; generation uses model.py's KV cache, s
 costs one token's forward pass (with a sliding window past block_size).
 """
 import argparse
+import math
 import os
 import signal
 import sys
@@ -111,8 +112,8 @@ def load_model(args, local_rank=0):
         enc = tokenizer.get_encoding(encoding_name(args, state))
     except ValueError as e:
         fail(str(e))
-    with torch.device(device):
-        model = GPT(model_config(saved_args=state["model_args"]))
+    with torch.device(device):  # the rows past the encoding's ids (a padded vocab) are masked: never sampled
+        model = GPT(model_config(saved_args=state["model_args"], n_tokens=enc.n_vocab))
     if isinstance(autocast, torch.autocast):  # bf16: on the CPU the attention in fp32, as train.py runs it
         precision.fp32_attention_on_cpu(model, autocast.device, "bfloat16")
     try:
@@ -130,6 +131,8 @@ def prompt_ids(args, enc, vocab_size):
                 text = f.read()
         except OSError as e:
             fail(f"--start {text}: {e.strerror}")
+        except UnicodeDecodeError:  # a checkpoint or other binary file given by mistake
+            fail(f"--start {text}: the file is not UTF-8 text: give a UTF-8 text file as the prompt")
     ids = enc.encode_ordinary(text) or [enc.eot_token]  # an empty prompt starts a new document
     if max(ids) >= vocab_size:
         fail(f"the prompt encodes to id {max(ids)} but the model has only {vocab_size} ids: "
@@ -139,8 +142,10 @@ def prompt_ids(args, enc, vocab_size):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.num_samples < 1 or args.max_new_tokens < 0 or args.temperature <= 0 or args.top_k < 0:
-        fail("need --num_samples >= 1, --max_new_tokens >= 0, --temperature > 0 and --top_k >= 0")
+    if args.num_samples < 1 or args.max_new_tokens < 0 or args.top_k < 0:
+        fail("need --num_samples >= 1, --max_new_tokens >= 0 and --top_k >= 0")
+    if not 0 < args.temperature < math.inf:  # nan fails every comparison; inf would sample uniform noise
+        fail(f"--temperature must be a finite number > 0, e.g. 0.8; got {args.temperature}")
     torch.manual_seed(args.seed)
     model, state, enc, device, autocast = load_model(args)
     if device == "cpu":  # a decode step is many tiny ops: threads the machine lacks make each one wait (a 10x slowdown)
@@ -152,7 +157,6 @@ def main(argv=None):
     for _ in range(args.num_samples):
         with autocast:
             out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
-        # ids past the encoding (an untrained model's padded vocab) decode as '<|?ID|>' placeholders
         print(enc.decode(out[0].tolist()))
         print("---------------", flush=True)
 

@@ -33,9 +33,33 @@ import ladder  # noqa: E402  (scripts/ladder.py, beside this file: its runs are 
 from trainer import metrics, runlog  # noqa: E402
 
 
+RUN_KEYS = ("seed", "out_dir")  # run() sets them for each run, after the sides' overrides
+
+
+def overrides(flag, text):
+    """--a's, --b's or --common's text as a list of --key=value; ValueError on an unbalanced quote or a key
+    that run() sets itself, which would be overridden without a word."""
+    try:
+        argv = shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"{flag} {text!r}: {e}") from None
+    if own := next((arg for arg in argv if arg[2:].partition("=")[0] in RUN_KEYS), None):
+        raise ValueError(f"{flag} sets {own}, which ab.py sets for each run (--seeds, --out): drop it")
+    return argv
+
+
+def load_settings(argv):
+    """train.py's settings for its argv, as a dict; a bad config is one line."""
+    try:
+        return vars(configurator.load_config(argv))
+    except configurator.ConfigError as e:
+        sys.exit(f"error: {e}")
+
+
 def run(config, common, side, seed, out_dir, a_dir):
-    """Train one side for one seed, unless its run is already done; its eval curve [(tokens, val_loss)]."""
-    argv = [config, "--checkpoint_interval=0", *shlex.split(common), *shlex.split(side.replace("{a}", str(a_dir))),
+    """Train one side for one seed, unless its run is already done; its eval curve [(tokens, val_loss)].
+    common, side: lists of overrides (overrides())."""
+    argv = [config, "--checkpoint_interval=0", *common, *(arg.replace("{a}", str(a_dir)) for arg in side),
             f"--seed={seed}", f"--out_dir={out_dir}"]
     if problem := reuse_problem(out_dir, argv):
         sys.exit(f"error: {problem}")
@@ -57,10 +81,7 @@ def reuse_problem(out_dir, argv):
     None: ladder.reuse_problem's comparison of its config.json, without what train.py settles for itself."""
     if not (out_dir / "config.json").is_file():  # nothing trained there yet
         return None
-    try:
-        settings = vars(configurator.load_config(argv))
-    except configurator.ConfigError as e:
-        sys.exit(f"error: {e}")
+    settings = load_settings(argv)
     if settings["cooldown_iters"] > 0:  # a cooldown fork saves its own end as max_iters (trainer/checkpointer.py)
         del settings["max_iters"]
         forked_from = json.loads((out_dir / "config.json").read_text()).get("init_from")
@@ -129,12 +150,18 @@ def main():
     args = p.parse_args(joined(sys.argv[1:]))
     if args.seeds < 1:  # no run, no mean to report
         p.error(f"--seeds must be at least 1, got {args.seeds}")
+    try:
+        common, a, b = (overrides(f"--{k}", getattr(args, k)) for k in ("common", "a", "b"))
+    except ValueError as e:
+        p.error(str(e))
+    if load_settings([args.config, *common, *a]) == load_settings([args.config, *common, *b]):  # a 1.00x by design
+        p.error(f"--a {args.a!r} and --b {args.b!r} give the same settings over {args.config}: give B what it changes")
     out = Path(args.out)
     seeds = [1337 + i for i in range(args.seeds)]
     curves = {"a": [], "b": []}
     for seed in seeds:
-        curves["a"].append(run(args.config, args.common, args.a, seed, out / f"a_{seed}", None))
-        curves["b"].append(run(args.config, args.common, args.b, seed, out / f"b_{seed}", out / f"a_{seed}"))
+        curves["a"].append(run(args.config, common, a, seed, out / f"a_{seed}", None))
+        curves["b"].append(run(args.config, common, b, seed, out / f"b_{seed}", out / f"a_{seed}"))
     if not all(curves["a"]) or not all(curves["b"]):
         sys.exit("error: a run has no evaluation in its metrics.jsonl; set eval_interval > 0")
     a_final, b_final = summary([c[-1][1] for c in curves["a"]]), summary([c[-1][1] for c in curves["b"]])

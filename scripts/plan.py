@@ -509,13 +509,21 @@ def default_gpu():
     return key or DEFAULT_GPU
 
 
+def finite(text):
+    """argparse's type for plan.py's numbers: nan or inf would print nan days and $nan as a plan."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
 def parse_args(argv):
     """plan.py's own flags, and the rest (config files and --key=value) for the configurator."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      usage="%(prog)s CONFIG [--key=value ...] [options]")
     parser.add_argument("--gpu", choices=sorted(machine.GPUS), help="default: the local GPU, else mi300x")
-    parser.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation, a fraction (default 0.4)")
-    parser.add_argument("--price_per_hour", type=float, default=2.0, help="dollars per GPU-hour (default 2)")
+    parser.add_argument("--mfu", type=finite, default=0.4, help="model FLOPs utilisation, a fraction (default 0.4)")
+    parser.add_argument("--price_per_hour", type=finite, default=2.0, help="dollars per GPU-hour (default 2)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs under torchrun (default 1)")
     parser.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     parser.add_argument("--simulate", action="store_true",
@@ -525,14 +533,15 @@ def parse_args(argv):
                                                             "and print both runs' tokens, days and dollars")
     parser.add_argument("--nodes", type=int, default=0, help="plan DDP, FSDP and HSDP on this many nodes")
     parser.add_argument("--gpus_per_node", type=int, default=GPUS_PER_NODE, help="with --nodes (default 8)")
-    parser.add_argument("--interconnect", type=float, default=50.0,
+    parser.add_argument("--interconnect", type=finite, default=50.0,
                         help="GB/s per GPU between nodes, e.g. 50 for 400 Gb/s InfiniBand per GPU (default 50)")
-    parser.add_argument("--intranode", type=float, default=450.0,
+    parser.add_argument("--intranode", type=finite, default=450.0,
                         help="GB/s per GPU inside a node: NVLink 4 or MI300X Infinity Fabric (default 450)")
     parser.add_argument("--ladder", metavar="LADDER_JSON",
                         help="scripts/ladder.py's ladder.json (or its folder): print its predictions for this run "
                              "(final val loss, learning rate, zero-shot scores, each recipe's compute multiplier)")
-    parser.add_argument("--target_val_loss", type=float, help="with --ladder: the tokens and days to reach this val loss")
+    parser.add_argument("--target_val_loss", type=finite,
+                        help="with --ladder: the tokens and days to reach this val loss")
     parser.add_argument("--target", metavar="TASK=SCORE", help="with --ladder: the tokens and days to reach a zero-shot "
                                                               "score in percent, e.g. hellaswag=67.4 (1 or less: a "
                                                               "fraction; GPT-3's metric for the task; or name it: "
@@ -544,6 +553,13 @@ def parse_args(argv):
         parser.error(problem)
     if (args.target_val_loss is not None or args.target) and not args.ladder:
         parser.error("--target_val_loss and --target read a ladder's fits: add --ladder OUT/ladder.json")
+    if args.target_val_loss is not None and args.target_val_loss <= 0:
+        parser.error(f"--target_val_loss is a val loss, > 0; got {args.target_val_loss}")
+    if args.target:
+        try:  # now, not after the plan is made
+            target_score(args.target)
+        except ValueError as e:
+            parser.error(str(e))
     if args.nodes:
         if args.nodes < 1 or args.gpus_per_node < 1 or args.interconnect <= 0 or args.intranode <= 0:
             parser.error("--nodes and --gpus_per_node must be >= 1, --interconnect and --intranode > 0 (GB/s)")
@@ -674,9 +690,7 @@ def target_loss_for(fits, target):
     why it is not. A bare task means the metric GPT-3's table gives for it (hellaswag: acc_norm; lambada_openai:
     acc, its first), else the task's one fitted metric: ladder.json fits every metric eval.py reports, acc
     before acc_norm."""
-    task, sep, score = target.partition("=")
-    if not sep:
-        raise ValueError(f"--target {target}: write TASK=SCORE, e.g. hellaswag=67.4")
+    task, score = target_score(target)
     fitted = sorted(fits.get("tasks", {}))
     if "/" in task:
         keys = [task] if task in fitted else []
@@ -689,9 +703,24 @@ def target_loss_for(fits, target):
                          f"{fitted or 'none: run scripts/eval.py on its checkpoints'})")
     if len(keys) > 1:
         raise ValueError(f"--target {target}: {task} has fits of {', '.join(keys)}: name one, e.g. "
-                         f"--target {keys[0]}={score}")
-    value = float(score)
-    return ladder_fits.loss_for_score(ladder_fits.Fit.from_json(fits["tasks"][keys[0]]), value / 100 if value > 1 else value)
+                         f"--target {keys[0]}{target[len(task):]}")
+    return ladder_fits.loss_for_score(ladder_fits.Fit.from_json(fits["tasks"][keys[0]]), score)
+
+
+def target_score(target):
+    """(TASK, SCORE as a fraction) of a --target TASK=SCORE, SCORE a percent (1 or less: a fraction); ValueError
+    naming it when it is not one."""
+    task, sep, score = target.partition("=")
+    if not sep:
+        raise ValueError(f"--target {target}: write TASK=SCORE, e.g. hellaswag=67.4")
+    try:
+        value = float(score)
+    except ValueError:
+        value = math.nan  # refused below, as nan and inf are
+    if not 0 < value <= 100:
+        raise ValueError(f"--target {target}: SCORE {score!r} is not a number in (0, 100]: write a percent, e.g. "
+                         f"{task}=67.4 (1 or less: a fraction)")
+    return task, value / 100 if value > 1 else value
 
 
 def ladder_cost(path, plan, mfu, price_per_hour, gpus):

@@ -77,20 +77,20 @@ def test_ab_reuses_a_run_by_its_settings(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", no_training)
     side, out = "--learning_rate=2e-3", tmp_path / "a_1337"
     finished(out, ["config/train_tiny.py", "--checkpoint_interval=0", side, "--seed=1337", f"--out_dir={out}"])
-    assert ab.run("config/train_tiny.py", "", side, 1337, out, None) == [(256, 3.5)]
+    assert ab.run("config/train_tiny.py", [], [side], 1337, out, None) == [(256, 3.5)]
     with pytest.raises(SystemExit) as e:
-        ab.run("config/train_tiny.py", "", "--learning_rate=1e-5", 1337, out, None)
+        ab.run("config/train_tiny.py", [], ["--learning_rate=1e-5"], 1337, out, None)
     assert str(e.value.code).startswith(f"error: {out} was trained with learning_rate=0.002 where this A/B sets "
                                         "learning_rate=1e-05: use another --out, or delete the run")
     fork, argv = tmp_path / "b_1337", ["--cooldown_iters=4", "--max_iters=100"]
     finished(fork, ["config/train_tiny.py", "--checkpoint_interval=0", *argv, "--seed=1337", f"--out_dir={fork}"],
              max_iters=8)  # forked at 4
-    assert ab.run("config/train_tiny.py", "", " ".join(argv), 1337, fork, out) == [(256, 3.5)]
+    assert ab.run("config/train_tiny.py", [], argv, 1337, fork, out) == [(256, 3.5)]
     other = tmp_path / "b_7"  # a fork from another checkpoint is another run, though every other setting matches
     finished(other, ["config/train_tiny.py", "--checkpoint_interval=0", "--cooldown_iters=4", "--init_from=a/ckpt_4.pt",
                      "--seed=7", f"--out_dir={other}"], max_iters=8)
     with pytest.raises(SystemExit) as e:
-        ab.run("config/train_tiny.py", "", "--cooldown_iters=4 --init_from=a/ckpt_2.pt", 7, other, out)
+        ab.run("config/train_tiny.py", [], ["--cooldown_iters=4", "--init_from=a/ckpt_2.pt"], 7, other, out)
     assert f"{other} was forked from a/ckpt_4.pt where this A/B forks from a/ckpt_2.pt" in str(e.value.code)
 
 
@@ -99,7 +99,7 @@ def test_ab_says_why_train_py_failed(tmp_path, monkeypatch):
     failed = subprocess.CompletedProcess([], 1, None, "W1207 a library's warning\nerror: no train.bin in /nowhere\n\n")
     monkeypatch.setattr(subprocess, "run", lambda command, **kwargs: failed)
     with pytest.raises(SystemExit) as e:
-        ab.run("config/train_tiny.py", "", "--learning_rate=2e-3", 1337, tmp_path / "a_1337", None)
+        ab.run("config/train_tiny.py", [], ["--learning_rate=2e-3"], 1337, tmp_path / "a_1337", None)
     assert e.value.code == f"error: train.py for {tmp_path / 'a_1337'} failed: error: no train.bin in /nowhere"
 
 
@@ -108,3 +108,25 @@ def test_ab_refuses_no_seeds(tmp_path):
                        "--learning_rate=4e-3", "--seeds", "0", "--out", str(tmp_path)])
     assert result.returncode == 2 and "ab.py: error: --seeds must be at least 1, got 0" in result.stderr
     assert "Traceback" not in result.stderr and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("sides, message", [
+    (["--a", "'--learning_rate=3e-3", "--b", "--learning_rate=4e-3"],
+     """--a "'--learning_rate=3e-3": No closing quotation"""),
+    (["--a", "", "--b", ""], "--a '' and --b '' give the same settings over config/train_tiny.py"),
+    (["--a", "--learning_rate=2e-3", "--b", "--learning_rate=0.002 --min_lr=2e-4"],  # the config's own values
+     "give the same settings over config/train_tiny.py: give B what it changes"),
+    (["--a", "--learning_rate=3e-3", "--b", "--out_dir=/tmp/x"],
+     "--b sets --out_dir=/tmp/x, which ab.py sets for each run (--seeds, --out): drop it"),
+    (["--a", "--learning_rate=3e-3", "--b", "--learning_rate=4e-3", "--common", "--seed=7"],
+     "--common sets --seed=7, which ab.py sets for each run"),
+    (["--a", "--learning_rat=3e-3", "--b", ""], "unknown config key 'learning_rat'"),
+])
+def test_ab_refuses_sides_it_cannot_compare_in_one_line(tmp_path, monkeypatch, sides, message):
+    """An unbalanced quote, two sides of the same settings (a 1.00x by construction) and a key ab.py sets per run
+    (which would be overridden without a word) are refused before anything trains."""
+    monkeypatch.setattr(subprocess, "run", no_training)
+    result = run_here(["scripts/ab.py", "config/train_tiny.py", *sides, "--out", str(tmp_path)])
+    assert result.returncode != 0 and message in result.stderr.strip().splitlines()[-1], result.stderr  # after usage
+    assert "Traceback" not in result.stderr and result.stderr.count("error") == 1
+    assert not any(tmp_path.iterdir())

@@ -134,11 +134,27 @@ def test_text_report(capsys):
     (["--n_head=33"], "must be a multiple of n_head=33"),
     (["--activation_checkpointing=some"], "activation_checkpointing must be one of"),
     (["--simulate", "--gpus=2"], "--simulate runs one GPU's step"),
+    # no number, or nan/inf, is a plan of nan days and $nan
+    (["--price_per_hour", "nan"], "argument --price_per_hour: nan is not a finite number"),
+    (["--mfu=inf"], "argument --mfu: inf is not a finite number"),
+    (["--nodes=2", "--interconnect=inf"], "argument --interconnect: inf is not a finite number"),
+    (["--ladder=x", "--target_val_loss", "nan"], "argument --target_val_loss: nan is not a finite number"),
+    (["--ladder=x", "--target_val_loss=0"], "--target_val_loss is a val loss, > 0; got 0.0"),
+    (["--ladder=x", "--target", "next_line/acc=abc"], "--target next_line/acc=abc: SCORE 'abc' is not a number in (0, "
+                                                       "100]: write a percent, e.g. next_line/acc=67.4"),
+    (["--ladder=x", "--target", "hellaswag=nan"], "--target hellaswag=nan: SCORE 'nan' is not a number in (0, 100]"),
+    (["--ladder=x", "--target", "hellaswag=-5"], "--target hellaswag=-5: SCORE '-5' is not a number in (0, 100]"),
 ])
 def test_bad_input_is_one_line(capsys, args, message):
     with pytest.raises(SystemExit) as e:
         plan.main([CONFIG_6B, *args])
-    assert e.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_target_score_is_a_percent_or_a_fraction():
+    assert plan.target_score("hellaswag/acc_norm=67.4") == ("hellaswag/acc_norm", pytest.approx(0.674))
+    assert plan.target_score("hellaswag=0.55") == ("hellaswag", 0.55)
 
 
 def test_own_flags_and_overrides_mix(capsys):
