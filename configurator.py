@@ -406,11 +406,12 @@ def check(cfg, world_size, distributed=None):
         # runs under bf16 autocast, and its matmuls return bf16
         return f"fp8={cfg.fp8!r} needs dtype='bfloat16' (fp8 matmuls inside bf16 autocast), got dtype={cfg.dtype!r}"
     for key in ("batch_size", "gradient_accumulation_steps", "block_size", "n_layer", "n_head", "n_embd",
-                "vocab_size", "log_interval", "eval_iters", "spike_window"):
+                "vocab_size", "log_interval", "eval_iters", "spike_window", "max_nonfinite_steps"):
         if getattr(cfg, key) < 1:
             return f"{key} must be at least 1, got {getattr(cfg, key)}"
     for key in ("spike_loss_z", "spike_grad_z", "spike_rollback_after", "spike_rollback_margin", "spike_skip_batches",
-                "max_rollbacks", "hellaswag_interval", "hellaswag_limit"):
+                "max_rollbacks", "hellaswag_interval", "hellaswag_limit", "eval_interval", "checkpoint_interval",
+                "checkpoint_minutes"):
         if getattr(cfg, key) < 0:
             return f"{key} must be 0 or more, got {getattr(cfg, key)}"
     for key in ("dropout", "beta1", "beta2"):  # probabilities and decays: 1 would never forget, or drop everything

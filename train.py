@@ -234,7 +234,10 @@ def log_step(iteration, loss, grad_norm, lr, dt):
 def say_how_it_ended(iteration, stopped):
     """The run's last line and record: stopped by a signal (resumable), or done at max_iters."""
     if stopped:
-        log(f"stopped by {stop_signal.name()} after {iteration} completed steps; run the same command to continue")
+        resumes = ("run the same command to continue" if cfg.checkpoint_interval > 0 else
+                   f"checkpoint_interval=0 saves nothing: the same command starts again from step "
+                   f"{checkpoints.saved_iter}")
+        log(f"stopped by {stop_signal.name()} after {iteration} completed steps; {resumes}")
         record("stop", iteration, signal=stop_signal.name())
     elif iteration >= cfg.max_iters:
         record("done", iteration, best_val_loss=run.best_val_loss)

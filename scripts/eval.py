@@ -90,6 +90,8 @@ def watch_problem(path):
     if not checkpoint.list_checkpoints(path) and not os.path.isfile(os.path.join(path, "train.log")):
         return (f"--watch {path} holds no run (no checkpoint, no train.log): pass the out_dir of a run (the folder "
                 "train.py writes into)")
+    if not os.access(path, os.W_OK):  # found out at the first write, after minutes of scoring
+        return f"--watch {path}: this user cannot write there (its {checkpoint.SCORES_LOG}): make it writable"
     return None
 
 
@@ -217,13 +219,17 @@ def write_results(args, info, results):
     """results into info['out'], merged with what it holds of this model: a task scored again replaces its entry,
     the others stay (scoring task B after task A keeps A for the ladder). The tasks kept, for the last line."""
     scoring_now = scored_with(args.tasks, args.data_dir, args.include_path, args.limit)
-    with runlock.merging(info["out"]):
-        record = earlier_record(info)
-        kept = {t: r for t, r in record.get("results", {}).items() if t not in results}
-        scoring = {t: s for t, s in record.get("scored_with", {}).items() if t not in results}
-        bins.write_json_atomic(info["out"], {
-            "source": args.source, "iter": info["iter"], "params": info["params"], "results": {**kept, **results},
-            "scored_with": {**scoring, **scoring_now}})
+    try:
+        with runlock.merging(info["out"]):
+            record = earlier_record(info)
+            kept = {t: r for t, r in record.get("results", {}).items() if t not in results}
+            scoring = {t: s for t, s in record.get("scored_with", {}).items() if t not in results}
+            bins.write_json_atomic(info["out"], {
+                "source": args.source, "iter": info["iter"], "params": info["params"], "results": {**kept, **results},
+                "scored_with": {**scoring, **scoring_now}})
+    except OSError as e:  # a full disk or a read-only volume: what it held stays as it was
+        sample.fail(f"cannot write {info['out']}: {e.strerror}; the scores above are not saved: free space or make "
+                    "its folder writable, then rerun")
     return sorted(kept)
 
 
@@ -263,10 +269,13 @@ def watch(args, heard):
             results, info, note = score(args, path)
             record = {"iter": info["iter"], "checkpoint": path, "params": info["params"], "results": results,
                       "max_iters": info["max_iters"] or info["iter"], "seconds": round(time.time() - t0, 1)}
-            with open(log_path, "a") as f:  # one line a checkpoint, on disk before the next is started
-                f.write(json.dumps(record) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with open(log_path, "a") as f:  # one line a checkpoint, on disk before the next is started
+                    f.write(json.dumps(record) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:  # a line cut short is one read_watch_log skips: that checkpoint is scored again
+                sample.fail(f"cannot write {log_path}: {e.strerror}; free space, then run the same command")
             print(f"watch: step {info['iter']} scored in {record['seconds']}s" + (f"; {note}" if note else ""), flush=True)
             if heard.is_set():
                 raise KeyboardInterrupt

@@ -450,6 +450,21 @@ def test_two_calls_merging_into_one_eval_json_take_turns(tmp_path):
     assert scored(tmp_path, 10)["results"] == {"hellaswag": {"n": 8}, "piqa": {"n": 2}}
 
 
+def test_a_full_disk_at_the_write_is_one_line_and_the_earlier_file_stays(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "ckpt_10.eval.json"
+    out.write_text(json.dumps({"iter": 10, "params": 5, "results": {"hellaswag": {"n": 8}}}))
+
+    def full(path, obj):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(eval_script.bins, "write_json_atomic", full)
+    args = eval_script.parse_args([str(tmp_path), "--tasks", "piqa"])
+    with pytest.raises(SystemExit, match="^1$"):
+        eval_script.write_results(args, {"out": str(out), "iter": 10, "params": 5}, {"piqa": {"n": 2}})
+    assert capsys.readouterr().err == (f"error: cannot write {out}: No space left on device; the scores above are not "
+                                       "saved: free space or make its folder writable, then rerun\n")
+    assert scored(tmp_path, 10)["results"] == {"hellaswag": {"n": 8}}
+
+
 @pytest.mark.parametrize("before, note", [
     ('{"iter": 10, "params": 1, "results": {"piqa": {"n": 8}}}', "held another model's scores: written anew"),
     ('{"iter": 10, "resu', "does not read as JSON (Unterminated string")])

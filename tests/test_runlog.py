@@ -1,5 +1,9 @@
 """runlog.py's step line and clock, and the line that says why a run failed (its crash hook: test_guardrails.py)."""
-from trainer import runlog
+import io
+
+import pytest
+
+from trainer import RunError, runlog
 
 
 def test_the_step_line_and_its_clock():
@@ -27,3 +31,19 @@ def test_a_failed_runs_reason_is_its_error_line_else_the_last_exception_else_how
     assert why(1, "Traceback ...\nOSError: disk full\n") == "OSError: disk full"
     assert why(1, "Killed\n") == "Killed"
     assert why(-9, "") == "killed by signal 9, with no error line (its train.log may say more)"
+
+
+def test_a_full_disk_under_train_log_ends_the_run_in_one_line(tmp_path, capsys):
+    """ENOSPC on train.log: one RunError naming the file (the crash hook's line then reaches stderr without a
+    second failure on the same file), where it was three tracebacks, one of them sys.excepthook's own."""
+    log = runlog.RunLog(str(tmp_path))
+
+    class Full(io.StringIO):
+        def flush(self):
+            raise OSError(28, "No space left on device")
+    log.file = Full()
+    with pytest.raises(RunError, match=r"^cannot write .*train.log: No space left on device; free space on its disk"):
+        log("iter 5: loss 2.0000")
+    log.file = Full()
+    log.crash(RunError, RunError("the same disk again"), None)
+    assert capsys.readouterr().err.endswith("error: the same disk again\n")

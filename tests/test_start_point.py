@@ -29,11 +29,12 @@ def test_start_point_continues_scratch_or_refuses(tmp_path):
     assert start.state is None and start.saved_args is None and start.origin is None
     for argv, message in [(["--init_from=resume"], "has no checkpoint; use init_from='auto'"),
                           ([f"--init_weights={out}", "--init_from=resume"], "drop one of them"),
-                          ([f"--init_from={out}/ckpt_9.pt"], "no such checkpoint")]:
+                          ([f"--init_from={out}/ckpt_9.pt"], "no such checkpoint"),
+                          (["--eval_only=True"], "holds no checkpoint to evaluate")]:  # random weights, exit 0
         with pytest.raises(StartError, match=message):
             start_point(f"--out_dir={out}", *argv)
     save_run(out, 4, activation="gelu_tanh")  # a key the config leaves at its default
-    cfg, start = start_point(f"--out_dir={out}")
+    cfg, start = start_point(f"--out_dir={out}", "--eval_only=True")
     assert start.state["iter_num"] == 4 and start.origin == "the checkpoint"
     assert cfg.activation == "gelu_tanh" and cfg.sources["activation"] == "from the checkpoint"  # what it implies
     assert model_config(cfg, start.saved_args).activation == "gelu_tanh"

@@ -320,3 +320,23 @@ def test_the_tokens_count_carries_on_across_a_resume_with_another_batch(tmp_path
     assert "note: micro-batch 4 x 6 -> 8 x 3 since the checkpoint: the same batches summed in another order" in split
     assert "note: micro-batch" not in train(out, data_dir, "--max_iters=8", "--eval_interval=0", "--batch_size=8",
                                             "--gradient_accumulation_steps=3").stdout
+
+
+@pytest.mark.e2e  # a signal to a real process
+def test_a_stop_with_checkpoint_interval_0_says_that_nothing_was_saved(tmp_path, data_dir):
+    """checkpoint_interval=0 (ab.py's runs, benchmarks) saves nothing, even at a stop: the last line must not tell
+    the user to "continue", since the same command starts the run again from its first step."""
+    out = tmp_path / "out"
+    job = subprocess.Popen([sys.executable, "train.py", "config/train_tiny.py", *TINY, f"--data_dir={data_dir}",
+                            f"--out_dir={out}", "--checkpoint_interval=0", "--max_iters=100000",
+                            "--lr_decay_iters=100000"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        wait_for(out, "step", job, since=2)
+        job.send_signal(signal.SIGINT)
+        assert job.wait(timeout=60) == 0
+        assert (out / "train.log").read_text().strip().splitlines()[-1].endswith(
+            "completed steps; checkpoint_interval=0 saves nothing: the same command starts again from step 0")
+        assert not list(out.glob("ckpt_*"))
+    finally:
+        job.kill()

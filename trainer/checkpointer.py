@@ -335,6 +335,9 @@ def start_point(cfg, defaults, master, log):
     start.load_seconds = time.time() - t0  # the read; restoring adds the copy into the model (py)
     if start.state is not None:
         start.saved_args, start.origin = start.state["model_args"], "the checkpoint"
+    elif cfg.eval_only and not pretrained:  # random weights: a val loss of nothing trained, exit 0
+        raise StartError(f"eval_only=True but {cfg.out_dir} holds no checkpoint to evaluate: train there first, or "
+                         "give init_from (a checkpoint) or init_weights (a GPT-2 name or folder)")
     elif pretrained:
         try:
             start.saved_args, start.weights, start.encoding = hf.load_weights(pretrained, log=log)

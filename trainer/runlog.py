@@ -65,8 +65,30 @@ class RunLog:
             print(message, flush=True)
         except OSError:  # the terminal hung up (SSH dropped, tmux killed): train.log still gets it all
             sys.stdout = open(os.devnull, "w")
-        self.file.write(message + "\n")
-        self.file.flush()
+        try:
+            self.file.write(message + "\n")
+            self.file.flush()
+        except OSError as e:  # a full disk: no checkpoint could be written either, so the run ends here, in one line
+            self._let_go_of_the_file()
+            raise RunError(f"cannot write {self.path}: {e.strerror}; free space on its disk, then run the same "
+                           "command (the checkpoints already written are untouched)") from None
+
+    def _write(self, text):
+        """text into train.log from the crash hook, where a full disk must not raise again: stderr has it."""
+        try:
+            self.file.write(text)
+            self.file.flush()
+        except OSError:
+            self._let_go_of_the_file()
+
+    def _let_go_of_the_file(self):
+        """train.log closed (its unwritten tail dropped) and replaced by nothing, so that the error's own line and
+        the interpreter's exit do not fail on it again, each with a traceback of its own."""
+        try:
+            self.file.close()
+        except OSError:
+            pass
+        self.file = open(os.devnull, "w")
 
     def crash(self, kind, value, tb):
         """sys.excepthook, on every rank: a RunError is its one line, `error: ...`; a library error an explainer
@@ -83,7 +105,7 @@ class RunLog:
         if issubclass(kind, KeyboardInterrupt):
             return
         if self.file is not None:
-            self.file.write("".join(traceback.format_exception(kind, value, tb)))
+            self._write("".join(traceback.format_exception(kind, value, tb)))
         first = str(value).splitlines()[0] if str(value) else ""
         self.error(line or f"train.py crashed: {kind.__name__}: {first} (traceback above; under torchrun, look "
                    "for another rank's error first)")
@@ -98,8 +120,7 @@ class RunLog:
         except OSError:  # the terminal hung up: train.log still gets it
             pass
         if self.file is not None:
-            self.file.write(line + "\n")
-            self.file.flush()
+            self._write(line + "\n")
             return
         try:
             with open(self.path, "a") as f:

@@ -84,6 +84,9 @@ def problem(cfg):
         return f"{key} must be at least 1, got {getattr(cfg, key)}"
     if cfg.warmup_iters < 0:
         return f"warmup_iters must be 0 or more, got {cfg.warmup_iters}"
+    if cfg.decay_lr and cfg.warmup_iters > cfg.lr_decay_iters:
+        return (f"warmup_iters ({cfg.warmup_iters}) is past lr_decay_iters ({cfg.lr_decay_iters}), where the decay "
+                "ends: shorten the warmup or set lr_decay_iters to the run's length")
     if not 0 < cfg.learning_rate:
         return f"learning_rate must be more than 0, got {cfg.learning_rate}"
     if cfg.decay_lr and not 0 <= cfg.min_lr <= cfg.learning_rate:  # without decay min_lr is never reached
