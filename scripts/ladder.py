@@ -73,7 +73,11 @@ def load_settings(path):
     """The ladder config's settings over SETTINGS; an unknown name is an error."""
     if not Path(path).is_file():
         raise SystemExit(f"error: ladder config not found: {path}")
-    scope = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
+    try:
+        ran = runpy.run_path(path)
+    except Exception as e:  # a user's file: where it broke, in one line, as configurator.py reports a config file
+        raise SystemExit(f"error: {path}: {type(e).__name__}: {e}") from None
+    scope = {k: v for k, v in ran.items() if not k.startswith("_")}
     if unknown := set(scope) - set(SETTINGS):
         raise SystemExit(f"error: {path}: unknown ladder setting(s) {sorted(unknown)}; known: {sorted(SETTINGS)}")
     settings = {**SETTINGS, **scope}

@@ -58,6 +58,23 @@ def test_write_json_atomic_leaves_no_temp_file(tmp_path):
     assert bins.read_meta(tmp_path / "nowhere") is None
 
 
+@pytest.mark.parametrize("fails", ["fsync", "replace"])
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, monkeypatch, fails):
+    """A full disk (or a read-only folder) raises its OSError to the caller, with the last good meta.json in place
+    and no empty meta.json.tmp-PID beside it."""
+    bins.write_meta(tmp_path, {"complete": True})
+
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bins.os, fails, full)
+    with pytest.raises(OSError, match="No space left"):
+        bins.write_meta(tmp_path, {"complete": False})
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.json"]
+    assert bins.read_meta(tmp_path) == {"complete": True}
+
+
 # -----------------------------------------------------------------------------
 # reading
 
@@ -185,6 +202,25 @@ def test_reader_refuses_what_cannot_be_trained_on(tmp_path):
     (mangled / "meta.json").write_text("[1, 2]")
     with pytest.raises(BinError, match=r"meta.json holds a list, not prepare's record"):
         bins.read_meta(mangled)
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("vocab_size", "abc", "vocab_size is 'abc', not a whole number"),
+    ("vocab_size", True, "vocab_size is True, not a whole number"),
+    ("splits", "x", "splits is 'x', not an object"),
+    ("splits", {"train": {"tokens": "100"}}, "splits.train.tokens is '100', not a whole number"),
+    ("complete", "yes", "complete is 'yes', not true or false"),
+    ("encoding", ["bytes"], "encoding is ['bytes'], not a string"),
+    ("command", "python 'prepare.py", "command \"python 'prepare.py\" does not read as a shell command"),
+])
+def test_a_meta_field_readers_use_of_another_type_is_one_line(tmp_path, field, value, named):
+    """A meta.json edited by hand: where train.py, check_env.py or sample.py would stop on a TypeError part way, the
+    file and the field are named."""
+    make_bins(tmp_path, np.arange(100), np.arange(100), {field: value})
+    with pytest.raises(BinError) as e:
+        open_split(tmp_path, "train", BLOCK, 257)
+    message = str(e.value)
+    assert message.startswith(f"{tmp_path / 'meta.json'}: {named}") and message.endswith(": prepare the data again")
 
 
 # -----------------------------------------------------------------------------

@@ -930,6 +930,20 @@ def test_a_setting_or_recipe_no_ladder_can_run_is_one_line_before_anything_train
     assert not fake_train
 
 
+@pytest.mark.parametrize("text, message", [
+    ("sizes = {'w16': dict(n_layer=2)\n", "SyntaxError: "),  # then Python's words, which vary by version
+    ("steps = 1/0\n", "ZeroDivisionError: division by zero"),
+])
+def test_a_ladder_config_that_does_not_run_is_one_line_naming_it(tmp_path, text, message):
+    """A config file that breaks as Python: where it broke, as configurator.py reports a train.py config, not a
+    traceback."""
+    config = tmp_path / "bad.py"
+    config.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        ladder_script.load_settings(str(config))
+    assert str(e.value).startswith(f"error: {config}: {message}") and "\n" not in str(e.value), str(e.value)
+
+
 def test_a_recipe_whose_rate_is_below_the_bases_floor_still_climbs(tmp_path, fake_train):
     """Each run sets min_lr from its own rate: the size check must not judge the recipe by the base's min_lr
     (train_tiny.py's 2e-4 is above this recipe's whole sweep)."""

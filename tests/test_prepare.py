@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from trainer import bins, preparation
-from conftest import REPO, load_script
+from conftest import REPO, load_script, run_here
 from trainer.tokenizer import get_encoding
 
 WORDS = ["the", "of", "naïve", "café", "東京", "🚀", "<|endoftext|>", "\n", "\n\n", "  ", "x=1;", "Ünïcödé"]
@@ -293,6 +293,34 @@ def test_bad_input_fails_at_once_with_one_line(tmp_path, case):
     assert len(error) == 1 and error[0].startswith("error: ") and expected in error[0], result.stderr
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--num_proc", "0"], "error: --num_proc must be at least 1, got 0"),
+    (["--max_tokens", "0"], "error: --max_tokens must be at least 1, got 0"),
+    (["--max_tokens", "inf"], "error: argument --max_tokens: expected a count such as 10e9, got 'inf'"),
+    (["--val_fraction", "1"], "error: --val_fraction must be in [0, 1), got 1.0"),
+    (["--val_fraction", "nan"], "error: --val_fraction must be in [0, 1), got nan"),
+    (["--min_val_tokens", "-1"], "error: --min_val_tokens must be 0 (off) or more, got -1"),
+    (["--commit_seconds", "nan"], "error: --commit_seconds must be 0 or more, got nan"),
+])
+def test_a_number_out_of_range_is_one_line_before_anything_is_written(tmp_path, flags, message):
+    source, out = [write_jsonl(tmp_path / "a.jsonl", ["hi"])], tmp_path / "out"
+    result = run_here(["data/pile/prepare.py", "--source", *source, "--data_dir", out, *FLAGS, *flags])
+    assert result.returncode in (1, 2) and message in result.stderr.splitlines()[-1], result.stderr  # 2: argparse's
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("max_bytes, message", [
+    ("0", "error: --max_bytes must be at least 1, got 0"),
+    ("-5", "error: --max_bytes must be at least 1, got -5"),
+    ("100", "error: no files to read from python-stdlib: raise the limit that selects them (--max_bytes)"),
+])
+def test_quickstart_max_bytes_that_selects_nothing_is_one_line(tmp_path, max_bytes, message):
+    """--max_bytes 0 made an empty file list, which failed as a TypeError in writing meta.json."""
+    out = tmp_path / "out"
+    result = run_here(["data/quickstart/prepare.py", "--max_bytes", max_bytes, "--data_dir", out])
+    assert (result.returncode, result.stderr) == (1, message + "\n") and not out.exists()
+
+
 def test_low_disk_space_is_warned_about_up_front(tmp_path, monkeypatch, capsys):
     source = [write_jsonl(tmp_path / "a.jsonl", make_docs(10))]
     monkeypatch.setattr(preparation.shutil, "disk_usage", lambda path: types.SimpleNamespace(free=10))
@@ -344,7 +372,8 @@ def test_quickstart_feeds_train_py(tmp_path):
     assert x.shape == (4, 257) and x.max() <= 256
     train = subprocess.run(
         [sys.executable, "train.py", "config/train_tiny.py", f"--data_dir={out}", f"--out_dir={tmp_path / 'run'}",
-         "--eval_only=True", "--eval_iters=1", "--batch_size=2", "--n_layer=1", "--n_head=2", "--n_embd=32",
+         "--max_iters=1", "--eval_interval=1", "--checkpoint_interval=0", "--eval_iters=1", "--batch_size=2",
+         "--n_layer=1", "--n_head=2", "--n_embd=32",
          "--block_size=64", "--wandb_log=False"],
         cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
     assert train.returncode == 0, train.stdout + train.stderr

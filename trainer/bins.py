@@ -9,10 +9,12 @@ A data dir without meta.json (e.g. made by nanoGPT) is still readable: the per-b
 
 The sampler train.py draws from is at the end: one folder's windows, or a weighted mixture of several.
 """
+import contextlib
 import hashlib
 import json
 import math
 import os
+import reprlib
 import shlex
 
 import numpy as np
@@ -25,6 +27,11 @@ DTYPE = np.dtype("<u2")  # uint16 holds every id of a vocab of at most 65536
 SPLITS = ("train", "val")
 META_FILE = "meta.json"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, above this package
+# The meta.json fields that train.py, sample.py and the scripts read, as prepare writes them; any may be absent
+# (a hand-made or older file), but one that is there must have its type or a reader fails part way with a traceback.
+META_FIELDS = {"encoding": str, "encoding_sha256": str, "vocab_size": int, "dtype": str, "complete": bool,
+               "command": str, "splits": {split: {"tokens": int, "documents": int} for split in SPLITS}}
+JSON_TYPES = {str: "a string", int: "a whole number", bool: "true or false", dict: "an object"}
 
 
 class BinError(RunError):
@@ -46,11 +53,16 @@ def write_jsonl_atomic(path, records):
 
 def _write_atomic(path, write):
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a read-only folder, Ctrl-C: the old file stands, and no temp file beside it
+        with contextlib.suppress(OSError):  # never there, or the folder forbids it: the first error is the one to tell
+            os.remove(tmp)
+        raise
     dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)  # make the rename itself durable
     try:
         os.fsync(dir_fd)
@@ -64,7 +76,7 @@ def write_meta(data_dir, meta):
 
 def read_meta(data_dir):
     """meta.json as a dict, or None where there is none; BinError naming it where it is not a JSON object
-    (cut short in a copy, or edited by hand)."""
+    (cut short in a copy, or edited by hand) or a field readers use holds another type than prepare writes."""
     path = os.path.join(data_dir, META_FILE)
     if not os.path.exists(path):
         return None
@@ -76,7 +88,30 @@ def read_meta(data_dir):
                        "or prepare the data again") from None
     if not isinstance(meta, dict):
         raise BinError(f"{path} holds a {type(meta).__name__}, not prepare's record: prepare the data again")
+    if wrong := _wrong_field(meta, META_FIELDS):
+        name, value, kind = wrong
+        raise BinError(f"{path}: {name} is {reprlib.repr(value)}, not {JSON_TYPES[kind]} as prepare writes it: "
+                       "prepare the data again")
+    try:
+        shlex.split(meta.get("command", ""))  # as prepare_hint splits it, to give the command that prepares the data
+    except ValueError as e:
+        raise BinError(f"{path}: command {reprlib.repr(meta['command'])} does not read as a shell command ({e}): "
+                       "prepare the data again") from None
     return meta
+
+
+def _wrong_field(record, fields, prefix=""):
+    """(name, value, expected type) of the first of fields (a nested dict: an object of its own fields) whose value
+    in record has another type, else None. Exact types: JSON's true is a bool, not the vocab_size 1."""
+    for key, kind in fields.items():
+        if key not in record:
+            continue
+        expected = dict if isinstance(kind, dict) else kind
+        if type(record[key]) is not expected:
+            return prefix + key, record[key], expected
+        if isinstance(kind, dict) and (wrong := _wrong_field(record[key], kind, f"{prefix}{key}.")):
+            return wrong
+    return None
 
 
 def bin_path(data_dir, split):

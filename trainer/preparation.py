@@ -542,10 +542,15 @@ def _encode_all(args, source, state, writer, encoding):
 def _validate(args):
     if not 0 <= args.val_fraction < 1:
         raise PrepareError(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
-    if args.num_proc < 1:
-        raise PrepareError(f"--num_proc must be at least 1, got {args.num_proc}")
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise PrepareError(f"--max_tokens must be positive, got {args.max_tokens}")
+    # --max_bytes is the quick-start's own flag (data/quickstart/prepare.py): its job refuses it here, in one line
+    for flag in ("num_proc", "max_tokens", "max_bytes"):
+        value = getattr(args, flag, None)
+        if value is not None and not value >= 1:
+            raise PrepareError(f"--{flag} must be at least 1, got {value:g}")
+    if args.min_val_tokens < 0:
+        raise PrepareError(f"--min_val_tokens must be 0 (off) or more, got {args.min_val_tokens}")
+    if not args.commit_seconds >= 0:  # nan too: a job that never commits could not resume
+        raise PrepareError(f"--commit_seconds must be 0 or more, got {args.commit_seconds}")
     try:
         encoding = get_encoding(args.encoding)
         check_vocab(encoding.n_vocab)
@@ -571,6 +576,9 @@ def _val_fraction(args, projected_tokens):
 def _prepare(args, source):
     encoding = _validate(args)
     source = source or open_source(args.source, args.text_field, getattr(args, "subset", None))
+    if isinstance(source, LocalFiles) and not source.files:  # a script's own list, cut to nothing by its limit
+        raise PrepareError(f"no files to read from {' '.join(source.spec)}: raise the limit that selects them "
+                           "(--max_bytes)")
     job = {"source": source.spec, "inputs": source.fingerprint(), "encoding": encoding.name,
            "vocab_size": encoding.n_vocab, "eot_token": encoding.eot_token, "val_fraction": args.val_fraction,
            "min_val_tokens": args.min_val_tokens, "max_tokens": args.max_tokens,
@@ -643,8 +651,12 @@ def available_cores():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def _count(text):
-    return int(float(text))  # accepts 10e9 and 10_000_000_000
+def count(text):
+    """A count written 10e9 or 10_000_000_000. argparse reports a ValueError as one line, not inf's OverflowError."""
+    try:
+        return int(float(text))
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"expected a count such as 10e9, got {text!r}") from None
 
 
 def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005, min_val_tokens=1_000_000,
@@ -661,11 +673,11 @@ def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005, 
                    help="'gpt2', 'bytes', or the path of a .tiktoken rank file (default: %(default)s)")
     p.add_argument("--num_proc", type=int, default=available_cores(),
                    help="worker processes (default: all cores, %(default)s); may change between resumes")
-    p.add_argument("--max_tokens", type=_count, default=None,
+    p.add_argument("--max_tokens", type=count, default=None,
                    help="stop at the first document boundary at or past this many tokens, train plus val")
     p.add_argument("--val_fraction", type=float, default=val_fraction,
                    help="share of documents (chosen by a hash of their text) that go to val.bin (default: %(default)s)")
-    p.add_argument("--min_val_tokens", type=_count, default=min_val_tokens,
+    p.add_argument("--min_val_tokens", type=count, default=min_val_tokens,
                    help="raise --val_fraction for a small source so that val.bin gets about this many tokens, "
                         "up to a tenth of the corpus (default: %(default)s; 0: off)")
     p.add_argument("--text_field", default="text", help="the field that holds the text (default: %(default)s)")

@@ -37,11 +37,11 @@ if __name__ == "__main__":
     p = preparation.parser(__doc__, source=STDLIB, data_dir="data/quickstart", encoding="bytes",
                            val_fraction=0.1, min_val_tokens=500_000)
     # more of the stdlib, for a run that should not see a byte twice (docs/ladder_evidence.md, "Unrepeated data")
-    p.add_argument("--max_bytes", type=float, default=MAX_BYTES,
+    p.add_argument("--max_bytes", type=preparation.count, default=MAX_BYTES,
                    help="read the stdlib's files in sorted order up to this many bytes (default: %(default)d)")
     args = p.parse_args()
     stdlib = args.source == [STDLIB]
     if not stdlib and args.max_bytes != MAX_BYTES:
         p.error("--max_bytes reads the standard library: with --source, use --max_tokens")
-    source = preparation.LocalFiles([STDLIB], stdlib_files(int(args.max_bytes)), args.text_field) if stdlib else None
+    source = preparation.LocalFiles([STDLIB], stdlib_files(args.max_bytes), args.text_field) if stdlib else None
     sys.exit(preparation.run(args, source))
