@@ -454,7 +454,7 @@ def eval_record(out_dir):
 def eval_json(out_dir):
     """Where scripts/eval.py puts the newest checkpoint's scores (None: no checkpoint)."""
     newest = checkpoint.list_checkpoints(out_dir)[:1]
-    return Path(out_dir) / f"ckpt_{newest[0][0]}.eval.json" if newest else None
+    return Path(checkpoint.scores_path(out_dir, newest[0][0])) if newest else None
 
 
 def rate_check(h):
