@@ -249,6 +249,18 @@ def table(results, params):
     return "\n".join(lines)
 
 
+def append_line(path, record):
+    """One line a checkpoint, on disk before the next is started; a full disk is one line (a line cut short is one
+    read_watch_log skips: that checkpoint is scored again)."""
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        sample.fail(f"cannot write {path}: {e.strerror}; free space, then run the same command")
+
+
 def watch(args, heard):
     """Score each checkpoint of args.watch not yet in its eval.jsonl, oldest first, until the run's last step;
     stop once heard (a SIGINT) is set, should a library have swallowed its KeyboardInterrupt."""
@@ -262,21 +274,21 @@ def watch(args, heard):
             return
         todo = [(n, path) for n, path in reversed(checkpoint.list_checkpoints(args.watch)) if n not in done]
         for n, path in todo:
-            if not os.path.exists(path):
+            try:
+                t0, scored = time.time(), checkpoint.identity(path)
+            except FileNotFoundError:
                 print(f"watch: ckpt_{n} was rotated away before it was scored")
                 continue
-            t0 = time.time()
             results, info, note = score(args, path)
             record = {"iter": info["iter"], "checkpoint": path, "params": info["params"], "results": results,
                       "max_iters": info["max_iters"] or info["iter"], "seconds": round(time.time() - t0, 1)}
-            try:
-                with open(log_path, "a") as f:  # one line a checkpoint, on disk before the next is started
-                    f.write(json.dumps(record) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError as e:  # a line cut short is one read_watch_log skips: that checkpoint is scored again
-                sample.fail(f"cannot write {log_path}: {e.strerror}; free space, then run the same command")
-            print(f"watch: step {info['iter']} scored in {record['seconds']}s" + (f"; {note}" if note else ""), flush=True)
+            with runlock.merging(log_path):  # a roll back sets lines aside under the same lock
+                if checkpoint.rolled_back_since(path, scored):  # its step's checkpoint is another model now
+                    print(f"watch: ckpt_{n} was rolled back while it was scored: its scores are not kept")
+                    continue
+                append_line(log_path, record)
+            print(f"watch: step {info['iter']} scored in {record['seconds']}s" + (f"; {note}" if note else ""),
+                  flush=True)
             if heard.is_set():
                 raise KeyboardInterrupt
         if args.poll == 0:
@@ -299,8 +311,8 @@ def main(argv=None):
             return watch(args, heard)
         except KeyboardInterrupt:  # a checkpoint half scored is scored again by the next watch
             log = os.path.join(args.watch, checkpoint.SCORES_LOG)
-            print(f"watch: stopped by SIGINT; {log} has every checkpoint scored so far, and the same command carries on",
-                  flush=True)
+            print(f"watch: stopped by SIGINT; {log} has every checkpoint scored so far, and the same command "
+                  "carries on", flush=True)
             sys.exit(130)
     if world_size > 1:
         device, _ = sample.device_and_autocast(args, local_rank)

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import torch
+from torch.distributed.run import get_args_parser as run_parser
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -59,6 +60,8 @@ VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
 # a recipe's own is the first sweep's centre)
 VARIED_BY_STEPS = ("batch_size", "gradient_accumulation_steps", "eval_iters")  # set per run too where steps is
+# torchrun SIGKILLs its workers 30 s after passing on a signal, by default: mid-save at a GPU size (launch.sh's 900 s)
+SHUTDOWN_TIMEOUT = ["--shutdown-timeout=900"] * ("--shutdown-timeout" in run_parser()._option_string_actions)
 RUN_SETTINGS = ("steps", "warmup_fraction", "evaluations", "min_lr_ratio")  # what a run is, beyond its folder's
 # size, ratio and lr: a ladder.json trained with others cannot lend its runs (an edited base or common is read
 # off each run's config.json: reuse_problem)
@@ -244,7 +247,8 @@ class Ladder:
                 raise Stopped()
             # from the user's folder, as they would type it: its paths (--out, the configs) read as the ladder read them
             # torchrun as this interpreter's module, not whichever torchrun is first on PATH (another env's, or none)
-            launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.nproc}"]
+            launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.nproc}",
+                        *SHUTDOWN_TIMEOUT]
             command = [sys.executable, *(launcher if self.nproc > 1 else []), os.path.relpath(REPO / script), *args]
             shown = " ".join(["torchrun", *command[3:]] if self.nproc > 1 else command[1:])  # as a user types it
             print(f"+ {shown}", flush=True)
@@ -265,17 +269,23 @@ class Ladder:
         flight as SIGTERM: they save and stop as train.py does at any signal, and no new run starts. Without it a
         `kill` of the ladder left its train.py training on alone, to meet a rerun in its folder; Ctrl-C ended in a
         traceback."""
-        def stop(signum, frame):
-            if self.heard is None:
-                print(f"{signal.Signals(signum).name}: the runs in flight save and stop; no new run starts",
-                      flush=True)
-            self.heard = self.heard or signum
-            self.stopped.set()
+        def stop_children():
             for child in psutil.Process().children():  # train.py, torchrun or eval.py
                 try:
                     child.send_signal(signal.SIGTERM)
                 except psutil.Error:  # it ended meanwhile
                     pass
+
+        def stop(signum, frame):
+            if self.heard is None:
+                print(f"{signal.Signals(signum).name}: the runs in flight save and stop; no new run starts",
+                      flush=True)
+                again = threading.Timer(2.0, stop_children)  # a run whose launch had passed its check of `stopped`
+                again.daemon = True  # was not yet a child
+                again.start()
+            self.heard = self.heard or signum
+            self.stopped.set()
+            stop_children()
         hup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
         before = {sig: signal.signal(sig, stop) for sig in [signal.SIGINT, signal.SIGTERM, *hup]}
         try:
@@ -560,7 +570,7 @@ def main(argv=None):
                              "would be reused as if trained by these; use another --out")
     if eval_tasks and base.checkpoint_interval <= 0:
         raise SystemExit(f"error: --eval_tasks: {args.config}'s runs keep no checkpoint to score "
-                         "(checkpoint_interval <= 0): set one in its common")
+                         "(checkpoint_interval=0): set one in its common")
     # the recipes climb side by side, the jobs shared among them: a recipe's sizes follow one another (each
     # sweep is centred on the sizes below), so a second recipe is what keeps a second core busy, and a sweep
     # takes the slots a finished climb leaves

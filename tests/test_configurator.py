@@ -118,7 +118,8 @@ def test_script_reports_one_line_and_exits_nonzero():
     ("--grad_clip=-1", "grad_clip must be 0 (off) or more"),
     ("--max_nonfinite_steps=0", "max_nonfinite_steps must be at least 1, got 0"),  # it stopped a healthy run
     ("--checkpoint_interval=-2", "checkpoint_interval must be 0 or more"),  # it was "never save", silently
-    ("--eval_interval=-1", "eval_interval must be 0 or more"), ("--checkpoint_minutes=-1", "checkpoint_minutes must be"),
+    ("--eval_interval=-1", "eval_interval must be 0 or more"),
+    ("--checkpoint_minutes=-1", "checkpoint_minutes must be 0 or more"),
     ("--warmup_iters=100 --lr_decay_iters=20", "warmup_iters (100) is past lr_decay_iters (20), where the decay ends"),
 ])
 def test_values_out_of_range_are_named(override, message):

@@ -764,7 +764,7 @@ def test_the_failure_is_reported_when_a_run_of_the_same_recipe_then_stops(tmp_pa
     (["--eval_args", "--device cpu"], "--eval_args without --eval_tasks: name the tasks to score"),
     (["--eval_tasks", "a", "--eval_args=--tasks=b"], "--eval_args sets --tasks=b: name the tasks with --eval_tasks"),
     (["--eval_tasks", "a", "--eval_args", "--include_path 'x"], "--eval_args \"--include_path 'x\": No closing"),
-    (["--eval_tasks", "a"], "runs keep no checkpoint to score \\(checkpoint_interval <= 0\\)")])
+    (["--eval_tasks", "a"], "runs keep no checkpoint to score \\(checkpoint_interval=0\\)")])
 def test_eval_options_that_cannot_work_are_one_line_before_anything_trains(tmp_path, fake_train, any_task, extra,
                                                                           message):
     config = ladder_config(tmp_path, [16, 32, 48])

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from conftest import REPO, load_script, torchrun
 from model import GPT, GPTConfig, mask_padding
-from trainer import bins, checkpoint, hf, lm_eval_adapter, metrics
+from trainer import bins, checkpoint, evaluation, hf, lm_eval_adapter, metrics
 from trainer.tokenizer import get_encoding
 
 ARGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=48, vocab_size=320, bias=False)
@@ -236,6 +236,29 @@ def test_watch_scores_each_checkpoint_once_resumes_and_plots(run, tmp_path, caps
     assert sorted(curves) == [("hellaswag", "acc_norm"), ("winogrande", "acc")] and sorted(curves[("winogrande", "acc")]) == [10, 20, 30]
     plot_log.main([str(out_dir), "--out", str(tmp_path / "plot.png")])
     assert "lm-eval curves for 2 task metric(s)" in capsys.readouterr().out and (tmp_path / "plot.png").stat().st_size > 10_000
+
+
+def test_watch_keeps_no_scores_of_a_checkpoint_rolled_back_while_it_was_scored(run, tmp_path, monkeypatch, capsys):
+    """A spike roll back while --watch scores ckpt_20: its scores are of a model set aside, and the ckpt_20 that
+    training writes again must be scored, not found in eval.jsonl already."""
+    out_dir = tmp_path / "run"
+    for step in (10, 20):
+        save(out_dir, step)
+    real, rolled = eval_script.score, []
+
+    def rolled_back_meanwhile(args, path, *rest):
+        scored = real(args, path, *rest)
+        if path.endswith("ckpt_20.pt") and not rolled:
+            rolled.extend(checkpoint.roll_back_to(str(out_dir / "ckpt_10.pt"), log=lambda m: None))
+        return scored
+    monkeypatch.setattr(eval_script, "score", rolled_back_meanwhile)
+    watch = ["--watch", str(out_dir), "--data_dir", str(run / "tasks"), "--tasks", "piqa", "--device", "cpu"]
+    eval_script.main(watch + ["--poll", "0"])
+    assert "watch: ckpt_20 was rolled back while it was scored: its scores are not kept" in capsys.readouterr().out
+    assert list(evaluation.read_watch_log(str(out_dir / "eval.jsonl"))) == [10]
+    save(out_dir, 20)  # training writes step 20 again: scored this time
+    eval_script.main(watch + ["--poll", "0"])
+    assert list(evaluation.read_watch_log(str(out_dir / "eval.jsonl"))) == [10, 20]
 
 
 def test_watch_stops_after_the_checkpoint_whose_sigint_a_library_swallowed(run, tmp_path, monkeypatch, capsys):

@@ -28,6 +28,7 @@ checkpoint holds beyond weights and optimizer, and is what train.py calls.
 
 import datetime
 import errno
+import glob
 import json
 import operator
 import os
@@ -50,7 +51,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.serialization import config as serialization_config
 
-from trainer import RunError, bins, faults
+from trainer import RunError, bins, faults, runlock
 
 # dcp says so each time one process (sample.py, eval.py, a conversion) reads or writes a sharded checkpoint
 warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized", UserWarning)
@@ -508,13 +509,14 @@ def roll_back_to(path, log=print):
         os.makedirs(parent, exist_ok=True)
         # a fresh folder per roll back, so rolling back twice past the same step overwrites nothing
         dest = tempfile.mkdtemp(prefix=time.strftime('%Y%m%d-%H%M%S') + f'_to_{target}_', dir=parent)
-        for p in newer:
-            os.rename(p, os.path.join(dest, os.path.basename(p)))
-            moved.append(os.path.join(dest, os.path.basename(p)))
-            log(f"moved {p} to {moved[-1]}")
-            if os.path.isfile(scores := scores_path(out_dir, numbers[p])):
-                os.rename(scores, os.path.join(dest, os.path.basename(scores)))
-        _set_aside_scores_log(out_dir, target, dest)
+        with runlock.merging(os.path.join(out_dir, SCORES_LOG)):  # not amid an eval.py's write of scores
+            for p in newer:
+                os.rename(p, os.path.join(dest, os.path.basename(p)))
+                moved.append(os.path.join(dest, os.path.basename(p)))
+                log(f"moved {p} to {moved[-1]}")
+                if os.path.isfile(scores := scores_path(out_dir, numbers[p])):
+                    os.rename(scores, os.path.join(dest, os.path.basename(scores)))
+            _set_aside_scores_log(out_dir, target, dest)
         for d in (dest, parent, out_dir):
             _fsync_dir(d)  # else after a power cut the rolled-back checkpoints could reappear and be resumed
     except OSError as e:
@@ -530,19 +532,36 @@ def _set_aside_scores_log(out_dir, target, dest):
     if not os.path.isfile(path):
         return
     with open(path) as f:
-        lines = f.readlines()
-    later = [line for line in lines if _scored_iter(line) > target]
-    if later:
-        bins.write_jsonl_atomic(os.path.join(dest, SCORES_LOG), map(json.loads, later))
-        bins.write_jsonl_atomic(path, [json.loads(line) for line in lines if 0 <= _scored_iter(line) <= target])
+        records = [r for r in map(scores_record, f) if r is not None]
+    if later := [r for r in records if r["iter"] > target]:
+        bins.write_jsonl_atomic(os.path.join(dest, SCORES_LOG), later)
+        bins.write_jsonl_atomic(path, [r for r in records if r["iter"] <= target])
 
 
-def _scored_iter(line):
-    """The iter of an eval.jsonl line, -1 for one torn or not a record."""
+def scores_record(line):
+    """An eval.jsonl line as its record, or None for one that a crash mid-write tore (or not a record)."""
     try:
-        return int(json.loads(line)["iter"])
+        record = json.loads(line)
+        return record if isinstance(record, dict) and isinstance(record["iter"], int) else None
     except (ValueError, KeyError, TypeError):
-        return -1
+        return None
+
+
+def identity(path):
+    """What tells a checkpoint from one written again at its step: its file's (a folder's trainer_state.pt's) inode
+    and time, which a rename (a roll back) keeps."""
+    found = os.stat(os.path.join(path, TRAINER_STATE) if os.path.isdir(path) else path)
+    return found.st_ino, found.st_mtime_ns
+
+
+def rolled_back_since(path, before):
+    """Whether the checkpoint at path, of identity() before, was rolled back since: it lies in rolled_back/, or
+    path holds another checkpoint now. False where it is still there, or was only rotated away (deleted)."""
+    name, parent = os.path.basename(path), os.path.join(os.path.dirname(path) or ".", ROLLED_BACK_DIR)
+    moved = glob.glob(os.path.join(glob.escape(parent), "*", name))
+    if os.path.exists(path) and identity(path) != before:
+        return True
+    return any(identity(p) == before for p in moved)
 
 
 # -----------------------------------------------------------------------------

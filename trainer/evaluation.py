@@ -8,7 +8,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from trainer import RunError, bins, tokenizer
+from trainer import RunError, bins, checkpoint, tokenizer
 
 
 # The GPT-3 paper's zero-shot figures (Brown et al. 2020, "Language Models are Few-Shot Learners", table
@@ -29,16 +29,10 @@ GPT3_ZERO_SHOT = {
 def read_watch_log(path):
     """{step: record} of scripts/eval.py --watch's eval.jsonl ({} where there is none). A line that is not
     a whole record (a crash mid-write tore it) is left out: the watcher scores that checkpoint again."""
-    records = {}
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                    records[record["iter"]] = record
-                except (ValueError, KeyError, TypeError):
-                    continue
-    return records
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return {record["iter"]: record for record in map(checkpoint.scores_record, f) if record is not None}
 
 
 def gpt3_reference(n_params, task="hellaswag", metric="acc_norm"):
