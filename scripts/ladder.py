@@ -253,8 +253,10 @@ class Ladder:
             shown = " ".join(["torchrun", *command[3:]] if self.nproc > 1 else command[1:])  # as a user types it
             print(f"+ {shown}", flush=True)
             env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **slot)
-            # train.log keeps what stdout says; stderr holds why a run failed
-            result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            # train.log keeps what stdout says; stderr holds why a run failed. A session of its own: Ctrl-C reaches
+            # the ladder alone, which passes it on once (stopping_on_signals), not twice to torchrun
+            result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
         finally:
             self.slots.put(slot)
         if result.returncode != 0 and self.heard:  # torchrun exits 1 after a signal, whatever its workers did
@@ -269,10 +271,14 @@ class Ladder:
         flight as SIGTERM: they save and stop as train.py does at any signal, and no new run starts. Without it a
         `kill` of the ladder left its train.py training on alone, to meet a rerun in its folder; Ctrl-C ended in a
         traceback."""
+        told = set()  # once each: a second SIGTERM to torchrun would cut short the grace it gives its workers
+
         def stop_children():
             for child in psutil.Process().children():  # train.py, torchrun or eval.py
                 try:
-                    child.send_signal(signal.SIGTERM)
+                    if child.pid not in told:
+                        child.send_signal(signal.SIGTERM)
+                        told.add(child.pid)
                 except psutil.Error:  # it ended meanwhile
                     pass
 
