@@ -128,8 +128,10 @@ def load(args, source, local_rank=0):
     model, state, encoding, device, autocast = sample.load_model(where, local_rank)
     step = state.get("iter_num")
     folder = os.path.dirname(source.rstrip("/")) if is_checkpoint else source
+    path = source if is_checkpoint else next((p for n, p in checkpoint.list_checkpoints(folder) if n == step), None)
     return model, encoding, device, autocast, {"iter": step, "max_iters": state.get("config", {}).get("max_iters"),
-                                               "out": checkpoint.scores_path(folder, step)}
+                                               "out": checkpoint.scores_path(folder, step), "checkpoint": path,
+                                               "identity": path and checkpoint.identity(path)}
 
 
 def hf_encoding(name, folder, tokens):
@@ -221,6 +223,9 @@ def write_results(args, info, results):
     scoring_now = scored_with(args.tasks, args.data_dir, args.include_path, args.limit)
     try:
         with runlock.merging(info["out"]):
+            if info.get("checkpoint") and checkpoint.rolled_back_since(info["checkpoint"], info["identity"]):
+                sample.fail(f"{info['checkpoint']} was rolled back while it was scored (a spike, or init_from): its "
+                            "scores are not written; score the checkpoint now at its step")
             record = earlier_record(info)
             kept = {t: r for t, r in record.get("results", {}).items() if t not in results}
             scoring = {t: s for t, s in record.get("scored_with", {}).items() if t not in results}

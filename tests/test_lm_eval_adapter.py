@@ -261,6 +261,26 @@ def test_watch_keeps_no_scores_of_a_checkpoint_rolled_back_while_it_was_scored(r
     assert list(evaluation.read_watch_log(str(out_dir / "eval.jsonl"))) == [10, 20]
 
 
+def test_scores_of_a_checkpoint_rolled_back_while_it_was_scored_are_not_written(run, tmp_path, monkeypatch, capsys):
+    out_dir = tmp_path / "run"
+    for step in (10, 20):
+        save(out_dir, step)
+    real = eval_script.score
+
+    def rolled_back_meanwhile(args, source, *rest):
+        scored = real(args, source, *rest)
+        checkpoint.roll_back_to(str(out_dir / "ckpt_10.pt"), log=lambda m: None)
+        save(out_dir, 20)  # training goes on and writes step 20 again: another model
+        return scored
+    monkeypatch.setattr(eval_script, "score", rolled_back_meanwhile)
+    with pytest.raises(SystemExit, match="^1$"):
+        eval_script.main([str(out_dir), "--data_dir", str(run / "tasks"), "--tasks", "piqa", "--device", "cpu"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {out_dir / 'ckpt_20.pt'} was rolled back while it was scored (a spike, or init_from): its scores are "
+        "not written; score the checkpoint now at its step")
+    assert not (out_dir / "ckpt_20.eval.json").exists()
+
+
 def test_watch_stops_after_the_checkpoint_whose_sigint_a_library_swallowed(run, tmp_path, monkeypatch, capsys):
     """A bare `except:` inside lm-eval or datasets can eat the KeyboardInterrupt; the watch still stops, with
     the checkpoint it was scoring written whole, not on to the next one and a minute's poll."""
