@@ -1,5 +1,7 @@
 """sample.py: the KV cache gives the logits a full forward gives, the newest loadable checkpoint is
 used (falling back past a truncated one), and ids outside the encoding are never sampled."""
+import re
+
 import pytest
 import torch
 
@@ -140,6 +142,20 @@ def test_reads_an_fsdp_runs_sharded_checkpoint(run_dir, capsys):
     from_folder = capsys.readouterr()
     sample.main([f"--init_from={run_dir / 'ckpt_7.pt'}", *greedy])
     assert "from step 9" in from_folder.err and from_folder.out == capsys.readouterr().out
+
+
+def test_a_sharded_checkpoint_whose_weights_are_not_finite_is_one_line(run_dir, capsys):
+    """No save writes a NaN weight: in a shard it is damage, which sample.py (and eval.py, a resume) must not use."""
+    model = tiny_model(seed=7)
+    with torch.no_grad():
+        next(model.parameters())[0] = float("nan")
+    trainer_state = {"model_args": MODEL_ARGS, "iter_num": 9, "config": {}, "encoding": "bytes"}
+    checkpoint.save_sharded(model, torch.optim.AdamW(model.parameters()), trainer_state, str(run_dir), 9,
+                            keep_last_n=0, log=lambda m: None)
+    with pytest.raises(SystemExit, match="^1$"):
+        sample.main([f"--out_dir={run_dir}", "--device=cpu", "--num_samples=1", "--max_new_tokens=2"])
+    assert re.search(r"^error: cannot load .*ckpt_9: its weight \S+ is not finite, which no save writes: the shards "
+                     r"are damaged; move that checkpoint aside", capsys.readouterr().err.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("case, args, message", [
