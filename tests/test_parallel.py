@@ -6,7 +6,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import configurator
 from model import GPT, model_config
-from trainer import parallel
+from trainer import checkpoint, parallel
 
 quiet = lambda line: None  # noqa: E731
 TINY = ["config/train_tiny.py", "--n_layer=2", "--n_embd=32", "--n_head=2", "--block_size=16"]
@@ -35,4 +35,7 @@ def test_wrap_per_mode(one_process_group):
     assert wrapped.require_backward_grad_sync is False
     assert parallel.agree(True, "cpu") and not parallel.agree(False, "cpu")
     assert parallel.same_on_every_rank(torch.tensor(2.5), torch.tensor(1.0)) == [2.5, 1.0]
-    assert parallel.all_finite(model.parameters(), "cpu")
+    assert checkpoint.nonfinite_on_any_rank(dict(model.named_parameters()), "cpu") is None
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] = float("inf")
+    assert checkpoint.nonfinite_on_any_rank(dict(model.named_parameters()), "cpu") == "transformer.wte.weight"

@@ -441,14 +441,15 @@ def _first_nonfinite(weights):
                  if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()), None)
 
 
-def _nonfinite_on_any_rank(shards, model):
-    """_first_nonfinite over this rank's shards, agreed by every rank (one that raised alone would leave the others
-    waiting in a collective): the name this rank found, or 'a shard of another rank', or None."""
-    local = {name: t.to_local() if isinstance(t, DTensor) else t for name, t in shards.items()}
+def nonfinite_on_any_rank(weights, device):
+    """_first_nonfinite over this rank's shards of weights ({name: tensor}), agreed by every rank (one that raised
+    alone would leave the others waiting in a collective): the name this rank found, or 'a shard of another rank',
+    or None. What a save refuses (the Checkpointer) and a sharded load calls damage (restore)."""
+    local = {name: t.to_local() if isinstance(t, DTensor) else t for name, t in weights.items()}
     bad = _first_nonfinite(local)
     if not dist.is_initialized():
         return bad
-    flag = torch.tensor([float(bad is not None)], device=next(model.parameters()).device)
+    flag = torch.tensor([float(bad is not None)], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bad or ("a shard of another rank" if flag.item() > 0 else None)
 
@@ -631,7 +632,7 @@ def restore(state, model, optimizer=None):
             raise CheckpointError(f"cannot load {state['sharded_path']}: {_one_line(e)}; move that checkpoint aside "
                                   f"and rerun to resume from the one before") from e
         model_sd, optimizer_sd = target["model"], target.get("optimizer")
-        if bad := _nonfinite_on_any_rank(model_sd, model):
+        if bad := nonfinite_on_any_rank(model_sd, next(model.parameters()).device):
             raise CheckpointError(f"cannot load {state['sharded_path']}: its weight {bad} is not finite, which no save "
                                   "writes: the shards are damaged; move that checkpoint aside and rerun to resume from "
                                   "the one before")

@@ -231,7 +231,7 @@ class Checkpointer:
         state = dict(run.state_dict(), iter_num=iteration, config=vars(cfg),
                      sampler=self.resume_point["sampler"], rng=gather_rng_states(self.resume_point["rng"]),
                      spikes=self.states["spikes"].state_dict(), cpu_threads=torch.get_num_threads())
-        if not parallel.all_finite(model.parameters(), self.device):
+        if checkpoint.nonfinite_on_any_rank(dict(model.named_parameters()), self.device):
             raise RunError(f"weights are not finite after step {iteration}; not saving. Roll back with "
                            f"--init_from=<an earlier ckpt_N.pt>, perhaps with a lower learning_rate")
         self.saver.wait()

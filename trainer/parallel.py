@@ -2,8 +2,9 @@
 
 `init_processes` starts torch.distributed with a timeout for training's collectives and `save_group`
 makes the gloo group saves wait on, with a timeout a whole write fits in. `mode` names how gradients
-meet ('ddp', 'by_hand', 'fsdp' or 'single') and `wrap` applies it, with torch.compile; `agree`, `mean`,
-`same_on_every_rank` and `all_finite` are the collectives the loop needs.
+meet ('ddp', 'by_hand', 'fsdp' or 'single') and `wrap` applies it, with torch.compile; `agree`, `mean`
+and `same_on_every_rank` are the collectives the loop needs (whether the weights are finite on every rank:
+checkpoint.nonfinite_on_any_rank, which a save and a sharded load both ask).
 
 Sharding with FSDP2 (fully_shard) keeps one GPU's numerics where it can: bf16 autocast multiplies in
 bf16 over fp32 weights and keeps LayerNorm and the residual stream in fp32, so no module's inputs are
@@ -125,12 +126,6 @@ def same_on_every_rank(*scalars):
     if dist.is_initialized():
         dist.broadcast(values, 0)
     return values.tolist()
-
-
-def all_finite(parameters, device):
-    """Whether every weight on every rank is finite (each rank checks its own shards)."""
-    local = [p.to_local() if isinstance(p, DTensor) else p for p in parameters]
-    return not agree(not bool(torch.stack([torch.isfinite(p).all() for p in local]).all()), device)
 
 
 def mean(t):
