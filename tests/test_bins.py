@@ -211,7 +211,6 @@ def test_reader_refuses_what_cannot_be_trained_on(tmp_path):
     ("splits", {"train": {"tokens": "100"}}, "splits.train.tokens is '100', not a whole number"),
     ("complete", "yes", "complete is 'yes', not true or false"),
     ("encoding", ["bytes"], "encoding is ['bytes'], not a string"),
-    ("command", "python 'prepare.py", "command \"python 'prepare.py\" does not read as a shell command"),
 ])
 def test_a_meta_field_readers_use_of_another_type_is_one_line(tmp_path, field, value, named):
     """A meta.json edited by hand: where train.py, check_env.py or sample.py would stop on a TypeError part way, the
@@ -221,6 +220,18 @@ def test_a_meta_field_readers_use_of_another_type_is_one_line(tmp_path, field, v
         open_split(tmp_path, "train", BLOCK, 257)
     message = str(e.value)
     assert message.startswith(f"{tmp_path / 'meta.json'}: {named}") and message.endswith(": prepare the data again")
+
+
+def test_a_command_edited_past_splitting_blocks_nothing_and_the_hint_falls_back_to_a_guess(tmp_path):
+    """Only the hint reads meta.json's command: training reads complete bins without it, and an unfinished
+    folder's advice is the guess for its name, not a shlex traceback."""
+    (tmp_path / "done").mkdir(), (tmp_path / "pile").mkdir()
+    done = make_bins(tmp_path / "done", np.arange(100), np.arange(100), {"command": "python 'prepare.py"})
+    assert open_split(done, "train", BLOCK, 257).num_tokens == 100
+    pile = make_bins(tmp_path / "pile", np.arange(100), np.arange(100),
+                     {"command": "python 'prepare.py", "complete": False})
+    with pytest.raises(BinError, match=rf"unfinished: re-run python \S*data/pile/prepare.py --data_dir {pile} "):
+        open_split(pile, "train", BLOCK, 257)
 
 
 # -----------------------------------------------------------------------------

@@ -92,11 +92,6 @@ def read_meta(data_dir):
         name, value, kind = wrong
         raise BinError(f"{path}: {name} is {reprlib.repr(value)}, not {JSON_TYPES[kind]} as prepare writes it: "
                        "prepare the data again")
-    try:
-        shlex.split(meta.get("command", ""))  # as prepare_hint splits it, to give the command that prepares the data
-    except ValueError as e:
-        raise BinError(f"{path}: command {reprlib.repr(meta['command'])} does not read as a shell command ({e}): "
-                       "prepare the data again") from None
     return meta
 
 
@@ -167,9 +162,9 @@ class BinWriter:
 
 def prepare_hint(data_dir, meta=None):
     """The command that prepares data_dir: the one recorded in its meta.json, writing to data_dir (the folder may
-    have been copied or mounted elsewhere since), else a good guess."""
-    if meta and meta.get("command"):
-        words = shlex.split(meta["command"])
+    have been copied or mounted elsewhere since), else a good guess (also where a hand edit left it unsplittable)."""
+    words = _shell_words(meta.get("command") if meta else None)
+    if words:
         at = next((i for i, w in enumerate(words) if w == "--data_dir" or w.startswith("--data_dir=")), None)
         if at is None:
             return shlex.join([*words, "--data_dir", str(data_dir)])
@@ -181,6 +176,14 @@ def prepare_hint(data_dir, meta=None):
         return f"python {script(name)} --data_dir {data_dir}"
     return (f"python {script('pile')} --data_dir {data_dir} "
             f"(or python {script('quickstart')} for the offline quick start)")
+
+
+def _shell_words(command):
+    """command split as a shell would, or None where it is missing or does not split (an unclosed quote)."""
+    try:
+        return shlex.split(command) if command else None
+    except ValueError:
+        return None
 
 
 def data_folders():
