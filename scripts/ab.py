@@ -49,11 +49,8 @@ def overrides(flag, text):
 
 
 def load_settings(argv):
-    """train.py's settings for its argv, as a dict; a bad config is one line."""
-    try:
-        return vars(configurator.load_config(argv))
-    except configurator.ConfigError as e:
-        sys.exit(f"error: {e}")
+    """train.py's settings for its argv, as a dict; a bad config is train.py's one line and exit status."""
+    return vars(configurator.load_config_or_exit(argv))
 
 
 def run(config, common, side, seed, out_dir, a_dir):
