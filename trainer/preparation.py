@@ -542,9 +542,8 @@ def _encode_all(args, source, state, writer, encoding):
 def _validate(args):
     if not 0 <= args.val_fraction < 1:
         raise PrepareError(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
-    # --max_bytes is the quick-start's own flag (data/quickstart/prepare.py): its job refuses it here, in one line
-    for flag in ("num_proc", "max_tokens", "max_bytes"):
-        value = getattr(args, flag, None)
+    for flag in ("num_proc", "max_tokens"):
+        value = getattr(args, flag)
         if value is not None and not value >= 1:
             raise PrepareError(f"--{flag} must be at least 1, got {value:g}")
     if args.min_val_tokens < 0:
@@ -576,9 +575,6 @@ def _val_fraction(args, projected_tokens):
 def _prepare(args, source):
     encoding = _validate(args)
     source = source or open_source(args.source, args.text_field, getattr(args, "subset", None))
-    if isinstance(source, LocalFiles) and not source.files:  # a script's own list, cut to nothing by its limit
-        raise PrepareError(f"no files to read from {' '.join(source.spec)}: raise the limit that selects them "
-                           "(--max_bytes)")
     job = {"source": source.spec, "inputs": source.fingerprint(), "encoding": encoding.name,
            "vocab_size": encoding.n_vocab, "eot_token": encoding.eot_token, "val_fraction": args.val_fraction,
            "min_val_tokens": args.min_val_tokens, "max_tokens": args.max_tokens,

@@ -43,5 +43,10 @@ if __name__ == "__main__":
     stdlib = args.source == [STDLIB]
     if not stdlib and args.max_bytes != MAX_BYTES:
         p.error("--max_bytes reads the standard library: with --source, use --max_tokens")
-    source = preparation.LocalFiles([STDLIB], stdlib_files(args.max_bytes), args.text_field) if stdlib else None
+    if stdlib and args.max_bytes < 1:
+        p.error(f"--max_bytes must be at least 1, got {args.max_bytes}")
+    files = stdlib_files(args.max_bytes) if stdlib else None
+    if stdlib and not files:  # the first file is larger: an empty list would fail in writing meta.json
+        p.error(f"--max_bytes {args.max_bytes} selects no file of the standard library: raise it")
+    source = preparation.LocalFiles([STDLIB], files, args.text_field) if stdlib else None
     sys.exit(preparation.run(args, source))
