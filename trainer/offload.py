@@ -117,6 +117,8 @@ class HostAdamW(torch.optim.Optimizer):
             grad = self.grad_buffers[i % 2][:p.numel()].view(p.shape)
             return grad, self._copy(grad, p.grad, self.down)
 
+        # sent starts empty: last step's uploads are done once the first gradient arrives (down waited on the
+        # current stream, which waited on up), and that wait comes before any staging buffer is written
         fetched, sent = fetch_grad(0), [None, None]
         for i, (group, p) in enumerate(work):
             grad, arrived = fetched
