@@ -16,10 +16,14 @@ import signal
 import sys
 from contextlib import nullcontext
 
-import torch
+from trainer import interrupt
 
-from model import GPT, model_config
-from trainer import bins, checkpoint, machine, precision, tokenizer
+if __name__ == "__main__":  # first: a Ctrl-C while torch imports, or while it samples, is one line
+    interrupt.stop_at_once("sample.py", "(the samples above are whole where a line of dashes ends them)")
+import torch  # noqa: E402
+
+from model import GPT, model_config  # noqa: E402
+from trainer import bins, checkpoint, machine, precision, tokenizer  # noqa: E402
 
 
 def parse_args(argv):

@@ -13,9 +13,12 @@ import os
 import sys
 import time
 
-import torch
+from trainer import interrupt  # first: a Ctrl-C while torch imports is one line, not a traceback
 
-from trainer import machine  # first: what an older torch lacks is named before anything needs it
+interrupt.stop_at_once("train.py", "before training began, with nothing to save: the same command starts it")
+import torch  # noqa: E402
+
+from trainer import machine  # next: what an older torch lacks is named before anything needs it
 
 if problem := machine.torch_problem():
     sys.exit(f"error: {problem}")

@@ -20,19 +20,13 @@ a line for each, then waits --poll seconds for the next; it stops after the run'
 at once with --poll 0, and a restart carries on where it stopped.
 """
 import os
-import signal
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from trainer import interrupt  # noqa: E402
 
-def stop_at_once(signum, frame):
-    """SIGINT before --watch takes it over (elastic.hear_sigint), or while one checkpoint is scored: nothing is half
-    written (results land whole, at the end), so exit now, quietly."""
-    print("eval.py: stopped by SIGINT before writing anything", file=sys.stderr, flush=True)
-    sys.exit(130)
-
-
-if __name__ == "__main__":  # heard from here on: `cmd &` in a script starts a process with SIGINT ignored, which
-    signal.signal(signal.SIGINT, stop_at_once)  # Python keeps, and a signal during the imports below was lost
+if __name__ == "__main__":  # until --watch takes SIGINT over (elastic.hear_sigint): results land whole, at the end
+    interrupt.stop_at_once("eval.py", "before writing anything")
 
 # before datasets is imported: never the hub, and none of its progress bars for files of a few MB
 os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
@@ -47,7 +41,6 @@ from types import SimpleNamespace  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
 from trainer import bins, checkpoint, elastic, evaluation, hf, lm_eval_adapter, runlock, tokenizer  # noqa: E402
 

@@ -119,6 +119,13 @@ def wait_for(out_dir, kind, proc=None, since=0, timeout=120):
         time.sleep(0.05)
 
 
+def sigint_heard(pid):
+    """Whether the process no longer ignores SIGINT (bit 1 of /proc's SigIgn mask: signal 2)."""
+    with open(f"/proc/{pid}/status") as f:
+        ignored = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
+    return not ignored & (1 << (signal.SIGINT - 1))
+
+
 @pytest.fixture(scope="session")
 def gpt2_rank_file():
     """GPT-2's ranks as a .tiktoken file (scripts/fetch_gpt2_ranks.sh puts them in .cache/).

@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from conftest import REPO, load_script, torchrun
+from conftest import REPO, load_script, sigint_heard, torchrun
 from model import GPT, GPTConfig, mask_padding
 from trainer import bins, checkpoint, evaluation, hf, lm_eval_adapter, metrics
 from trainer.tokenizer import get_encoding
@@ -306,13 +306,6 @@ def test_watch_stops_after_the_checkpoint_whose_sigint_a_library_swallowed(run, 
         signal.signal(signal.SIGINT, previous)
     assert stopped.value.code == 130 and "watch: stopped by SIGINT" in capsys.readouterr().out
     assert [json.loads(line)["iter"] for line in (out_dir / "eval.jsonl").read_text().splitlines()] == [10]
-
-
-def sigint_heard(pid):
-    """Whether the process no longer ignores SIGINT (bit 1 of /proc's SigIgn mask: signal 2)."""
-    with open(f"/proc/{pid}/status") as f:
-        ignored = next(int(line.split()[1], 16) for line in f if line.startswith("SigIgn:"))
-    return not ignored & (1 << (signal.SIGINT - 1))
 
 
 def wait_for(condition, what, timeout=120):

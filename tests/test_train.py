@@ -11,13 +11,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
 import configurator
 from trainer import cost, metrics
-from conftest import REPO, VOCAB, python, run_here, wait_for
+from conftest import REPO, VOCAB, python, run_here, sigint_heard, wait_for
 from model import GPT, GPTConfig
 
 TINY = [
@@ -340,3 +341,29 @@ def test_a_stop_with_checkpoint_interval_0_says_that_nothing_was_saved(tmp_path,
         assert not list(out.glob("ckpt_*"))
     finally:
         job.kill()
+
+
+@pytest.mark.e2e  # a signal during a real process's imports
+@pytest.mark.parametrize("tool, args, says", [
+    ("train.py", ["config/train_tiny.py"], "train.py: stopped by SIGINT before training began, with nothing to save"),
+    ("sample.py", [], "sample.py: stopped by SIGINT (the samples above are whole"),
+])
+def test_a_sigint_while_torch_imports_is_one_line_even_where_it_started_ignored(tmp_path, tool, args, says):
+    """`python train.py ... &` in a script starts with SIGINT ignored, which Python keeps, so a kill -INT in the
+    seconds torch takes to import was lost; in a terminal, Ctrl-C there was a KeyboardInterrupt traceback. Now
+    both are one line and exit status 130, and nothing is written."""
+    out = tmp_path / "out"
+    job = subprocess.Popen([sys.executable, tool, *args, f"--out_dir={out}"], cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.time() + 60
+        while not sigint_heard(job.pid):  # the tool's first lines ran: torch is still importing, for seconds
+            assert time.time() < deadline and job.poll() is None, job.communicate()
+            time.sleep(0.01)
+        job.send_signal(signal.SIGINT)
+        stdout, stderr = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode == 130 and len(stderr.splitlines()) == 1 and stderr.startswith(says), stderr
+    assert not out.exists()
