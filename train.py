@@ -150,7 +150,8 @@ def step_loss(iteration, loss_sum):
 # -----------------------------------------------------------------------------
 # the checkpointer: what a checkpoint holds, when it is written, and how one goes back in (checkpointer.py)
 run = checkpointer.RunState({k: getattr(gptconf, k) for k in (*ARCHITECTURE_KEYS, "n_tokens")},
-                            cooldown_from=start.cooldown_from, **tokenizer.describe(encoding))
+                            cooldown_from=start.cooldown_from, val_set=[cfg.eval_iters, eval_batch_size],
+                            **tokenizer.describe(encoding))
 checkpoints = checkpointer.Checkpointer(cfg, {"model": raw_model, "optimizer": optimizer, "sampler": sampler,
                                               "spikes": guard, "run": run}, device, fsdp, save_group, log, record)
 step_loss = faults.active.wrap(step_loss, raw_model.parameters, rank == world_size - 1, guard.replayed,
@@ -267,7 +268,7 @@ stop_now = parallel.agree(stop_signal.received, device)
 while iter_num < cfg.max_iters and not stop_now:
     lr = schedule.learning_rate(iter_num, cfg, start.cooldown_from)
     optim.set_lr(optimizer, lr)
-    t0 = time.time()
+    t0 = time.perf_counter()
     loss_sum = torch.zeros((), device=device)
     my_windows = sampler.next_windows(cfg.batch_size * cfg.gradient_accumulation_steps).reshape(
         cfg.gradient_accumulation_steps, cfg.batch_size, 2)[rank::world_size]
@@ -298,7 +299,8 @@ while iter_num < cfg.max_iters and not stop_now:
         if fp8_all_gather:
             precision.update_weight_scales(raw_model)
     optimizer.zero_grad(set_to_none=how != "ddp")  # DDP's gradients stay views of its buckets
-    dt = time.time() - t0
+    machine.synchronize(device)  # the optimizer's kernels in this step's time, not in what waits for them next
+    dt = time.perf_counter() - t0
     iter_num += 1
     checkpoints.step_start()
     if action == faults.ROLL_BACK and (restored := checkpoints.roll_back(iter_num)) is not None:

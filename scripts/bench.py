@@ -186,8 +186,7 @@ def timed_train():
     def timed(optimizer, seed, device_type):
         t0 = time.perf_counter()
         step(optimizer, seed, device_type)
-        if device_type == "cuda":
-            torch.cuda.synchronize()
+        machine.synchronize(device_type)
         pending[:] = [time.perf_counter() - t0]
 
     def recorded(self, kind, iteration, **figures):

@@ -29,6 +29,7 @@ WARMUP_SHARE = 0.05  # the loss axis leaves out this first share of the steps
 CURVES = ("step", "eval", "hellaswag", "forecast")  # what a resume or rollback replaces past its iteration
 EVENTS = {"start": ("resumed", ":", "tab:gray"), "rollback": ("rolled back", "-.", "tab:red"),
           "weights_changed": ("weights changed", "--", "tab:purple"),
+          "val_set_changed": ("val set changed", "--", "tab:brown"),
           "schedule_changed": ("schedule changed", "--", "tab:orange")}  # vertical lines: label, style, colour
 # what curves() reads of each kind's records beyond kind and iter: a record without them is skipped
 FIGURES = {"step": ("loss",), "eval": ("val_loss",), "hellaswag": ("acc_norm",), "forecast": ("at_iter", "val_loss")}

@@ -80,7 +80,7 @@ def test_report_logs_the_line_and_writes_the_record(tmp_path):
     assert lines[1].startswith("forecast: none yet, ")
 
 
-def test_report_leaves_out_the_evaluations_another_schedule_or_weighting_measured(tmp_path):
+def test_report_leaves_out_the_evaluations_another_schedule_weighting_or_val_set_measured(tmp_path):
     record, seen = metrics.Metrics(tmp_path), []
     for it in range(0, 101, 10):
         record("eval", it, val_loss=3.0)
@@ -94,7 +94,11 @@ def test_report_leaves_out_the_evaluations_another_schedule_or_weighting_measure
     record("eval", 90, val_loss=2.0)
     forecast.report(stub, None, tmp_path, 90, 200, lambda line: None, record)
     assert seen[-1] == [90]  # another weighted mean of the sources up to the weights' change
-    assert forecast.measured_otherwise(metrics.read(tmp_path)) == [(35, 60), (-1, 80)]
+    record("val_set_changed", 100, was=[2, 4], now=[2, 8])
+    record("eval", 110, val_loss=1.9)
+    forecast.report(stub, None, tmp_path, 110, 200, lambda line: None, record)
+    assert seen[-1] == [110]  # other windows up to the val set's change
+    assert forecast.measured_otherwise(metrics.read(tmp_path)) == [(35, 60), (-1, 80), (-1, 100)]
 
 
 # -----------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def test_plot_log_draws_the_run_as_it_continued(rolled_back_run, tmp_path, capsy
     assert "6 iterations (1..6), 3 evals, last val loss" in printed and printed.endswith("resumed 1 time(s)\n")
 
 
-def test_plot_log_draws_forecasts_rollbacks_and_weight_and_schedule_changes(tmp_path, capsys):
+def test_plot_log_draws_forecasts_rollbacks_and_weight_schedule_and_val_set_changes(tmp_path, capsys):
     record = metrics.Metrics(tmp_path)
     record("start", 0, params=124_000_000)
     for n in range(1, 9):
@@ -58,11 +58,13 @@ def test_plot_log_draws_forecasts_rollbacks_and_weight_and_schedule_changes(tmp_
     record("step", 6, loss=float("nan"), tokens_per_sec=None)  # skipped: null figures
     record("weights_changed", 6)
     record("schedule_changed", 6, changes=["max_iters 8 -> 20"], lr_from=6)
+    record("val_set_changed", 7, was=[2, 4], now=[2, 8])
     record("hellaswag", 6, acc_norm=0.3, acc=0.29, n=24)
     drawn = plot_log.curves(metrics.read(tmp_path))
     assert sorted(drawn["train"]) == [1, 2, 3, 4, 5, 6] and drawn["train"][6] != drawn["train"][6]  # nan
     assert drawn["forecast"] == [(20, 3.1, 0.05)] and drawn["params"] == 124_000_000
-    assert drawn["events"] == {"start": [], "rollback": [5], "weights_changed": [6], "schedule_changed": [6]}
+    assert drawn["events"] == {"start": [], "rollback": [5], "weights_changed": [6], "schedule_changed": [6],
+                               "val_set_changed": [7]}
     assert drawn["hellaswag"] == {6: 0.3} and 6 not in drawn["speed"]
     plot_log.main([str(tmp_path), "--out", str(tmp_path / "plot.png")])
     assert capsys.readouterr().out.endswith("rolled back 1 time(s), 1 forecast(s)\n")

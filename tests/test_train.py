@@ -307,7 +307,8 @@ def test_extending_a_run_whose_decay_had_begun_warns_that_it_heats_it_again(tmp_
 
 
 def test_the_tokens_count_carries_on_across_a_resume_with_another_batch(tmp_path, data_dir):
-    """metrics.jsonl's tokens are those trained so far: a resume on twice the accumulation adds twice a step."""
+    """metrics.jsonl's tokens are those trained so far: a resume on twice the accumulation adds twice a step.
+    Another micro-batch size is said, and so is the val set it changes."""
     out = tmp_path / "out"
     train(out, data_dir, "--max_iters=4", "--eval_interval=0")
     resumed = train(out, data_dir, "--max_iters=6", "--eval_interval=0", "--gradient_accumulation_steps=6").stdout
@@ -319,8 +320,12 @@ def test_the_tokens_count_carries_on_across_a_resume_with_another_batch(tmp_path
     split = train(out, data_dir, "--max_iters=7", "--eval_interval=0", "--batch_size=8",
                   "--gradient_accumulation_steps=3").stdout
     assert "note: micro-batch 4 x 6 -> 8 x 3 since the checkpoint: the same batches summed in another order" in split
-    assert "note: micro-batch" not in train(out, data_dir, "--max_iters=8", "--eval_interval=0", "--batch_size=8",
-                                            "--gradient_accumulation_steps=3").stdout
+    # the val windows are eval_iters batches of batch_size: other ones, so the best and the forecast start again
+    assert "note: the val set changed since the checkpoint (2 x 4 -> 2 x 8 windows" in split
+    assert [(r["iter"], r["was"], r["now"]) for r in metrics.read(out, "val_set_changed")] == [(6, [2, 4], [2, 8])]
+    same = train(out, data_dir, "--max_iters=8", "--eval_interval=0", "--batch_size=8",
+                 "--gradient_accumulation_steps=3").stdout
+    assert "note: micro-batch" not in same and "note: the val set" not in same
 
 
 @pytest.mark.e2e  # a signal to a real process

@@ -36,8 +36,9 @@ SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "d
 class RunState:
     """The run's own values a checkpoint keeps, as top-level keys of the file (their names from before the
     Checkpointer, so older checkpoints load): the architecture, the encoding sample.py decodes with, a cooldown
-    fork's first iteration (its schedule needs it after the source has moved on), and the best val loss,
-    wandb id and tokens trained (through iteration tokens_iter), which a resume carries on."""
+    fork's first iteration (its schedule needs it after the source has moved on), the val set its val losses are
+    of ([eval_iters, the config's batch_size]), and the best val loss, wandb id and tokens trained (through
+    iteration tokens_iter), which a resume carries on."""
     model_args: dict
     encoding: str | None = None
     cooldown_from: int | None = None
@@ -46,6 +47,7 @@ class RunState:
     wandb_run_id: str | None = None
     tokens: int = 0
     tokens_iter: int = 0
+    val_set: list | None = None
 
     def state_dict(self):
         return dataclasses.asdict(self)
@@ -149,6 +151,9 @@ class Checkpointer:
                          f"next eval sets it")
         if changes:  # the val loss is the sources' mean weighted by their shares: a best of other shares is no bar
             run.best_val_loss = math.inf
+        saved_val_set = state.get("val_set")  # None: a checkpoint older than the key, whose eval batch is unknown
+        if saved_val_set is not None and list(saved_val_set) != run.val_set and not after_rollback:
+            self._note_val_set(run, list(saved_val_set), state["iter_num"])
         rngs = state["rng"]  # one per rank of the run that saved it
         if len(rngs) != self.world_size:
             self.log(f"resuming {len(rngs)} process(es)' run with {self.world_size}: the weights, optimizer and data "
@@ -167,6 +172,16 @@ class Checkpointer:
         if cfg.fp8 and self.sharded:  # each weight's fp8 scale comes from one all-reduce after each change
             precision.update_weight_scales(model)
         return state["iter_num"]
+
+    def _note_val_set(self, run, saved, iteration):
+        """A resume whose eval_iters or batch_size differ from the checkpoint's: its val losses are of other windows
+        (bins.val_windows), so the best is no bar and the forecast leaves the earlier ones out (val_set_changed)."""
+        (iters0, batch0), (iters1, batch1) = saved, run.val_set
+        self.log(f"note: the val set changed since the checkpoint ({iters0} x {batch0} -> {iters1} x {batch1} "
+                 f"windows, eval_iters x batch_size): val losses from iter {iteration} on are of other windows; "
+                 "the best val loss and the forecast start again")
+        run.best_val_loss = math.inf
+        self.record("val_set_changed", iteration, was=saved, now=run.val_set)
 
     def _note_changes(self, saved, iteration):
         """Log what the config changed since the checkpoint that the run takes in its stride: the batch's split

@@ -125,9 +125,10 @@ def measured_otherwise(records):
     """[(first, last)]: the evaluations at iterations first < it <= last measured a run other than this one, from
     its metrics records: after a resume that changed the schedule, those after the first step whose learning rate
     changed (schedule_changed's lr_from) up to the resume (an extended run's old end, say, was measured after its
-    decay); after one that changed a mixture's weights, every one up to the resume (another weighted mean)."""
+    decay); after one that changed a mixture's weights or the val set, every one up to the resume (another weighted
+    mean, other windows)."""
     return [(r["lr_from"], r["iter"]) if r["kind"] == "schedule_changed" else (-1, r["iter"])
-            for r in records if r["kind"] in ("schedule_changed", "weights_changed")]
+            for r in records if r["kind"] in ("schedule_changed", "weights_changed", "val_set_changed")]
 
 
 def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):

@@ -294,6 +294,12 @@ def memory_capacity(device):
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def synchronize(device):
+    """Wait for the work queued on a GPU, so that a time taken next holds its kernels; the CPU runs eagerly."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def percent(fraction):
     """A utilisation for a log line; 'n/a' where the peak is unknown."""
     return "n/a" if fraction is None else f"{100 * fraction:.1f}%"

@@ -8,29 +8,31 @@ its line in out_dir/FAILURES, which a restarted run reports (elastic.py). The st
 """
 import os
 import sys
+import time
 import traceback
 
 from trainer import RunError, elastic, machine
 
 
 class StepClock:
-    """Step times for the log: the first step's (warm-up, compilation) said once, then an average of the
-    later ones for the step line's eta."""
+    """Step times for the log: the first step's (warm-up, compilation) said once; the eta from the wall time since
+    it ended, per step, so that evaluations and checkpoint saves, which step_time leaves out, count in it too."""
 
     def __init__(self, compiling=False, log=print):
-        self.compiling, self.log, self.average, self.steps = compiling, log, None, 0
+        self.compiling, self.log, self.steps, self.since = compiling, log, 0, None
 
     def lap(self, seconds):
-        """Count a step that took `seconds`; the first one is logged."""
+        """Count a step that took `seconds`, just ended; the first one is logged."""
         self.steps += 1
         if self.steps == 1:
             self.log(f"first step took {seconds:.1f}s (includes warm-up{' and compilation' if self.compiling else ''})")
-        else:
-            self.average = seconds if self.average is None else 0.9 * self.average + 0.1 * seconds
+            self.since = time.perf_counter()
 
     def eta(self, steps_left):
-        """Seconds for steps_left more steps, or None before there is an average."""
-        return None if self.average is None else steps_left * self.average
+        """Seconds for steps_left more steps, or None before a step after the first."""
+        if self.steps < 2:
+            return None
+        return steps_left * (time.perf_counter() - self.since) / (self.steps - 1)
 
 
 def step_line(iteration, figures, memory, world_size=1, eta=None, show_hfu=False):
