@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from trainer import bins, preparation
+from trainer import bins, preparation, runlock
 from conftest import REPO, load_script, run_here
 from trainer.tokenizer import get_encoding
 
@@ -170,6 +170,8 @@ def test_sigkill_then_rerun_is_byte_identical(tmp_path, corpus, stage):
     kill = {"TRAINER_FAULTS": f"kill_{stage}@2"}
     killed = prepare(source, out, *FLAGS, "--commit_seconds", "0", env=kill)
     assert killed.returncode == -9
+    with runlock.hold(str(out), "test"):  # free at once: forked workers held it until they saw their parent gone
+        pass
     assert bins.read_meta(out)["complete"] is False
     with pytest.raises(bins.BinError, match="unfinished: re-run python data/pile/prepare.py"):
         bins.open_split(str(out), "train", 8, 257)
@@ -220,6 +222,46 @@ def test_rerun_of_a_complete_job_is_a_no_op(tmp_path, corpus):
     again = prepare(source, out, *FLAGS, "--num_proc", "1")  # num_proc is not part of the job
     assert again.returncode == 0 and "already prepared, nothing to do" in again.stdout
     assert [os.stat(out / f"{s}.bin").st_mtime_ns for s in bins.SPLITS] == mtimes
+
+
+@pytest.mark.e2e
+def test_empty_bins_without_a_manifest_start_over_and_bins_with_tokens_are_refused(tmp_path, corpus):
+    """A kill between the bins' creation and the first commit left them empty and unrecorded: the same command
+    starts the job, where it used to refuse the folder as holding bins no job recorded."""
+    docs, source, reference = corpus
+    out = tmp_path / "out"
+    out.mkdir()
+    for split in bins.SPLITS:
+        (out / f"{split}.bin").touch()
+    started = prepare(source, out, *FLAGS)
+    assert started.returncode == 0 and bin_bytes(out) == reference, started.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "train.bin").write_bytes(b"\x01\x00")
+    refused = prepare(source, other, *FLAGS)
+    assert refused.returncode == 1 and "already holds token bins that no prepare job recorded" in refused.stderr
+
+
+@pytest.mark.e2e
+def test_a_rank_file_of_the_same_name_and_other_contents_is_another_job(tmp_path, gpt2_rank_file):
+    """Resumed on another copy of "gpt2.tiktoken" whose ids differ, a job wrote two tokenizations into one bin, and
+    a finished folder's meta.json took the other file's hash: both refused, by the rank file's sha256."""
+    source = [write_jsonl(tmp_path / "docs.jsonl", make_docs(3000))]
+    edited = tmp_path / "elsewhere" / "gpt2.tiktoken"
+    edited.parent.mkdir()
+    lines = open(gpt2_rank_file, "rb").read().splitlines(keepends=True)
+    edited.write_bytes(b"".join([lines[1], lines[0], *lines[2:]]))  # two tokens' ids swapped
+    flags = ["--val_fraction", "0.2", "--num_proc", "1", "--commit_seconds", "0"]
+    out = tmp_path / "out"
+    prepare(source, out, "--encoding", gpt2_rank_file, *flags, env={"TRAINER_FAULTS": "kill_committed@1"})
+    refused = prepare(source, out, "--encoding", str(edited), *flags)
+    assert refused.returncode == 1 and "holds an unfinished job with other arguments (encoding_sha256 was" in \
+        refused.stderr
+    assert prepare(source, out, "--encoding", gpt2_rank_file, *flags).returncode == 0
+    meta = (out / "meta.json").read_text()
+    refused = prepare(source, out, "--encoding", str(edited), *flags)
+    assert refused.returncode == 1 and "was prepared with other arguments (encoding_sha256" in refused.stderr
+    assert (out / "meta.json").read_text() == meta
 
 
 @pytest.mark.e2e

@@ -25,6 +25,7 @@ import glob
 import hashlib
 import itertools
 import json
+import multiprocessing
 import os
 import shlex
 import shutil
@@ -428,7 +429,8 @@ def _load_state(data_dir, job, start):
     """The manifest of this data_dir's job, checked against this one; a new state if there is none."""
     path = os.path.join(data_dir, MANIFEST)
     if not os.path.exists(path):
-        if any(os.path.exists(bin_path(data_dir, s)) for s in SPLITS):
+        # empty bins without a manifest: a job killed between creating them and its first commit, which starts over
+        if any(os.path.exists(p := bin_path(data_dir, s)) and os.path.getsize(p) for s in SPLITS):
             raise PrepareError(f"{data_dir} already holds token bins that no prepare job recorded: "
                                "delete them or choose another --data_dir")
         return _new_state(job, start)
@@ -439,6 +441,8 @@ def _load_state(data_dir, job, start):
     except (OSError, ValueError, KeyError) as e:
         raise PrepareError(f"cannot read {path} ({e}): delete {data_dir} to start over") from None
     was, now = _location_free(old), _location_free(job)
+    if "encoding_sha256" not in old:  # a manifest older than the key: the rank file's name is all it recorded
+        now.pop("encoding_sha256", None)
     if was != now:
         key = next((k for k in now if was.get(k) != now[k]), "format")
         change = "the input files changed" if key == "inputs" else f"{key} was {old.get(key)!r}, now {job[key]!r}"
@@ -504,7 +508,10 @@ def _encode_all(args, source, state, writer, encoding):
                mininterval=1 if sys.stderr.isatty() else 60)  # a log file gets a line a minute
     last_commit = time.monotonic()
     # a process pool that raises, rather than hangs, when a worker dies (say, out of memory)
-    pool = concurrent.futures.ProcessPoolExecutor(args.num_proc, initializer=_init_worker,
+    # spawned, not forked: a forked worker would share the data_dir's lock and hold it for up to a second after
+    # the main process is killed, refusing the rerun
+    pool = concurrent.futures.ProcessPoolExecutor(args.num_proc, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_init_worker,
                                                   initargs=(os.getpid(), encoding.name, args.text_field,
                                                             state["val_fraction"]))
     try:
@@ -527,7 +534,7 @@ def _encode_all(args, source, state, writer, encoding):
                            "re-run the same command to resume") from None
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    bar.close()
+        bar.close()  # before an error's line: a bar drawn after it would hide it on a terminal
     if not _total(state):  # not "prepared": a training run on it would only fail later, further from the cause
         source = " ".join(args.source) if args.source else "the source"
         raise PrepareError(f"no tokens from {source}: {state['records']:,} records read, {state['skipped_records']:,} "
@@ -579,6 +586,8 @@ def _prepare(args, source):
            "vocab_size": encoding.n_vocab, "eot_token": encoding.eot_token, "val_fraction": args.val_fraction,
            "min_val_tokens": args.min_val_tokens, "max_tokens": args.max_tokens,
            "text_field": args.text_field}  # --num_proc is not part of it
+    # a rank file's contents, which its name does not fix: a job resumed on another file would mix two tokenizations
+    job.update({k: v for k, v in describe_encoding(encoding.name).items() if k != "encoding"})
     if getattr(source, "subset", None):  # only then: the manifests of jobs without one still match
         job["subset"] = source.subset
     try:
