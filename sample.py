@@ -9,7 +9,6 @@ encoding the data was prepared with: the data dir's meta.json, else the one the 
 recorded, else --encoding. Works offline; generation uses model.py's KV cache, so each new token
 costs one token's forward pass (with a sliding window past block_size).
 """
-import argparse
 import math
 import os
 import signal
@@ -23,11 +22,11 @@ if __name__ == "__main__":  # first: a Ctrl-C while torch imports, or while it s
 import torch  # noqa: E402
 
 from model import GPT, model_config  # noqa: E402
-from trainer import bins, checkpoint, machine, precision, tokenizer  # noqa: E402
+from trainer import bins, checkpoint, cli, machine, precision, tokenizer  # noqa: E402
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--out_dir", default="out", help="the run's folder of checkpoints (default: out)")
     p.add_argument("--init_from", help="a checkpoint (ckpt_<N>.pt or ckpt_<N>/) instead of the newest in --out_dir")
     p.add_argument("--start", default="\n", help="the prompt, or FILE:path to read it from a file")

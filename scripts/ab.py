@@ -14,7 +14,6 @@ seed, so B can be a cooldown fork of A: --common "--lr_schedule=wsd" --a "--chec
     evaluations), as the ratio A_tokens / B_tokens (above 1: B is that many times faster; null: B never got there).
 It writes OUT/ab.json and OUT/ab.png (val loss against tokens, every seed and the mean).
 """
-import argparse
 import json
 import os
 import shlex
@@ -30,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
 import ladder  # noqa: E402  (scripts/ladder.py, beside this file: its runs are reused as these are)
-from trainer import metrics, runlog  # noqa: E402
+from trainer import cli, metrics, runlog  # noqa: E402
 
 
 RUN_KEYS = ("seed", "out_dir")  # run() sets them for each run, after the sides' overrides
@@ -137,7 +136,7 @@ def joined(argv):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config")
     p.add_argument("--a", required=True, help="A's overrides, e.g. \"--optimizer=adamw\"")
     p.add_argument("--b", required=True, help="B's overrides; {a} is A's out_dir of the same seed")

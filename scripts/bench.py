@@ -25,7 +25,6 @@ same batches in this process, and prints train.py's throughput (as timed) as a r
 The config keys bench.py sets itself (max_iters, data_dir, out_dir, eval and checkpoint
 intervals, batch_size and checkpointing in a sweep) override the ones given here.
 """
-import argparse
 import concurrent.futures
 import dataclasses
 import functools
@@ -48,7 +47,7 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import bins, cli  # noqa: E402  (needs the repo root on sys.path first)
 from trainer import checkpoint  # noqa: E402
 import configurator  # noqa: E402
 from trainer import machine  # noqa: E402
@@ -68,7 +67,7 @@ MEMORY_FAILURES = ("oom", "over budget")  # a setting that fails so would fail w
 
 def parse_args(argv):
     """bench.py's own flags, and the rest (config files and --key=value) for the configurator."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 usage="%(prog)s CONFIG [--key=value ...] [options]")
     p.add_argument("--steps", type=int, default=5, help="timed steps per setting (default 5)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps before them (default 1, at least 1)")

@@ -15,13 +15,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trainer import checkpoint  # noqa: E402
+from trainer import checkpoint, cli  # noqa: E402
 from trainer import optim, runlock  # noqa: E402
 from model import GPT, model_config  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", help="a ckpt_<N>/ folder or a ckpt_<N>.pt file")
     parser.add_argument("dest_dir", help="the out_dir to write the other form into")
     args = parser.parse_args()

@@ -42,13 +42,13 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import sample  # noqa: E402  (loads a checkpoint as sample.py does)
-from trainer import bins, checkpoint, elastic, evaluation, hf, lm_eval_adapter, runlock, tokenizer  # noqa: E402
+from trainer import bins, checkpoint, cli, elastic, evaluation, hf, lm_eval_adapter, runlock, tokenizer  # noqa: E402
 
 GPT2_TOKENS = 50257
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", nargs="?", help="a ckpt_<N>.pt, a ckpt_<N>/ folder, an out_dir (its newest "
                                              "checkpoint) or a Hugging Face GPT-2 folder")
     p.add_argument("--tasks", default=",".join(lm_eval_adapter.PAPER_TASKS), help="comma-separated (default: %(default)s)")

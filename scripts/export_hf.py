@@ -17,11 +17,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer import hf  # noqa: E402
+from trainer import cli, hf  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", help="a ckpt_<N>.pt, a ckpt_<N>/ folder, or an out_dir (its newest loadable checkpoint)")
     p.add_argument("out_dir", help="the folder to write; it must not exist or be empty")
     p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",

@@ -31,7 +31,6 @@ held-out check: fitted without the largest size, the prediction for it beside wh
 recipe's compute multiplier against the first; the data and vocabulary it was measured on) and
 OUT/ladder.png (val loss against training compute, the fits extrapolated with their bands).
 """
-import argparse
 import concurrent.futures
 import contextlib
 import json
@@ -54,7 +53,7 @@ from torch.distributed.run import get_args_parser as run_parser
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import RunError, bins, checkpoint, cost, ladder, ladder_analysis, metrics, runlog  # noqa: E402
+from trainer import RunError, bins, checkpoint, cli, cost, ladder, ladder_analysis, metrics, runlog  # noqa: E402
 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
@@ -521,7 +520,7 @@ def plot(result, path, target_params=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config", help="the ladder's config, e.g. config/ladder_tiny.py")
     p.add_argument("--recipe", action="append", required=True, help="'NAME: --key=value ...' (repeatable)")
     p.add_argument("--out", required=True, help="folder for the runs, ladder.json and ladder.png")

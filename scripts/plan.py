@@ -31,7 +31,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402  (needs the repo root on sys.path first)
-from trainer import RunError, machine  # noqa: E402
+from trainer import RunError, cli, machine  # noqa: E402
 from trainer import ladder as ladder_fits  # noqa: E402
 from trainer.evaluation import GPT3_ZERO_SHOT, gpt3_reference  # noqa: E402
 from trainer import cost  # noqa: E402
@@ -519,9 +519,10 @@ def finite(text):
 
 def parse_args(argv):
     """plan.py's own flags, and the rest (config files and --key=value) for the configurator."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                      usage="%(prog)s CONFIG [--key=value ...] [options]")
-    parser.add_argument("--gpu", choices=sorted(machine.GPUS), help="default: the local GPU, else mi300x")
+    parser.add_argument("--gpu", type=str.lower, choices=sorted(machine.GPUS),
+                        help="default: the local GPU, else mi300x")
     parser.add_argument("--mfu", type=finite, default=0.4, help="model FLOPs utilisation, a fraction (default 0.4)")
     parser.add_argument("--price_per_hour", type=finite, default=2.0, help="dollars per GPU-hour (default 2)")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs under torchrun (default 1)")

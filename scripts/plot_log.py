@@ -10,7 +10,6 @@ at N replaces what the run recorded past N, so the plot shows the run as it cont
 --watch's eval.jsonl beside it adds each lm-eval task's curve. The loss axis leaves out the first 5% of
 steps, whose ~11 nats would squash the rest. Writes a PNG (default: loss.png in the out_dir).
 """
-import argparse
 import math
 import os
 import sys
@@ -18,7 +17,7 @@ import sys
 import matplotlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from trainer import checkpoint, metrics  # noqa: E402
+from trainer import checkpoint, cli, metrics  # noqa: E402
 from trainer.evaluation import GPT3_ZERO_SHOT, gpt3_reference, read_watch_log  # noqa: E402
 
 matplotlib.use("Agg")  # render to a file: no display on a GPU server
@@ -189,7 +188,7 @@ def plot_evals(ax, found, eval_params, params):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run", help="a train.py out_dir, or a file in it (metrics.jsonl, train.log)")
     p.add_argument("--out", help="the PNG to write (default: loss.png in the out_dir)")
     args = p.parse_args(argv)

@@ -127,6 +127,7 @@ def test_ab_refuses_sides_it_cannot_compare_in_one_line(tmp_path, monkeypatch, s
     (which would be overridden without a word) are refused before anything trains."""
     monkeypatch.setattr(subprocess, "run", no_training)
     result = run_here(["scripts/ab.py", "config/train_tiny.py", *sides, "--out", str(tmp_path)])
-    assert result.returncode != 0 and message in result.stderr.strip().splitlines()[-1], result.stderr  # after usage
+    assert result.returncode != 0 and [message in line for line in result.stderr.strip().splitlines()] == [True], \
+        result.stderr
     assert "Traceback" not in result.stderr and result.stderr.count("error") == 1
     assert not any(tmp_path.iterdir())

@@ -1,13 +1,17 @@
 """sample.py: the KV cache gives the logits a full forward gives, the newest loadable checkpoint is
 used (falling back past a truncated one), and ids outside the encoding are never sampled."""
 import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 from trainer import bins, checkpoint, checkpointer, tokenizer
 import sample
-from conftest import run_here
+from conftest import REPO, run_here
 from model import GPT, GPTConfig, KVCache
 
 # vocab_size 320 over the 257 ids of 'bytes': an untrained model samples ids the encoding lacks
@@ -59,6 +63,28 @@ def run_dir(tmp_path):
                  "config": {"data_dir": str(data)}, "encoding": None}
         checkpoint.save_checkpoint(state, str(out), step, keep_last_n=0, log=lambda m: None)
     return out
+
+
+@pytest.mark.e2e  # a signal to a real process
+def test_a_sigint_while_sampling_is_one_line(run_dir, tmp_path):
+    """Ctrl-C while it samples was a KeyboardInterrupt traceback from deep in torch: now one line, exit status 130."""
+    said = tmp_path / "stderr"  # where sample.py says what it loads and samples
+    with open(said, "w") as f:
+        job = subprocess.Popen([sys.executable, "sample.py", f"--out_dir={run_dir}", "--device=cpu",
+                                "--max_new_tokens=1000000", "--num_samples=1"], cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=f)
+    try:
+        deadline = time.time() + 120
+        while "sampling 1 x 1000000 tokens" not in said.read_text():
+            assert time.time() < deadline and job.poll() is None, said.read_text()
+            time.sleep(0.05)
+        job.send_signal(signal.SIGINT)
+        job.wait(timeout=60)
+    finally:
+        job.kill()
+    lines = said.read_text().splitlines()
+    assert job.returncode == 130 and "Traceback" not in said.read_text() and lines[-1] == (
+        "sample.py: stopped by SIGINT (the samples above are whole where a line of dashes ends them)"), lines
 
 
 def test_falls_back_past_a_truncated_checkpoint_and_never_samples_padding(run_dir, tmp_path):

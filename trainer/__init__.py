@@ -3,7 +3,7 @@
 The modules are stacked in floors (layers), lowest first. A module imports only from its own floor or
 lower ones, and never in a cycle (tests/test_layout.py checks both), so data flows one way: text, bins,
 model, training, checkpoints, evaluation.
-  1. elastic, faults, interrupt, machine, metrics, runlock, runlog, tokenizer: the machine, the run's
+  1. cli, elastic, faults, interrupt, machine, metrics, runlock, runlog, tokenizer: the machine, the run's
      telemetry (train.log, metrics.jsonl, wandb), stopping and restarting, spikes and injected faults
   2. bins, preparation, checkpoint: bytes on disk: token bins, their sampler and mixtures, the prepare job,
      checkpoints (the .pt and sharded formats, the files on disk, synchronous and background writes)

@@ -37,7 +37,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from trainer import RunError, faults, runlock
+from trainer import RunError, cli, faults, runlock
 from trainer.bins import SPLITS, BinError, BinWriter, bin_path, check_vocab, write_json_atomic, write_meta
 from trainer.tokenizer import describe as describe_encoding
 from trainer.tokenizer import get_encoding
@@ -668,7 +668,7 @@ def parser(description, source, data_dir, encoding="gpt2", val_fraction=0.0005, 
            subset=None):
     """The flags every prepare script shares, with that script's defaults; --subset where a script's
     dataset has several configurations (subset: its default)."""
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", nargs="+", default=[source],
                    help="Hugging Face dataset name[@revision], or local files/globs of .jsonl, .jsonl.zst, "
                         ".parquet or text (default: %(default)s)")

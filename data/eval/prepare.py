@@ -19,7 +19,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from trainer import bins, lm_eval_adapter  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import bins, cli, lm_eval_adapter  # noqa: E402  (needs the repo root on sys.path first)
 
 WORDS = "the a man woman dog cat river stone cloud paper green blue sun rain walks runs sees holds".split()
 
@@ -52,7 +52,7 @@ def synthetic(task, n, seed=0):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", default=",".join(lm_eval_adapter.PAPER_TASKS), help="comma-separated (default: %(default)s)")
     p.add_argument("--out_dir", default=os.path.dirname(os.path.abspath(__file__)), help="default: data/eval")
     p.add_argument("--synthetic", type=int, default=0, metavar="N", help="N made-up examples per task, offline")

@@ -19,7 +19,7 @@ import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import bins, cli  # noqa: E402  (needs the repo root on sys.path first)
 from trainer import evaluation  # noqa: E402
 from trainer.tokenizer import get_encoding, recorded  # noqa: E402
 
@@ -59,7 +59,7 @@ def find_source(folder):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", help="the official hellaswag_val.jsonl (default: find or download it)")
     p.add_argument("--data_dir", default="data/pile", help="the run's bins; hellaswag.json goes here (default: %(default)s)")
     p.add_argument("--encoding", help="default: the one in data_dir's meta.json, else 'gpt2'")

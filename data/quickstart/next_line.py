@@ -14,7 +14,6 @@ files, with no download:
 Chance is 25%. The examples are drawn with a fixed seed, so the files are the same on every machine that
 prepared the same corpus. Context and line fit in 128 bytes, the tiny models' block_size.
 """
-import argparse
 import os
 import random
 import sys
@@ -22,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from trainer import bins  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import bins, cli  # noqa: E402  (needs the repo root on sys.path first)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONTEXT_BYTES, LINE_BYTES = (24, 88), (8, 39)  # context (with the answer's indentation) and answer: under 128 bytes
@@ -117,7 +116,7 @@ def write_task(out_dir, name, made):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data_dir", default=HERE, help="where val.bin is (default: %(default)s)")
     p.add_argument("--out_dir", default=os.path.join(HERE, "next_line"), help="default: %(default)s")
     p.add_argument("-n", type=int, default=1000, help="examples (default: %(default)s)")

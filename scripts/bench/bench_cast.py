@@ -10,7 +10,6 @@ at GPT-3 6.7B's shape with 160 micro-batches a step.
 A cast reads 4 B and writes 2 B per weight. Compiled blocks are not measured: their graphs cast inside,
 once per call, whatever the cache (precision.py).
 """
-import argparse
 import os
 import sys
 from contextlib import nullcontext
@@ -21,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from model import GPT, GPTConfig  # noqa: E402
-from trainer import precision  # noqa: E402
+from trainer import cli, precision  # noqa: E402
 
 
 class CastBytes(TorchDispatchMode):
@@ -62,7 +61,7 @@ def step(config, batch_size, micro_steps, once):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n_layer", type=int, default=4)
     parser.add_argument("--n_embd", type=int, default=256)
     parser.add_argument("--block_size", type=int, default=256)

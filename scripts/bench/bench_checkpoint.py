@@ -17,6 +17,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from trainer import cli  # noqa: E402
 from trainer.checkpoint import save_checkpoint  # noqa: E402
 from trainer.checkpoint import Saver  # noqa: E402
 
@@ -49,7 +50,7 @@ def report(label, seconds, nbytes):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--mb', type=int, default=1000, help='size of the state in MiB')
     parser.add_argument('--tensors', type=int, default=100, help='number of tensors the state is split into')
     parser.add_argument('--dir', default=None, help='a folder on the disk to measure (default: the temp dir)')

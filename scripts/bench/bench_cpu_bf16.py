@@ -11,7 +11,6 @@ what that choice saves.
 bf16 matmuls are fast only where the CPU has bf16 instructions (AVX512-BF16 or AMX); elsewhere the ratios
 go the other way.
 """
-import argparse
 import os
 import sys
 from contextlib import nullcontext
@@ -21,7 +20,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from model import GPT, GPTConfig  # noqa: E402
-from trainer import precision  # noqa: E402
+from trainer import cli, precision  # noqa: E402
 from bench_muon import seconds as median_seconds  # noqa: E402  (beside this script: warm-up, then the median)
 
 
@@ -52,7 +51,7 @@ def attention_seconds(args, dtype, repeats):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = cli.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--n_layer", type=int, default=2)
     parser.add_argument("--n_embd", type=int, default=160, help="a multiple of 16 (head size 16)")
     parser.add_argument("--block_size", type=int, default=128)

@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 import configurator  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from trainer import bins, optim, precision, schedule  # noqa: E402
+from trainer import bins, cli, optim, precision, schedule  # noqa: E402
 from bench_optim import plot_curves  # noqa: E402  (beside this script)
 
 MODES = ("bf16", *precision.RECIPES)  # bf16: fp8 off, the baseline
@@ -82,7 +82,7 @@ def run(mode, args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated, the first the baseline (default: %(default)s)")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--n_layer", type=int, default=2)

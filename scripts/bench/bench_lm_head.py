@@ -11,7 +11,6 @@ chunked head; both run under bf16 autocast over an fp32 weight, as train.py does
 what the head itself adds to its input and weight: the logits and their gradients, the bf16 casts,
 the fp32 weight gradient and the gradient of the hidden states.
 """
-import argparse
 import os
 import sys
 
@@ -19,6 +18,7 @@ import torch
 from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from trainer import cli  # noqa: E402
 from model import LOSS_CHUNK_ROWS, lm_head_loss, mask_padding  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def peak_bytes(loss_fn, rows, C, V, chunk_rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--block_size", type=int, default=2048)
     parser.add_argument("--n_embd", type=int, default=4096)

@@ -8,7 +8,6 @@ an m x n matrix, m <= n), and the same for one fp32 matmul of equal FLOPs, to sh
 The CPU figures say what a CPU test run pays (bf16 matmuls have no fast path on most CPUs); on a GPU the
 step runs at the bf16 matmul rate, which plan.py assumes at the run's MFU: an estimate until measured.
 """
-import argparse
 import os
 import sys
 import time
@@ -18,6 +17,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from torch.optim import _muon  # noqa: E402
 
+from trainer import cli  # noqa: E402
 from trainer.optim import matrix_newton_schulz_flops as flops  # noqa: E402
 
 COEFFICIENTS = (_muon.DEFAULT_A, _muon.DEFAULT_B, _muon.DEFAULT_C)
@@ -34,7 +34,7 @@ def seconds(fn, repeats):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="64x64,128x128,128x512,256x256,256x1024")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)

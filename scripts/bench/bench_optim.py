@@ -29,7 +29,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
-from trainer import metrics, optim, runlog  # noqa: E402
+from trainer import cli, metrics, optim, runlog  # noqa: E402
 from trainer.optim import OPTIMIZERS  # noqa: E402
 
 
@@ -111,7 +111,7 @@ def measure_host_step(shape, n_params=6_657_150_976):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", default=",".join(OPTIMIZERS), help="comma-separated (default: %(default)s)")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--data_dir", default="data/quickstart")

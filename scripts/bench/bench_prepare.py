@@ -30,6 +30,7 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
+from trainer import cli  # noqa: E402
 from trainer.bins import BinWriter  # noqa: E402
 from trainer.preparation import CHUNK_RECORDS, available_cores, is_val  # noqa: E402
 from trainer.tokenizer import get_encoding  # noqa: E402
@@ -84,7 +85,7 @@ def stage_seconds(lines, texts, encoded, tmp, vocab_size):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", help="a .jsonl file with a 'text' field (default: Python's stdlib sources)")
     p.add_argument("--megabytes", type=float, default=95, help="size of the generated corpus (default: %(default)s)")
     p.add_argument("--encoding", default="gpt2")

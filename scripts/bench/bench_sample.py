@@ -18,7 +18,6 @@ count; OMP_NUM_THREADS=N sets this benchmark's.
 
 The measured ratio is in docs/performance.md (CPU ratios).
 """
-import argparse
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from trainer import cli  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def timed_generate(model, prompt, new_tokens, use_cache, seed):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--new_tokens", type=int, default=256)
     p.add_argument("--prompt_tokens", type=int, default=256)
     p.add_argument("--block_size", type=int, default=512)

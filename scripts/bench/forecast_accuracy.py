@@ -26,7 +26,6 @@ steps, another seed or schedule), per recipe, at 25% and 50% of that run; then t
 pair of warmup shares (the prior's, the run's): what a run off its ladder's schedule costs the prior
 (docs/scaling_ladder.md, "In the run: forecast_prior").
 """
-import argparse
 import json
 import os
 import subprocess
@@ -39,12 +38,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import forecast, ladder, metrics, runlog  # noqa: E402
+from trainer import cli, forecast, ladder, metrics, runlog  # noqa: E402
 from trainer.schedule import learning_rate  # noqa: E402
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="config/train_tiny.py")
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--eval_interval", type=int, default=5)

@@ -28,7 +28,6 @@ absolute errors, how often the last step was the nearer and how often the interv
 the chosen form, and the rule that would choose it where its backtest misses least (docs/ladder_evidence.md,
 "The s-shaped form, fitted").
 """
-import argparse
 import contextlib
 import json
 import math
@@ -39,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from trainer import ladder, ladder_analysis  # noqa: E402
+from trainer import cli, ladder, ladder_analysis  # noqa: E402
 
 SIZES = np.geomspace(34976, 638960, 6)
 
@@ -170,7 +169,7 @@ def s_shaped_checks(paths):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--draws", type=int, default=40)
     p.add_argument("--noise", type=float, nargs="+", default=[0.005, 0.01])
     p.add_argument("--ladders", nargs="+", metavar="LADDER_JSON", help="real ladders' held-out checks instead")

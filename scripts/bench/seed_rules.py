@@ -13,13 +13,12 @@ disk): what it costs in training, one slot's minutes. Prints, per ladder, recipe
 prediction from the sizes below, its measurement (the mean of its seeds, at its rate), the error, whether the interval holds it, and the
 recommended rate over the sweep's best; the same one step further out (the two largest held out).
 """
-import argparse
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from trainer import ladder, ladder_analysis, metrics  # noqa: E402
+from trainer import cli, ladder, ladder_analysis, metrics  # noqa: E402
 
 
 def under_rule(runs, ratio, seeds, rates, adaptive=False):
@@ -59,7 +58,7 @@ def minutes(runs):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("ladders", nargs="+", help="ladder.json files of ladders trained with seeds and seeded_rates")
     p.add_argument("--rules", nargs="+", default=["1x1", "3x1", "2x2", "3x2", "3x2a"],
                    help="K x R: seeds x seeded rates; KxRa: adaptive")

@@ -17,7 +17,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from trainer import metrics  # noqa: E402
+from trainer import cli, metrics  # noqa: E402
 
 
 def gap(run, since=0.75):
@@ -38,7 +38,7 @@ def gap(run, since=0.75):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="run folders (each with its metrics.jsonl)")
     p.add_argument("--since", type=float, default=0.75, help="from this share of each run on (default: %(default)s)")
     p.add_argument("--out", help="write the table as JSON here")

@@ -9,7 +9,6 @@ Mixture.val_windows, as train.py draws them), the spread of that loss over --dra
 windows (what the val loss would have been had the windows depended on the seed, as they did before
 2026-12-03), and the loss on the whole val set. Writes the table as JSON to --out.
 """
-import argparse
 import json
 import sys
 import types
@@ -21,7 +20,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 import sample  # noqa: E402
-from trainer import bins, metrics  # noqa: E402
+from trainer import bins, cli, metrics  # noqa: E402
 
 
 def window_losses(model, val, block_size, batch=64):
@@ -59,7 +58,7 @@ def measure(run, draws):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run folders (out_dir) with a checkpoint")
     p.add_argument("--draws", type=int, default=20, help="other draws of as many windows")
     p.add_argument("--out", default="/tmp/val_windows.json")
