@@ -22,6 +22,8 @@ from pathlib import Path
 
 from trainer import RunError
 
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config")  # the repository's
+
 # The defaults are GPT-3 125M on The Pile (GPT-3 paper, Table 2.1: context 2048, AdamW betas
 # 0.9/0.95, weight decay 0.1, clip 1.0); config/ files state what differs. HELP says what each key does.
 DEFAULTS = dict(
@@ -311,7 +313,10 @@ def _read_config_file(path, config):
     """The settings a config file makes. It runs with the config so far in scope, so it can
     compute from values it does not set itself (block_size in a token budget, say)."""
     if not Path(path).is_file():
-        raise ConfigError(f"config file not found: {path}")
+        folder = Path(path).parent
+        near = difflib.get_close_matches(str(path), map(str, folder.glob("*.py")), 1) if folder.is_dir() else []
+        raise ConfigError(f"config file not found: {path}" + (f"; did you mean {near[0]}?" if near else
+                                                              f" (the configs: {os.path.relpath(CONFIGS)}/*.py)"))
     scope = dict(config, __file__=path)  # so that a config can read another beside it
     try:
         with _PARSING:

@@ -145,8 +145,8 @@ def prompt_ids(args, enc, vocab_size):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.num_samples < 1 or args.max_new_tokens < 0 or args.top_k < 0:
-        fail("need --num_samples >= 1, --max_new_tokens >= 0 and --top_k >= 0")
+    if problem := cli.below_least(args, {"num_samples": 1, "max_new_tokens": 0, "top_k": 0}):
+        fail(problem)
     if not 0 < args.temperature < math.inf:  # nan fails every comparison; inf would sample uniform noise
         fail(f"--temperature must be a finite number > 0, e.g. 0.8; got {args.temperature}")
     torch.manual_seed(args.seed)

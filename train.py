@@ -236,8 +236,9 @@ def log_step(iteration, loss, grad_norm, lr, dt):
 
 
 def say_how_it_ended(iteration, stopped):
-    """The run's last line and record: stopped by a signal (resumable), or done at max_iters."""
-    if stopped:
+    """The run's last line and record: stopped by a signal (resumable), or done at max_iters (a signal to a run
+    already there, as in its last save, stops nothing)."""
+    if stopped and iteration < cfg.max_iters:
         resumes = ("run the same command to continue" if cfg.checkpoint_interval > 0 else
                    f"checkpoint_interval=0 saves nothing: the same command starts again from step "
                    f"{checkpoints.saved_iter}")

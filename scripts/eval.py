@@ -65,8 +65,10 @@ def parse_args(argv):
     args.tasks = [t for t in args.tasks.split(",") if t]
     if bool(args.source) == bool(args.watch):
         sample.fail("give a checkpoint, an out_dir or a Hugging Face folder, or --watch OUT_DIR (one of them)")
-    if (args.limit is not None and args.limit < 1) or args.batch_size < 1 or args.poll < 0 or not args.tasks:
-        sample.fail("need --limit >= 1, --batch_size >= 1, --poll >= 0 and at least one task")
+    if problem := cli.below_least(args, {"limit": 1, "batch_size": 1, "poll": 0}):
+        sample.fail(problem)
+    if not args.tasks:
+        sample.fail("--tasks names no task: give one or more, comma-separated")
     if args.watch and (problem := watch_problem(args.watch)):
         sample.fail(problem)
     return args

@@ -567,8 +567,8 @@ def parse_args(argv):
         args.gpus = args.nodes * args.gpus_per_node
     if not 0 < args.mfu <= 1:
         parser.error(f"--mfu is a fraction in (0, 1], e.g. 0.4 for 40%; got {args.mfu}")
-    if args.gpus < 1 or args.price_per_hour < 0:
-        parser.error("--gpus must be >= 1 and --price_per_hour >= 0")
+    if problem := cli.below_least(args, {"gpus": 1, "price_per_hour": 0}):
+        parser.error(problem)
     if args.simulate and args.gpus > 1:
         parser.error("--simulate runs one GPU's step; leave out --gpus (FSDP's sharding is not simulated)")
     return args, config_args

@@ -194,7 +194,7 @@ def test_a_sharded_checkpoint_whose_weights_are_not_finite_is_one_line(run_dir, 
     ("ok", ["--temperature=0"], "--temperature must be a finite number > 0, e.g. 0.8; got 0.0"),
     ("ok", ["--temperature=nan"], "--temperature must be a finite number > 0, e.g. 0.8; got nan"),
     ("ok", ["--temperature=inf"], "--temperature must be a finite number > 0, e.g. 0.8; got inf"),
-    ("ok", ["--top_k=-1"], "--top_k >= 0"),
+    ("ok", ["--top_k=-1"], "--top_k must be at least 0, got -1"),
 ])
 def test_bad_input_is_one_line(run_dir, tmp_path, capsys, case, args, message):
     if case == "corrupt":

@@ -21,3 +21,13 @@ class ArgumentParser(argparse.ArgumentParser):
             if close:
                 return f"; did you mean {close[0]}?"
         return ""
+
+
+def below_least(args, least):
+    """The first flag of least ({name: its least value}) whose value in args is below it (or nan), as one line such
+    as `--limit must be at least 1, got 0`, else None. A flag left unset (None) is not checked."""
+    for name, low in least.items():
+        value = getattr(args, name)
+        if value is not None and not value >= low:
+            return f"--{name} must be at least {low}, got {value:g}"
+    return None

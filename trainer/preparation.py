@@ -549,10 +549,8 @@ def _encode_all(args, source, state, writer, encoding):
 def _validate(args):
     if not 0 <= args.val_fraction < 1:
         raise PrepareError(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
-    for flag in ("num_proc", "max_tokens"):
-        value = getattr(args, flag)
-        if value is not None and not value >= 1:
-            raise PrepareError(f"--{flag} must be at least 1, got {value:g}")
+    if problem := cli.below_least(args, {"num_proc": 1, "max_tokens": 1}):
+        raise PrepareError(problem)
     if args.min_val_tokens < 0:
         raise PrepareError(f"--min_val_tokens must be 0 (off) or more, got {args.min_val_tokens}")
     if not args.commit_seconds >= 0:  # nan too: a job that never commits could not resume

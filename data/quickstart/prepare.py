@@ -12,7 +12,7 @@ import sys
 import sysconfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from trainer import preparation  # noqa: E402  (needs the repo root on sys.path first)
+from trainer import cli, preparation  # noqa: E402  (needs the repo root on sys.path first)
 
 STDLIB = "python-stdlib"
 MAX_BYTES = 8_000_000
@@ -43,8 +43,8 @@ if __name__ == "__main__":
     stdlib = args.source == [STDLIB]
     if not stdlib and args.max_bytes != MAX_BYTES:
         p.error("--max_bytes reads the standard library: with --source, use --max_tokens")
-    if stdlib and args.max_bytes < 1:
-        p.error(f"--max_bytes must be at least 1, got {args.max_bytes}")
+    if stdlib and (problem := cli.below_least(args, {"max_bytes": 1})):
+        p.error(problem)
     files = stdlib_files(args.max_bytes) if stdlib else None
     if stdlib and not files:  # the first file is larger: an empty list would fail in writing meta.json
         p.error(f"--max_bytes {args.max_bytes} selects no file of the standard library: raise it")
