@@ -56,7 +56,8 @@ def load_state(args):
     try:
         if args.init_from:
             if not os.path.exists(args.init_from):
-                fail(f"--init_from: no such checkpoint {args.init_from}")
+                fail(f"--init_from: no such checkpoint {args.init_from}: give the path of a ckpt_<N>.pt or ckpt_<N>/ "
+                     "(GPT-2's weights: scripts/eval.py or an export)")
             return checkpoint.load_checkpoint(args.init_from, log)
         if os.path.isfile(args.out_dir):  # a checkpoint given for its run's folder
             fail(f"--out_dir {args.out_dir} is a file: pass a checkpoint as --init_from {args.out_dir}, or its "

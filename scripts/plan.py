@@ -184,7 +184,7 @@ def make_plan(cfg, gpu_key, mfu, price_per_hour, gpus, simulate=False, gpus_per_
     if cfg.data_mixture:  # each source's share of the tokens, against its train.bin where it is prepared here
         shares = bins.folders(cfg)
         epochs = bins.planned_epochs(shares, plan["total_tokens"])
-        plan["sources"] = {bins.source_name(p): {"weight": w, "epochs": epochs[bins.source_name(p)]}
+        plan["sources"] = {bins.source_name(p): {"weight": w, "epochs": epochs[bins.source_name(p)], "folder": p}
                            for p, w in shares.items()}
     return plan
 
@@ -343,7 +343,8 @@ def report(plan, cfg, config_args):
         f"{plan['total_flops']:.3g}",
     ]
     for name, source in plan.get("sources", {}).items():
-        epochs = "not prepared here" if source["epochs"] is None else f"{source['epochs']:.2f} epochs at max_iters"
+        epochs = (f"not prepared here: {bins.prepare_hint(source['folder'])}" if source["epochs"] is None else
+                  f"{source['epochs']:.2f} epochs at max_iters")
         lines.append(f"  source {name}: weight {source['weight']:.3g}, {epochs}")
         if warning := bins.repeat_warning(name, source["epochs"]):
             lines.append(f"  {warning}")

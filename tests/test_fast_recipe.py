@@ -23,3 +23,12 @@ def test_plan_prints_days_and_dollars_beside_another_recipe():
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert plan["beside"]["total_tokens"] > 2 * plan["total_tokens"] and plan["beside"]["days"] > plan["days"]
+
+
+def test_plan_names_the_command_that_prepares_each_source_not_prepared_here(tmp_path):
+    """The fast recipe's mixture on a machine without its bins: plan.py said "not prepared here" and no more."""
+    mixture = f"--data_mixture={{'{tmp_path / 'dclm'}': 0.6, '{tmp_path / 'pile'}': 0.4}}"
+    result = run_here(["scripts/plan.py", "config/train_gpt3_6b_fast.py", mixture])
+    assert result.returncode == 0, result.stderr
+    assert f"source dclm: weight 0.6, not prepared here: python data/dclm/prepare.py --data_dir {tmp_path / 'dclm'}" \
+        in result.stdout

@@ -338,7 +338,8 @@ def start_point(cfg, defaults, master, log):
     if cfg.init_weights and cfg.init_from not in ("auto", "scratch"):
         raise StartError(f"init_weights starts a new run, init_from={cfg.init_from!r} continues one: drop one of them")
     if from_path and not os.path.exists(cfg.init_from):
-        raise StartError(f"init_from: no such checkpoint {cfg.init_from}")
+        raise StartError(f"init_from: no such checkpoint {cfg.init_from}: give auto, resume, scratch, a GPT-2 name "
+                         f"({', '.join(hf.GPT2_MODELS)}) or the path of a ckpt_<N>.pt or ckpt_<N>/")
     if master:
         checkpoint.remove_stale_temp_files(cfg.out_dir, log=log)
     if dist.is_initialized():
