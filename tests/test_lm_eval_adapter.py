@@ -542,3 +542,14 @@ def test_an_encoding_of_more_tokens_than_a_hf_folders_model_is_one_line(run, tmp
     assert e.value.code == 1 and capsys.readouterr().err.strip().splitlines()[-1] == (
         f"error: {gpt2_rank_file} has 50257 tokens but the model 257: pass the --encoding it was trained with "
         "(bytes, gpt2 or the run's .tiktoken file)")
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named_before_the_tasks(tmp_path, capsys):
+    """eval.py README.md said the tasks' files were missing (they were checked first), then failed to load it."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("# not a checkpoint\n")
+    with pytest.raises(SystemExit) as e:
+        eval_script.main([str(notes), "--data_dir", str(tmp_path / "no_tasks"), "--device", "cpu"])
+    assert e.value.code == 1 and capsys.readouterr().err.strip().splitlines() == [
+        f"error: {notes} is not a checkpoint (torch.save writes a zip archive): give eval.py a ckpt_<N>.pt, a run's "
+        "out_dir or a Hugging Face folder"]
