@@ -20,7 +20,7 @@ import threading
 import types
 from pathlib import Path
 
-from trainer import RunError
+from trainer import RunError, cli
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "config")  # the repository's
 
@@ -275,13 +275,12 @@ def _check_type(key, value, source, current):
 def misspelt_option(config_args, parser):
     """A tool's --flag that its argparse parser left over for the config (parse_known_args) but is no config key
     and near one of the tool's own options (plan.py --simulat): the line that says so, or None."""
-    options = [o for o in parser._option_string_actions if o.startswith("--")]
     for arg in config_args:
         flag = arg.partition("=")[0]
         if not arg.startswith("--") or flag[2:] in DEFAULTS or difflib.get_close_matches(flag[2:], DEFAULTS, 1):
             continue  # a config key, or a misspelt one: load_config names it with the keys it is near
-        if close := difflib.get_close_matches(flag, options, 1):
-            return f"unknown option {flag}: did you mean {close[0]}?"
+        if near := cli.near_option(flag, parser):
+            return f"unknown option {flag}: did you mean {near}?"
     return None
 
 
@@ -312,11 +311,14 @@ def _parse_value(key, raw):
 def _read_config_file(path, config):
     """The settings a config file makes. It runs with the config so far in scope, so it can
     compute from values it does not set itself (block_size in a token budget, say)."""
-    if not Path(path).is_file():
+    if not Path(path).is_file():  # a near name in its folder, or in config/ (never train.py beside it)
         folder = Path(path).parent
-        near = difflib.get_close_matches(str(path), map(str, folder.glob("*.py")), 1) if folder.is_dir() else []
-        raise ConfigError(f"config file not found: {path}" + (f"; did you mean {near[0]}?" if near else
-                                                              f" (the configs: {os.path.relpath(CONFIGS)}/*.py)"))
+        pool = folder if folder.is_dir() and folder.resolve() != Path(CONFIGS).parent else Path(CONFIGS)
+        names = {p.name: p for p in pool.glob("*.py")}
+        near = difflib.get_close_matches(Path(path).name, names, 1)
+        raise ConfigError(f"config file not found: {path}" + (
+            f"; did you mean {os.path.relpath(names[near[0]])}?" if near else
+            f" (the configs: {os.path.relpath(CONFIGS)}/*.py)"))
     scope = dict(config, __file__=path)  # so that a config can read another beside it
     try:
         with _PARSING:

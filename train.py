@@ -252,7 +252,7 @@ def say_how_it_ended(iteration, stopped):
 
 # -----------------------------------------------------------------------------
 # the loop: iter_num counts completed optimizer steps, so `iter N` and ckpt_N.pt agree
-clock = runlog.StepClock(cfg.compile, log)  # the first step's time, then the average behind the eta
+clock = runlog.StepClock(cfg.compile, log)  # the first step's time, then the wall time per step behind the eta
 if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
     evaluate(iter_num)
     if hellaswag_examples and (start.pretrained or iter_num > 0 or cfg.eval_only):
@@ -300,7 +300,8 @@ while iter_num < cfg.max_iters and not stop_now:
         if fp8_all_gather:
             precision.update_weight_scales(raw_model)
     optimizer.zero_grad(set_to_none=how != "ddp")  # DDP's gradients stay views of its buckets
-    machine.synchronize(device)  # the optimizer's kernels in this step's time, not in what waits for them next
+    if clock.steps == 0 or (iter_num + 1) % cfg.log_interval == 0:  # a step time that is read: with the optimizer's
+        machine.synchronize(device)  # kernels, not in what waits for them next (elsewhere the next step overlaps them)
     dt = time.perf_counter() - t0
     iter_num += 1
     checkpoints.step_start()

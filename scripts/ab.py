@@ -144,8 +144,8 @@ def main():
     p.add_argument("--seeds", type=int, default=2, help="how many seeds (from 1337 on)")
     p.add_argument("--out", required=True, help="folder for the runs, ab.json and ab.png")
     args = p.parse_args(joined(sys.argv[1:]))
-    if args.seeds < 1:  # no run, no mean to report
-        p.error(f"--seeds must be at least 1, got {args.seeds}")
+    if problem := cli.below_least(args, {"seeds": 1}):  # no run, no mean to report
+        p.error(problem)
     try:
         common, a, b = (overrides(f"--{k}", getattr(args, k)) for k in ("common", "a", "b"))
     except ValueError as e:

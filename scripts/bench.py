@@ -96,9 +96,9 @@ def parse_args(argv):
     if not config_args or config_args[0].startswith("-"):  # nanoGPT habit: no config, show how
         p.print_help()
         sys.exit(2)
-    if args.steps < 1 or args.warmup < 1 or args.repeat < 1 or args.grad_accum < 0:
-        p.error("need --steps >= 1, --warmup >= 1 (the first step includes the warm-up), --repeat >= 1 "
-                "and --grad_accum >= 0")
+    # --warmup 1 at least: the first step includes the warm-up (and the compilation)
+    if problem := cli.below_least(args, {"steps": 1, "warmup": 1, "repeat": 1, "grad_accum": 0}):
+        p.error(problem)
     if args.sweep + args.reference + args.save_resume > 1:
         p.error("--sweep, --reference and --save_resume are separate measurements: choose one")
     if not args.sweep and (args.batch_sizes or args.recompute):

@@ -104,8 +104,8 @@ def load(args, source, local_rank=0):
     """(model, encoding, device, autocast, {'iter', 'max_iters', 'out': where the results go}) for a
     checkpoint, an out_dir or a Hugging Face folder."""
     if os.path.isfile(source) and not zipfile.is_zipfile(source):  # before the tasks are checked: the first mistake
-        sample.fail(f"{source} is not a checkpoint (torch.save writes a zip archive): give eval.py a ckpt_<N>.pt, a "
-                    "run's out_dir or a Hugging Face folder")
+        sample.fail(f"{source} is not a checkpoint, or one cut short (torch.save writes a whole zip archive): give "
+                    "eval.py a ckpt_<N>.pt, a run's out_dir or a Hugging Face folder")
     is_checkpoint = os.path.isfile(source) or os.path.isfile(os.path.join(source, checkpoint.TRAINER_STATE))
     # an out_dir holds config.json too (train.py's settings): it is a Hugging Face folder only without checkpoints
     if not is_checkpoint and not checkpoint.list_checkpoints(source) and os.path.isfile(os.path.join(source, "config.json")):

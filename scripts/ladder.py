@@ -544,8 +544,8 @@ def main(argv=None):
     if len(settings["sizes"]) < ladder.MIN_SIZES:
         raise SystemExit(f"error: {args.config} has {len(settings['sizes'])} sizes, a fit needs at least "
                          f"{ladder.MIN_SIZES}: add sizes")
-    if args.jobs < 1 or args.nproc < 1:
-        raise SystemExit(f"error: --jobs {args.jobs} and --nproc {args.nproc}: each must be at least 1")
+    if problem := cli.below_least(args, {"jobs": 1, "nproc": 1}):
+        raise SystemExit(f"error: {problem}")
     eval_tasks, eval_args = eval_options(args)
     out = Path(args.out)
     head = [*settings["base"], *shlex.split(settings["common"])]

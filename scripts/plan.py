@@ -563,8 +563,11 @@ def parse_args(argv):
         except ValueError as e:
             parser.error(str(e))
     if args.nodes:
-        if args.nodes < 1 or args.gpus_per_node < 1 or args.interconnect <= 0 or args.intranode <= 0:
-            parser.error("--nodes and --gpus_per_node must be >= 1, --interconnect and --intranode > 0 (GB/s)")
+        if problem := cli.below_least(args, {"nodes": 1, "gpus_per_node": 1}):
+            parser.error(problem)
+        if not (args.interconnect > 0 and args.intranode > 0):
+            parser.error(f"--interconnect and --intranode are GB/s, above 0: got {args.interconnect:g} and "
+                         f"{args.intranode:g}")
         args.gpus = args.nodes * args.gpus_per_node
     if not 0 < args.mfu <= 1:
         parser.error(f"--mfu is a fraction in (0, 1], e.g. 0.4 for 40%; got {args.mfu}")

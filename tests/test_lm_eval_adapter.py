@@ -551,5 +551,5 @@ def test_a_file_that_is_not_a_checkpoint_is_named_before_the_tasks(tmp_path, cap
     with pytest.raises(SystemExit) as e:
         eval_script.main([str(notes), "--data_dir", str(tmp_path / "no_tasks"), "--device", "cpu"])
     assert e.value.code == 1 and capsys.readouterr().err.strip().splitlines() == [
-        f"error: {notes} is not a checkpoint (torch.save writes a zip archive): give eval.py a ckpt_<N>.pt, a run's "
-        "out_dir or a Hugging Face folder"]
+        f"error: {notes} is not a checkpoint, or one cut short (torch.save writes a whole zip archive): give eval.py a "
+        "ckpt_<N>.pt, a run's out_dir or a Hugging Face folder"]

@@ -152,8 +152,10 @@ class Checkpointer:
         if changes:  # the val loss is the sources' mean weighted by their shares: a best of other shares is no bar
             run.best_val_loss = math.inf
         saved_val_set = state.get("val_set")  # None: a checkpoint older than the key, whose eval batch is unknown
-        if saved_val_set is not None and list(saved_val_set) != run.val_set and not after_rollback:
-            self._note_val_set(run, list(saved_val_set), state["iter_num"])
+        if saved_val_set is not None and list(saved_val_set) != run.val_set:
+            run.best_val_loss = math.inf  # a rollback to a checkpoint of the old windows too: their best is no bar
+            if not after_rollback:
+                self._note_val_set(run, list(saved_val_set), state["iter_num"])
         rngs = state["rng"]  # one per rank of the run that saved it
         if len(rngs) != self.world_size:
             self.log(f"resuming {len(rngs)} process(es)' run with {self.world_size}: the weights, optimizer and data "
@@ -180,7 +182,6 @@ class Checkpointer:
         self.log(f"note: the val set changed since the checkpoint ({iters0} x {batch0} -> {iters1} x {batch1} "
                  f"windows, eval_iters x batch_size): val losses from iter {iteration} on are of other windows; "
                  "the best val loss and the forecast start again")
-        run.best_val_loss = math.inf
         self.record("val_set_changed", iteration, was=saved, now=run.val_set)
 
     def _note_changes(self, saved, iteration):

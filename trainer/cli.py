@@ -6,7 +6,7 @@ import difflib
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse.ArgumentParser, but an error is `PROG: error: MESSAGE; did you mean --x? (--help lists them)` alone,
+    """argparse.ArgumentParser, but an error is `PROG: error: MESSAGE; did you mean --x? (--help lists the options)` alone,
     with exit status 2 as argparse's."""
 
     def error(self, message):
@@ -15,12 +15,17 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
 
     def _near_miss(self, words):
-        flags = [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
         for word in words:
-            close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1) if word.startswith("--") else []
-            if close:
-                return f"; did you mean {close[0]}?"
+            if word.startswith("--") and (near := near_option(word, self)):
+                return f"; did you mean {near}?"
         return ""
+
+
+def near_option(word, parser):
+    """parser's --option nearest word (--simulat=1: --simulate), or None."""
+    options = [option for option in parser._option_string_actions if option.startswith("--")]
+    close = difflib.get_close_matches(word.partition("=")[0], options, n=1)
+    return close[0] if close else None
 
 
 def below_least(args, least):

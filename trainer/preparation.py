@@ -382,7 +382,9 @@ def _new_state(job, start):
 def _meta(state):
     """meta.json: what train.py and people need to know about the bins, derived from the manifest."""
     job = state["job"]
-    return {**describe_encoding(job["encoding"]), "vocab_size": job["vocab_size"], "eot_token": job["eot_token"],
+    # the rank file's hash as the job took it (older jobs': hashed now), not the file's as it may be now
+    recorded = {k: job[k] for k in ("encoding_sha256",) if k in job}
+    return {**describe_encoding(job["encoding"]), **recorded, "vocab_size": job["vocab_size"], "eot_token": job["eot_token"],
             "dtype": "uint16",
             "splits": {s: {"tokens": state["tokens"][s], "documents": state["documents"][s]} for s in SPLITS},
             "sources": [p for p, _ in job["inputs"]] if job["inputs"] else

@@ -73,7 +73,7 @@ class Encoding:
 REPO_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".cache")  # fetched ranks
 
 
-@functools.cache  # built once per process; forked workers inherit it ready-made
+@functools.cache  # built once per process (each of prepare's spawned workers builds its own)
 def get_encoding(name):
     """'gpt2', 'bytes', or the path of a .tiktoken rank file; ValueError names what is wrong."""
     if name == "bytes":
