@@ -2,16 +2,22 @@
 an import (importing torch takes seconds, more on a GPU box). It imports nothing but the standard library, so an
 entry point can install it before anything else. It hears SIGINT even where the process inherited it ignored
 (`cmd &` in a script), which Python otherwise keeps."""
+import contextlib
+import os
 import signal
 import sys
 
 
 def stop_at_once(tool, meaning):
     """From now on a SIGINT prints `{tool}: stopped by SIGINT {meaning}` and exits 130, until the tool installs
-    handlers of its own (train.py's elastic.StopSignal, which saves). For work that nothing half-writes."""
+    handlers of its own (train.py's elastic.StopSignal, which saves). For work that nothing half-writes: the exit is
+    immediate (os._exit, after flushing what was printed), since a SystemExit raised in the middle of an import can
+    surface as another exception with a traceback (class creation wraps one raised in __set_name__)."""
 
     def stop(signum, frame):
-        print(f"{tool}: stopped by SIGINT {meaning}", file=sys.stderr, flush=True)
-        sys.exit(130)
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more to tell it
+            sys.stdout.flush()
+            print(f"{tool}: stopped by SIGINT {meaning}", file=sys.stderr, flush=True)
+        os._exit(130)
 
     signal.signal(signal.SIGINT, stop)
