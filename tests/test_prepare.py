@@ -3,6 +3,7 @@ generated jsonl / jsonl.zst / parquet / text files, with kills made deterministi
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import types
@@ -222,6 +223,28 @@ def test_rerun_of_a_complete_job_is_a_no_op(tmp_path, corpus):
     again = prepare(source, out, *FLAGS, "--num_proc", "1")  # num_proc is not part of the job
     assert again.returncode == 0 and "already prepared, nothing to do" in again.stdout
     assert [os.stat(out / f"{s}.bin").st_mtime_ns for s in bins.SPLITS] == mtimes
+
+
+def test_a_sigterm_stops_the_job_as_ctrl_c_does_saying_so_and_it_resumes(tmp_path, corpus, monkeypatch, capsys):
+    """A machine shutting down sends SIGTERM: the job ended with no word (status -15). Now it says what was kept,
+    exits 143, and the same command resumes to the bins of a job never stopped."""
+    docs, source, reference = corpus
+    out = tmp_path / "out"
+    args = preparation.parser("", source=None, data_dir=None).parse_args(
+        ["--source", *source, "--data_dir", str(out), *FLAGS, "--commit_seconds", "0"])
+    appended, append = [], preparation._append
+    def append_then_shut_down(*a):
+        appended.append(1)
+        if len(appended) == 2:  # the second chunk: the first is committed
+            os.kill(os.getpid(), signal.SIGTERM)
+        return append(*a)
+    monkeypatch.setattr(preparation, "_append", append_then_shut_down)
+    assert preparation.run(args) == 143
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "stopped by SIGTERM: work up to the last commit is kept; re-run the same command to resume")
+    monkeypatch.setattr(preparation, "_append", append)
+    assert preparation.run(args) == 0 and "resuming" in capsys.readouterr().out
+    assert bin_bytes(out) == reference
 
 
 @pytest.mark.e2e

@@ -299,10 +299,14 @@ def open_source(specs, text_field, subset=None):
 _worker = {}
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _init_worker(parent, encoding_name, text_field, val_fraction):
     """parent: the main process's pid, from the main process: a worker first scheduled after its parent was
     killed would read its own getppid() as the reaper's and never exit."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    for sig in STOP_SIGNALS:  # Ctrl-C, a shutdown, a hang-up: the main process's to handle (a worker left alone
+        signal.signal(sig, signal.SIG_IGN)  # ends with it), or a dead worker would read as out of memory
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     encoding = get_encoding(encoding_name)
     _worker.update(encoding=encoding, eot=np.array([encoding.eot_token], dtype=np.uint32),
@@ -635,17 +639,31 @@ def _run_job(args, source, encoding, job):
     return 0
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def run(args, source=None):
     """Run, resume, or confirm one prepare job; returns the exit status. source: a LocalFiles or
-    HubDataset to use instead of opening args.source."""
+    HubDataset to use instead of opening args.source. A SIGTERM (a machine shutting down) or SIGHUP (a closed
+    terminal; unless nohup ignores it) stops it as Ctrl-C does, saying so, where it used to end without a word."""
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS[1:]}
+    for sig, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(sig, _stop)
     try:
         return _prepare(args, source)
     except (PrepareError, BinError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: work up to the last commit is kept; re-run the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        name = str(e) or "SIGINT"
+        print(f"\nstopped by {name}: work up to the last commit is kept; re-run the same command to resume",
+              file=sys.stderr)
+        return 128 + signal.Signals[name]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 # -----------------------------------------------------------------------------
