@@ -53,7 +53,8 @@ from torch.distributed.run import get_args_parser as run_parser
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 import configurator  # noqa: E402
-from trainer import RunError, bins, checkpoint, cli, cost, ladder, ladder_analysis, metrics, runlog  # noqa: E402
+from trainer import (  # noqa: E402
+    RunError, bins, checkpoint, cli, cost, interrupt, ladder, ladder_analysis, metrics, runlog)
 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
@@ -291,8 +292,7 @@ class Ladder:
             self.heard = self.heard or signum
             self.stopped.set()
             stop_children()
-        hup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
-        before = {sig: signal.signal(sig, stop) for sig in [signal.SIGINT, signal.SIGTERM, *hup]}
+        before = {sig: signal.signal(sig, stop) for sig in interrupt.stop_signals()}
         try:
             yield
         finally:

@@ -6,8 +6,8 @@ import difflib
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse.ArgumentParser, but an error is `PROG: error: MESSAGE; did you mean --x? (--help lists the options)` alone,
-    with exit status 2 as argparse's."""
+    """argparse.ArgumentParser, but an error is one line alone, with exit status 2 as argparse's:
+    `PROG: error: MESSAGE; did you mean --x? (--help lists the options)`."""
 
     def error(self, message):
         if message.startswith("unrecognized arguments: "):

@@ -27,6 +27,8 @@ import threading
 import torch
 import torch.distributed as dist
 
+from trainer import interrupt
+
 
 FAILURES = "FAILURES"  # in out_dir: one line per failed rank since the last start
 
@@ -163,11 +165,8 @@ class StopSignal:
 
     def __init__(self):
         self.signum = None
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            # under nohup a hang-up stays ignored; SIGINT and SIGTERM are always heard, though a shell
-            # starts a background job (`python train.py ... &` in a script) with SIGINT ignored
-            if sig in (signal.SIGINT, signal.SIGTERM) or signal.getsignal(sig) is not signal.SIG_IGN:
-                signal.signal(sig, self._request)
+        for sig in interrupt.stop_signals():
+            signal.signal(sig, self._request)
         term_when_launcher_dies()
 
     def _request(self, signum, frame):

@@ -8,6 +8,13 @@ import signal
 import sys
 
 
+def stop_signals():
+    """The signals a long job stops on (train.py, a ladder, a prepare job): SIGINT and SIGTERM always, though a shell
+    starts a background job (`cmd &` in a script) with SIGINT ignored; SIGHUP unless nohup left it ignored."""
+    hang_up = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+    return [signal.SIGINT, signal.SIGTERM, *hang_up]
+
+
 def stop_at_once(tool, meaning):
     """From now on a SIGINT prints `{tool}: stopped by SIGINT {meaning}` and exits 130, until the tool installs
     handlers of its own (train.py's elastic.StopSignal, which saves). For work that nothing half-writes: the exit is

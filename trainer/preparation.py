@@ -37,7 +37,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from trainer import RunError, cli, faults, runlock
+from trainer import RunError, cli, faults, interrupt, runlock
 from trainer.bins import SPLITS, BinError, BinWriter, bin_path, check_vocab, write_json_atomic, write_meta
 from trainer.tokenizer import describe as describe_encoding
 from trainer.tokenizer import get_encoding
@@ -388,7 +388,8 @@ def _meta(state):
     job = state["job"]
     # the rank file's hash as the job took it (older jobs': hashed now), not the file's as it may be now
     recorded = {k: job[k] for k in ("encoding_sha256",) if k in job}
-    return {**describe_encoding(job["encoding"]), **recorded, "vocab_size": job["vocab_size"], "eot_token": job["eot_token"],
+    return {**describe_encoding(job["encoding"]), **recorded, "vocab_size": job["vocab_size"],
+            "eot_token": job["eot_token"],
             "dtype": "uint16",
             "splits": {s: {"tokens": state["tokens"][s], "documents": state["documents"][s]} for s in SPLITS},
             "sources": [p for p, _ in job["inputs"]] if job["inputs"] else
@@ -646,11 +647,8 @@ def _stop(signum, frame):
 def run(args, source=None):
     """Run, resume, or confirm one prepare job; returns the exit status. source: a LocalFiles or
     HubDataset to use instead of opening args.source. A SIGTERM (a machine shutting down) or SIGHUP (a closed
-    terminal; unless nohup ignores it) stops it as Ctrl-C does, saying so, where it used to end without a word."""
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS[1:]}
-    for sig, handler in previous.items():
-        if handler is not signal.SIG_IGN:
-            signal.signal(sig, _stop)
+    terminal; interrupt.stop_signals) stops it as Ctrl-C does, saying so, where it used to end without a word."""
+    previous = {sig: signal.signal(sig, _stop) for sig in interrupt.stop_signals() if sig != signal.SIGINT}
     try:
         return _prepare(args, source)
     except (PrepareError, BinError) as e:
