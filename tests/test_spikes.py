@@ -1,5 +1,7 @@
 """Loss spikes: skipped, a burst rolls back to the right checkpoint with the right data skipped, the
 number of rollbacks is bounded, and a stop and resume through all of it stays bit-exact."""
+import math
+
 import pytest
 import torch
 
@@ -75,6 +77,18 @@ def test_stop_and_resume_through_spikes_and_rollback_is_bit_exact(tmp_path, data
     resumed = spiky(tmp_path / "split", data_dir).stdout
     assert "rolled back to iter 6" in resumed
     assert_same_weights(burst[0] / "ckpt_16.pt", tmp_path / "split" / "ckpt_16.pt")
+
+
+def test_a_rollback_to_a_checkpoint_of_the_old_val_set_keeps_its_best_from_being_a_bar(tmp_path, data_dir):
+    """A resume on another batch_size scores other val windows; a rollback past the resume to a checkpoint saved
+    before it brings back that checkpoint's best, which is of the old windows: reset again, without a second note."""
+    out = tmp_path / "run"
+    spiky(out, data_dir, "--max_iters=10", "--eval_interval=2", at="")
+    assert math.isfinite(torch.load(out / "ckpt_8.pt", weights_only=True)["best_val_loss"])
+    log = spiky(out, data_dir, "--batch_size=8", at="11,12,13").stdout
+    assert "rolled back to iter 8 " in log and log.count("note: the val set changed") == 1
+    state = torch.load(out / "ckpt_8.pt", weights_only=True)  # saved again at once after the rollback
+    assert state["val_set"] == [2, 8] and state["best_val_loss"] == math.inf
 
 
 def test_rollbacks_are_limited(tmp_path, data_dir):
