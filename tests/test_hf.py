@@ -378,6 +378,7 @@ def test_qk_norm_on_llamas_settings_exports_as_qwen3_with_the_same_logits(tmp_pa
     assert type(qwen3).__name__ == "Qwen3ForCausalLM" and config.vocab_size == 257
     assert config.tie_word_embeddings == tied and (config.head_dim, config.rms_norm_eps) == (16, 1e-5)
     assert config.rope_parameters == dict(rope_type="default", rope_theta=500.0)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["rope_theta"] == 500.0  # transformers 4 reads it
     assert config.sliding_window is None and set(config.layer_types) == {"full_attention"}
     assert not config.attention_bias and not hasattr(config, "mlp_bias")
     gains = [p for name, p in qwen3.named_parameters() if name.endswith(("q_norm.weight", "k_norm.weight"))]

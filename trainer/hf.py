@@ -265,12 +265,16 @@ def _hf_config(args, layout, rows, eot, dtype_name):
     """config.json's transformers config for a model of args in layout ('gpt2', 'llama' or 'qwen3')."""
     from transformers import GPT2Config, LlamaConfig, Qwen3Config
     common = dict(vocab_size=rows, bos_token_id=eot, eos_token_id=eot, dtype=dtype_name)
-    if layout == "llama":
-        return LlamaConfig(**_llama_config_fields(args), mlp_bias=args.bias, architectures=["LlamaForCausalLM"],
-                           **common)
-    if layout == "qwen3":  # Qwen3Config's defaults are Qwen3-8B's: a head_dim of 128, a sliding window it could turn on
-        return Qwen3Config(**_llama_config_fields(args), head_dim=args.n_embd // args.n_head, use_sliding_window=False,
-                           architectures=["Qwen3ForCausalLM"], **common)
+    if layout in ("llama", "qwen3"):
+        if layout == "llama":
+            config = LlamaConfig(**_llama_config_fields(args), mlp_bias=args.bias, architectures=["LlamaForCausalLM"],
+                                 **common)
+        else:  # Qwen3Config's defaults are Qwen3-8B's: a head_dim of 128, a sliding window it could turn on
+            config = Qwen3Config(**_llama_config_fields(args), head_dim=args.n_embd // args.n_head,
+                                 use_sliding_window=False, architectures=["Qwen3ForCausalLM"], **common)
+        # transformers 4 (and the servers built on it) read the base at the top level, and without it take 10000
+        config.rope_theta = args.rope_theta
+        return config
     return GPT2Config(n_positions=args.block_size, n_embd=args.n_embd, n_layer=args.n_layer, n_head=args.n_head,
                       activation_function=ACTIVATIONS[args.activation], layer_norm_epsilon=NORM_EPS, resid_pdrop=0.0,
                       embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=args.tie_embeddings,
