@@ -397,14 +397,22 @@ def test_qk_norm_on_llamas_settings_exports_as_qwen3_with_the_same_logits(tmp_pa
     (dict(activation="relu2"), "Llama", "activation='relu2'"),
     (dict(qk_norm=True, bias=True), "Qwen3", "bias=True"),  # Qwen3's MLP has no biases
     (dict(qk_norm=True, logit_softcap=15.0), "Qwen3", "logit_softcap=15.0"),
-    (dict(position="learned", norm="layernorm", activation="gelu", tie_embeddings=True, qk_norm=True), "Qwen3",
-     "position='learned', norm='layernorm', activation='gelu'"),
-    (dict(position="learned", activation="gelu", logit_softcap=15.0), "Llama",
-     "position='learned', activation='gelu', logit_softcap=15.0")])
-def test_a_mix_neither_gpt2_llama_nor_qwen3_has_is_refused_in_one_line(tmp_path, changes, layout, named):
-    """Named against Llama's layout, or Qwen3's for a model with QK-norm: the settings that keep it from exporting."""
-    save_modern(tmp_path / "run", **changes)
+    # GPT-3's settings plus one: named against GPT-2's layout, the nearer
+    (dict(position="learned", norm="layernorm", activation="gelu", tie_embeddings=True, qk_norm=True), "GPT-2",
+     "qk_norm=True"),
+    (dict(position="learned", norm="layernorm", activation="gelu", logit_softcap=15.0), "GPT-2", "logit_softcap=15.0"),
+    (dict(position="learned", activation="gelu", logit_softcap=15.0), "GPT-2", "norm='rmsnorm', logit_softcap=15.0"),
+    (dict(position="learned", activation="relu2"), "Llama", "position='learned', activation='relu2'")])  # a tie
+def test_a_mix_neither_gpt2_llama_nor_qwen3_has_is_named_against_the_nearest_layout(changes, layout, named):
+    """Llama's, or Qwen3's for a model with QK-norm, or GPT-2's: only the settings that keep it from exporting."""
+    with pytest.raises(hf.WeightsError) as refused:
+        hf.export_layout(GPTConfig(**{**LLAMA_ARGS, **changes}), "run")
+    assert str(refused.value).startswith(f"run: {layout}'s layout, the nearest, has no {named}: transformers loads")
+
+
+def test_a_mix_no_layout_has_is_refused_in_one_line_with_nothing_written(tmp_path):
+    save_modern(tmp_path / "run", logit_softcap=15.0)
     result = run_script("scripts/export_hf.py", str(tmp_path / "run"), str(tmp_path / "hf"))
     assert result.returncode == 1 and "Traceback" not in result.stderr and not (tmp_path / "hf").exists()
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("error: ") and f"{layout}'s layout has no {named}, and GPT-2's" in line
+    assert line.startswith("error: ") and "Llama's layout, the nearest, has no logit_softcap=15.0: " in line

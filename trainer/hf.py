@@ -235,18 +235,21 @@ def checkpoint_weights(state):
 
 def export_layout(args, source):
     """'gpt2', 'llama' or 'qwen3': the transformers class that computes what a model of args (a GPTConfig) computes;
-    for any other mix of settings a WeightsError naming what the nearer of Llama and Qwen3 lacks (the model's qk_norm
-    picks which: only Qwen3 has one), so that the line names only the settings to change."""
-    if all(getattr(args, k) == v for k, v in GPT2_SETTINGS.items()) and args.activation in ACTIVATIONS:
-        return "gpt2"
-    layout, name, settings = ("qwen3", "Qwen3", QWEN3_SETTINGS) if args.qk_norm else ("llama", "Llama", LLAMA_SETTINGS)
-    lacking = [f"{k}={getattr(args, k)!r}" for k, v in settings.items() if getattr(args, k) != v]
-    if lacking:
+    for any other mix of settings a WeightsError naming what the nearest of the three lacks (Llama or Qwen3 by the
+    model's qk_norm, or GPT-2), so that the line names only the settings to change."""
+    def lacking(settings, activations=None):
+        wrong = [f"{k}={getattr(args, k)!r}" for k, v in settings.items() if getattr(args, k) != v]
+        return wrong + ([f"activation={args.activation!r}"] if activations and args.activation not in activations
+                        else [])
+    modern = ("qwen3", "Qwen3", QWEN3_SETTINGS) if args.qk_norm else ("llama", "Llama", LLAMA_SETTINGS)
+    gaps = {"gpt2": ("GPT-2", lacking(GPT2_SETTINGS, ACTIVATIONS)), modern[0]: (modern[1], lacking(modern[2]))}
+    layout = min([modern[0], "gpt2"], key=lambda k: len(gaps[k][1]))  # a tie names Llama's or Qwen3's gap
+    name, gap = gaps[layout]
+    if gap:
         llama = ", ".join(f"{k}={v!r}" for k, v in LLAMA_SETTINGS.items())
-        raise WeightsError(f"{source}: {name}'s layout has no {', '.join(lacking)}, and GPT-2's has none of this "
-                           f"model's other settings: transformers loads GPT-3's settings (as GPT-2), Llama's ({llama}) "
-                           f"or those with qk_norm=True and bias=False (as Qwen3); scripts/eval.py evaluates any "
-                           f"checkpoint")
+        raise WeightsError(f"{source}: {name}'s layout, the nearest, has no {', '.join(gap)}: transformers loads "
+                           f"GPT-3's settings (as GPT-2), Llama's ({llama}) or those with qk_norm=True and bias=False "
+                           f"(as Qwen3); scripts/eval.py evaluates any checkpoint")
     return layout
 
 
