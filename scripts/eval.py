@@ -25,7 +25,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from trainer import interrupt  # noqa: E402
 
-if __name__ == "__main__":  # until --watch takes SIGINT over (elastic.hear_sigint): results land whole, at the end
+if __name__ == "__main__":  # until scoring takes SIGINT over (elastic.hear_sigint): results land whole, at the end
     interrupt.stop_at_once("eval.py", "before writing anything")
 
 # before datasets is imported: never the hub, and none of its progress bars for files of a few MB
@@ -323,7 +323,15 @@ def main(argv=None):
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", timeout=timedelta(minutes=30))
-    results, info, note = score(args, args.source, rank, world_size, local_rank)
+    # one process: a stop unwinds, so that lm-eval's temporary task folder goes (with torchrun it exits at once)
+    heard = elastic.hear_sigint() if world_size == 1 else None
+    try:
+        results, info, note = score(args, args.source, rank, world_size, local_rank)
+        if heard is not None and heard.is_set():  # a library swallowed the KeyboardInterrupt
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        print("eval.py: stopped by SIGINT before writing anything", file=sys.stderr, flush=True)
+        sys.exit(130)
     if rank == 0:
         if note:
             print(f"note: {note}", file=sys.stderr)

@@ -348,6 +348,37 @@ def test_watch_started_with_sigint_ignored_stops_on_it_within_10s_leaving_eval_j
     assert ("watch: stopped by SIGINT" in lines.read_text()) == (when != "importing")
 
 
+def task_folders(temporary):
+    """tempfile's folders (tmp...) in temporary, where torch keeps a cache folder of its own besides."""
+    return [p for p in temporary.iterdir() if p.name.startswith("tmp")]
+
+
+@pytest.mark.e2e
+def test_a_stop_while_one_checkpoint_is_scored_writes_nothing_and_leaves_no_temporary_folder(run, tmp_path):
+    """Ctrl-C while lm-eval scores: one line, exit status 130, no result file, and its temporary task folder
+    (tempfile's, under TMPDIR) removed, as an immediate exit would not."""
+    temporary, out_dir = tmp_path / "tmp", tmp_path / "run"
+    temporary.mkdir()
+    out_dir.mkdir()
+    shutil.copy(run / "run" / "ckpt_20.pt", out_dir)
+    lines = tmp_path / "output"
+    with open(lines, "w") as output:
+        child = subprocess.Popen([sys.executable, "scripts/eval.py", str(out_dir / "ckpt_20.pt"), "--data_dir",
+                                  str(run / "tasks"), "--tasks", ",".join(lm_eval_adapter.PAPER_TASKS), "--device",
+                                  "cpu"],
+                                 cwd=REPO, stdout=output, stderr=output, env={**os.environ, "TMPDIR": str(temporary)})
+    try:
+        wait_for(lambda: task_folders(temporary), "temporary task folder")
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=60)
+    finally:
+        child.kill()
+    text = lines.read_text()
+    assert child.returncode == 130 and "Traceback" not in text, text
+    assert text.strip().splitlines()[-1] == "eval.py: stopped by SIGINT before writing anything"
+    assert not task_folders(temporary) and [p.name for p in out_dir.iterdir()] == ["ckpt_20.pt"]
+
+
 def test_an_export_scores_the_same_under_lm_evals_hf_model(run, tmp_path, capsys):
     from lm_eval.models.huggingface import HFLM
     folder = str(tmp_path / "hf")
