@@ -12,7 +12,7 @@ import pytest
 
 import configurator
 from conftest import REPO
-from trainer import forecast, metrics, schedule
+from trainer import forecast, ladder, metrics, schedule
 
 
 def lrs(kind, n=400, warmup=20):
@@ -181,7 +181,8 @@ def test_the_prior_refuses_a_run_that_does_not_follow_the_ladders_schedule_namin
     assert isinstance(forecast.prior(path, 1e6, run_config(), 2e6), forecast.Prior)  # 2 tokens a parameter
     for cfg, tokens, line in (
             (run_config(), 4.5e6, "the ladder's runs trained 2 tokens per parameter and this run 4.5: its curves and "
-                                  "its prediction are another run's; ladder this ratio (tokens_per_param)"),
+                                  "its prediction are another run's; train 2 tokens per parameter, or build "
+                                  "a ladder with tokens_per_param = 4.5 in its config"),
             (run_config(warmup_iters=1), 2e6, "the ladder's runs warmed up over 10.0% of their length and this run "
                                               "over 0.25%: set warmup_iters=40"),
             (run_config(min_lr=0.0), 2e6, "the ladder's runs decayed to 0.1 of their peak rate and this run to 0: "
@@ -189,7 +190,7 @@ def test_the_prior_refuses_a_run_that_does_not_follow_the_ladders_schedule_namin
             (run_config(lr_decay_iters=300), 2e6, "the ladder's runs decayed until their last step and this run until "
                                                   "iter 300 of 400: set lr_decay_iters=400"),
             (run_config(lr_schedule="wsd"), 2e6, "the ladder's runs followed another schedule (lr_schedule 'cosine', "
-                                                 "here 'wsd'): ladder this one")):
+                                                 "here 'wsd'): build a ladder with this one")):
         assert forecast.prior(path, 1e6, cfg, tokens) == line
     assert isinstance(forecast.prior(ladder_json(tmp_path / "older.json"), 1e6, run_config(lr_schedule="wsd"), 2e6),
                       forecast.Prior)  # recorded neither settings nor schedule: only the ratio is judged
@@ -201,7 +202,7 @@ def test_the_fast_run_follows_its_ladders_schedule_and_the_gpt3_run_is_not_its_l
     where config/ladder_gpt3.py's runs train 20, so its prior says so."""
     sys.path.insert(0, str(REPO / "scripts"))
     import ladder as ladder_script
-    from trainer import cost, ladder
+    from trainer import cost
     problems = {}
     for name, target in (("ladder_gpt3_fast", "train_gpt3_6b_fast"), ("ladder_gpt3", "train_gpt3_6b")):
         settings = ladder_script.load_settings(str(REPO / "config" / f"{name}.py"))
@@ -256,6 +257,34 @@ def test_a_prior_path_may_hold_a_colon_and_a_recipe_follows_the_last_one(tmp_pat
     assert forecast.split_spec(path) == (path, None)
     assert forecast.split_spec(path + ":adamw") == (path, "adamw")
     assert forecast.prior(path + ":adamw", 1e6).predicted[0] == pytest.approx(20 * 1e6 ** -0.2, rel=1e-3)
+
+
+def test_the_prior_is_the_recipe_the_run_follows_and_a_run_of_none_or_a_named_other_is_refused(tmp_path):
+    """A Muon run given a ladder of AdamW and Muon without a name gets Muon's curves, not the first recipe's; a
+    named recipe the run does not follow, or a ladder whose recipes the settings cannot tell apart, is one line."""
+    path = ladder_json(tmp_path / "ladder.json")
+    result = json.loads(open(path).read())
+    runs = result["recipes"]["adamw"]["runs"]
+    result["recipes"] = {"adamw": {"runs": runs, "sets": {"optimizer": "adamw", "learning_rate": 1e-2}},
+                         "muon": {"runs": runs, "sets": {"optimizer": "muon", "seed": 7}}}
+    (tmp_path / "ladder.json").write_text(json.dumps(result))
+    cfg = types.SimpleNamespace(**dict(configurator.DEFAULTS, dataset="quickstart", vocab_size=320,
+                                       data_dir=str(tmp_path), optimizer="muon", learning_rate=3e-3))
+    assert ladder.recipe_for_run(result, None, cfg, path) == "muon"  # its seed and rate are the run's own
+    cfg.forecast_prior = path
+    assert forecast.prior_problem(cfg) is None
+    cfg.forecast_prior = f"{path}:adamw"
+    assert forecast.prior_problem(cfg) == (f"forecast_prior: {path}: recipe 'adamw' trained with optimizer='adamw' "
+                                           "(this run 'muon'), so its curves are another recipe's: set those here, "
+                                           f"or name the recipe this run follows ({path}:NAME)")
+    cfg.optimizer = "lion"
+    with pytest.raises(ladder.FitError, match="adamw, muon, and this run's settings match none of them: name"):
+        ladder.recipe_for_run(result, None, cfg, path)
+    for recipe in result["recipes"].values():  # a ladder.json from before the settings were recorded
+        del recipe["sets"]
+    with pytest.raises(ladder.FitError, match="match each of adamw, muon: name the one it follows"):
+        ladder.recipe_for_run(result, None, cfg, path)
+    assert ladder.recipe_for_run(result, "muon", cfg, path) == "muon"
 
 
 def test_a_prior_may_be_the_ladders_folder_and_another_folder_is_one_line(tmp_path):

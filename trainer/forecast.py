@@ -153,7 +153,7 @@ def report(forecaster, prior, out_dir, iter_num, max_iters, log, record):
         log(f"forecast with the ladder's prior: none, {prior}")
     elif prior:  # beside it, the ladder's: its prediction for this size and its shape at this run's level
         made, (predicted, *interval) = prior.forecast(points, max_iters), prior.predicted
-        log(f"forecast with the ladder's prior: " + (f"none yet, {made}" if isinstance(made, str) else
+        log("forecast with the ladder's prior: " + (f"none yet, {made}" if isinstance(made, str) else
             f"val loss {made[0]:.4f} (±{made[1]:.4f})")
             + f"; the ladder predicted {predicted:.4f} {ladder.interval_text(interval, '.4f')}"
             + (f"; measured now {points[-1][1]:.4f}" if points else ""))
@@ -223,16 +223,19 @@ class Prior:
 
 
 def prior(spec, n, cfg=None, tokens=None):
-    """The Prior of forecast_prior = 'OUT/ladder.json' or 'OUT/ladder.json:RECIPE' (default: the ladder's first
-    recipe) for a run of n parameters (cfg: its config, training tokens in all: where given, the ladder's curves
-    must be its shape); None when spec is ''; why there is none when the ladder cannot give one for this run
-    (train.py logs it, and report at each evaluation: the run goes on without it). prior_problem has checked
-    the file."""
+    """The Prior of forecast_prior = 'OUT/ladder.json' or 'OUT/ladder.json:RECIPE' for a run of n parameters
+    (cfg: its config, training tokens in all: where given, the recipe is the one the run follows
+    (ladder.recipe_for_run) and the ladder's curves must be its shape; else the named or first recipe); None when
+    spec is ''; why there is none when the ladder cannot give one for this run (train.py logs it, and report at
+    each evaluation: the run goes on without it). prior_problem has checked the file and the recipe."""
     if not spec:
         return None
-    result, recipe = ladder.load(*split_spec(spec))
-    if cfg is not None and (problem := ladder.shape_problem(result, recipe, cfg, tokens / n)):
-        return problem
+    path, named = split_spec(spec)
+    result, recipe = ladder.load(path, named)
+    if cfg is not None:
+        recipe = ladder.recipe_for_run(result, named, cfg, ladder.ladder_file(path))
+        if problem := ladder.shape_problem(result, recipe, cfg, tokens / n):
+            return problem
     try:
         return Prior(result, recipe, n)
     except ladder.FitError as e:
@@ -247,9 +250,12 @@ def split_spec(spec):
 
 
 def prior_problem(cfg):
-    """One line when cfg's forecast_prior cannot be read for this run (configurator.check), else None."""
+    """One line when cfg's forecast_prior cannot be read for this run, or names no recipe this run follows
+    (configurator.check), else None."""
+    path, named = split_spec(cfg.forecast_prior)
     try:
-        ladder.load(*split_spec(cfg.forecast_prior), expected=ladder.identity(cfg))
+        result, _ = ladder.load(path, named, expected=ladder.identity(cfg))
+        ladder.recipe_for_run(result, named, cfg, ladder.ladder_file(path))
     except ladder.FitError as e:
         return f"forecast_prior: {e}"
     return None

@@ -653,7 +653,8 @@ def shape_problem(result, recipe, cfg, tokens_per_param):
     ratio, settings = result["tokens_per_param"][0], result.get("settings", {})
     if not same_ratio(ratio, tokens_per_param):
         return (f"the ladder's runs trained {ratio:g} tokens per parameter and this run {tokens_per_param:.1f}: its "
-                "curves and its prediction are another run's; ladder this ratio (tokens_per_param)")
+                f"curves and its prediction are another run's; train {ratio:g} tokens per parameter, or build a ladder "
+                f"with tokens_per_param = {tokens_per_param:.1f} in its config")
     if "warmup_fraction" in settings and not same_ratio(settings["warmup_fraction"], cfg.warmup_iters / cfg.max_iters):
         share, warmup = cfg.warmup_iters / cfg.max_iters, round(settings["warmup_fraction"] * cfg.max_iters)
         return (f"the ladder's runs warmed up over {settings['warmup_fraction']:.1%} of their length and this run over "
@@ -667,8 +668,39 @@ def shape_problem(result, recipe, cfg, tokens_per_param):
     recorded = result["recipes"][recipe].get("schedule")
     if recorded and (differs := {k: (v, getattr(cfg, k)) for k, v in recorded.items() if v != getattr(cfg, k)}):
         return ("the ladder's runs followed another schedule (" + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b)
-                                                                        in differs.items()) + "): ladder this one")
+                                                                        in differs.items()) + "): build a ladder with this one")
     return None
+
+
+RUN_OWN = ("learning_rate", "min_lr", "seed")  # a run may set these otherwise than its recipe: the ladder sweeps the
+# rate (and recommends one), and a seed is one draw of the same curve
+
+
+def recipe_mismatch(result, recipe, cfg):
+    """{key: (the recipe's value, cfg's)} for each setting the recipe's overrides made (ladder.json's "sets") that
+    cfg's run makes otherwise, but RUN_OWN; {} for a ladder.json older than the record."""
+    sets = result["recipes"][recipe].get("sets", {})
+    return {k: (v, getattr(cfg, k)) for k, v in sets.items()
+            if k not in RUN_OWN and by_folder_name(k, v) != by_folder_name(k, getattr(cfg, k))}
+
+
+def recipe_for_run(result, named, cfg, path):
+    """The recipe of result (the ladder.json at path) whose curves cfg's run follows: the one named, or the only
+    one; of several, the only one whose settings the run keeps. FitError naming what differs, or asking for the
+    name where the settings cannot tell (a ladder.json older than the record, or recipes alike)."""
+    recipes = [named] if named else list(result["recipes"])
+    if len(recipes) == 1:
+        if differs := recipe_mismatch(result, recipes[0], cfg):
+            text = ", ".join(f"{k}={a!r} (this run {b!r})" for k, (a, b) in differs.items())
+            raise FitError(f"{path}: recipe {recipes[0]!r} trained with {text}, so its curves are another recipe's: "
+                           f"set those here, or name the recipe this run follows ({path}:NAME)")
+        return recipes[0]
+    kept = [r for r in recipes if not recipe_mismatch(result, r, cfg)]
+    if len(kept) == 1:
+        return kept[0]
+    which = "none of them" if not kept else f"each of {', '.join(kept)}"
+    raise FitError(f"{path} holds the recipes {', '.join(recipes)}, and this run's settings match {which}: name the "
+                   f"one it follows ({path}:NAME)")
 
 
 def by_folder_name(key, value):
