@@ -667,8 +667,8 @@ def shape_problem(result, recipe, cfg, tokens_per_param):
                 f"{cfg.max_iters}: set lr_decay_iters={cfg.max_iters}")
     recorded = result["recipes"][recipe].get("schedule")
     if recorded and (differs := {k: (v, getattr(cfg, k)) for k, v in recorded.items() if v != getattr(cfg, k)}):
-        return ("the ladder's runs followed another schedule (" + ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b)
-                                                                        in differs.items()) + "): build a ladder with this one")
+        text = ", ".join(f"{k} {a!r}, here {b!r}" for k, (a, b) in differs.items())
+        return f"the ladder's runs followed another schedule ({text}): build a ladder with this one"
     return None
 
 
