@@ -45,16 +45,20 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
-import psutil
-import torch
-from torch.distributed.run import get_args_parser as run_parser
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from trainer import interrupt  # noqa: E402
+
+if __name__ == "__main__":  # until the climbs take the signals over (Ladder.stopping_on_signals)
+    interrupt.stop_at_once("ladder.py", "before any run began: the same command starts the ladder")
+
+import numpy as np  # noqa: E402
+import psutil  # noqa: E402
+import torch  # noqa: E402
+from torch.distributed.run import get_args_parser as run_parser  # noqa: E402
+
 import configurator  # noqa: E402
-from trainer import (  # noqa: E402
-    RunError, bins, checkpoint, cli, cost, interrupt, ladder, ladder_analysis, metrics, runlog)
+from trainer import RunError, bins, checkpoint, cli, cost, ladder, ladder_analysis, metrics, runlog  # noqa: E402
 
 VARIED = ("n_layer", "n_head", "n_embd", "max_iters", "lr_decay_iters", "warmup_iters", "eval_interval",
           "learning_rate", "min_lr", "out_dir", "init_from")  # set by the ladder for each run (learning_rate:
@@ -79,10 +83,14 @@ def load_settings(path):
     try:
         ran = runpy.run_path(path)
     except Exception as e:  # a user's file: where it broke, in one line, as configurator.py reports a config file
-        raise SystemExit(f"error: {path}: {type(e).__name__}: {e}") from None
+        # a train.py config reads the settings before it (block_size, say), which a ladder config does not have
+        hint = "" if "sizes" in Path(path).read_text() else " (is it a ladder config? those set sizes, base and " \
+                                                             "common: config/ladder_tiny.py)"
+        raise SystemExit(f"error: {path}: {type(e).__name__}: {e}{hint}") from None
     scope = {k: v for k, v in ran.items() if not k.startswith("_")}
     if unknown := set(scope) - set(SETTINGS):
-        raise SystemExit(f"error: {path}: unknown ladder setting(s) {sorted(unknown)}; known: {sorted(SETTINGS)}")
+        raise SystemExit(f"error: {path}: unknown ladder setting(s) {sorted(unknown)}; known: {sorted(SETTINGS)}"
+                         + ("" if "sizes" in scope else "; a train.py config is no ladder config"))
     settings = {**SETTINGS, **scope}
     ratios = settings["tokens_per_param"]
     settings["tokens_per_param"] = tuple(ratios) if isinstance(ratios, (tuple, list)) else (ratios,)
@@ -99,6 +107,9 @@ def load_settings(path):
     if not isinstance(settings["sizes"], dict) or not all(isinstance(v, dict) for v in settings["sizes"].values()):
         raise SystemExit(f"error: {path}: sizes = {settings['sizes']!r}: give {{name: dict(n_layer=..., n_head=..., "
                          "n_embd=...)}")
+    if len(settings["sizes"]) < ladder.MIN_SIZES:  # ladder.py and plan.py --ladder_plan alike
+        raise SystemExit(f"error: {path} has {len(settings['sizes'])} sizes, a fit needs at least {ladder.MIN_SIZES}: "
+                         "add sizes")
     return settings
 
 
@@ -220,6 +231,10 @@ class Ladder:
         train = [*argv, f"--out_dir={out_dir}", "--init_from=auto"]
         cfg = configurator.load_config(train)
         if problem := reuse_problem(out_dir, cfg):  # begun or done with other settings
+            starts = metrics.read(out_dir, "start") if (out_dir / metrics.FILE).is_file() else []
+            if self.s["steps"] and starts and starts[-1].get("world_size", self.nproc) != self.nproc:
+                problem += f" (with steps, a run's batch follows --nproc: it trained with --nproc " \
+                           f"{starts[-1]['world_size']})"
             raise self.fail(SystemExit(f"error: {problem}"))
         if ending(out_dir) is None:  # not trained, or stopped part-way: train it (init_from=auto resumes)
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -312,8 +327,9 @@ class Ladder:
         with self.lock:
             if self.failure is None:
                 self.failure = error
-                print(f"stopping: {error}; waiting for the runs in flight (Ctrl-C stops them; a rerun resumes "
-                      "them)", flush=True)
+                if psutil.Process().children():  # else the error itself, once, is all there is to say
+                    print(f"stopping: {error}; waiting for the runs in flight (Ctrl-C stops them; a rerun resumes "
+                          "them)", flush=True)
         self.stopped.set()
         return self.failure
 
@@ -548,9 +564,6 @@ def main(argv=None):
     if twice := next((n for n in names if names.count(n) > 1), None):
         raise SystemExit(f"error: --recipe {twice!r} is given twice: name each recipe once")
     recipes = dict(parsed)
-    if len(settings["sizes"]) < ladder.MIN_SIZES:
-        raise SystemExit(f"error: {args.config} has {len(settings['sizes'])} sizes, a fit needs at least "
-                         f"{ladder.MIN_SIZES}: add sizes")
     if problem := cli.below_least(args, {"jobs": 1, "nproc": 1}):
         raise SystemExit(f"error: {problem}")
     eval_tasks, eval_args = eval_options(args)
@@ -575,8 +588,9 @@ def main(argv=None):
     if (out / "ladder.json").is_file():
         try:
             before = ladder.load(out / "ladder.json", expected=data)[0].get("settings", {})
-        except ladder.FitError as e:
-            raise SystemExit(f"error: {e}; use another --out")
+        except ladder.FitError as e:  # its runs are checked one by one (reuse_problem): the file alone is lost
+            raise SystemExit(f"error: {e}; move it aside, and the same command reuses the runs in {out} that fit "
+                             "this ladder, or use another --out")
         if changed := [k for k in RUN_SETTINGS if json.loads(json.dumps(settings[k])) != before.get(k, SETTINGS[k])]:
             raise SystemExit(f"error: {out / 'ladder.json'} trained its runs with other {', '.join(changed)}: its runs "
                              "would be reused as if trained by these; use another --out")
@@ -614,6 +628,9 @@ def main(argv=None):
     if lad.heard and any(isinstance(climb.exception(), Stopped) for climb in climbs.values()):
         raise SystemExit(f"stopped by {signal.Signals(lad.heard).name} before the ladder's end: rerun the same "
                          "command to resume its runs")
+    if __name__ == "__main__":  # the fits and the plot: nothing of the runs is at stake, ladder.json is written whole
+        interrupt.stop_at_once("ladder.py", "while fitting: every run is kept, and the same command fits them again "
+                                            "without training")
     runs = {name: climb.result() for name, climb in climbs.items()}
     try:
         analysis = ladder_analysis.analyse(runs, ratio)
@@ -650,15 +667,23 @@ def check_sizes(lad, recipes, path):
             return configurator.check(configurator.load_config(argv()), lad.nproc)
         except (configurator.ConfigError, ValueError) as e:
             return str(e)
+    # with steps, each run's accumulation is its process count (lad.argv), whatever the base's
+    split = [f"--gradient_accumulation_steps={lad.nproc}"] if lad.s["steps"] else []
     for name, recipe in recipes.items():
         lr = configurator.load_config(head + recipe).learning_rate
+        sizes = {}  # parameters: sizes
         for size, shape in lad.s["sizes"].items():  # the shape first: argv builds the model to count its parameters
+            built = [*head, *recipe, *(f"--{k}={v}" for k, v in shape.items()), *split]
             # min_lr 0 here: the runs set it from their own rate (lad.argv), which the next probe checks
-            found = problem(lambda: [*head, *recipe, *(f"--{k}={v}" for k, v in shape.items()), "--min_lr=0"])
+            found = problem(lambda: [*built, "--min_lr=0"])
             for ratio in lad.s["tokens_per_param"]:
                 found = found or problem(lambda: lad.argv(recipe, shape, lr, ratio))
             if found:
                 raise SystemExit(f"error: {path}: size {size!r} (recipe {name}): {found}")
+            sizes.setdefault(lad.params(configurator.load_config(built)), []).append(size)
+        if alike := next((names for names in sizes.values() if len(names) > 1), None):
+            raise SystemExit(f"error: {path}: sizes {' and '.join(map(repr, alike))} have the same number of parameters "
+                             f"(recipe {name}): a fit needs sizes that differ; change or drop one")
 
 
 def eval_options(args):

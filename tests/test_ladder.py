@@ -353,8 +353,9 @@ def fake_train(monkeypatch):
         n = cost.meta_model(cfg, "none").get_num_params()
         record = metrics.Metrics(cfg.out_dir)
         configurator.save_json(cfg, Path(cfg.out_dir) / "config.json")
+        nproc = next((int(c.split("=")[1]) for c in command if str(c).startswith("--nproc_per_node=")), 1)
         record("start", 0, max_iters=cfg.max_iters, tokens_per_iter=cfg.batch_size * cfg.block_size, params=n,
-               eval_batch_size=cfg.batch_size)
+               eval_batch_size=cfg.batch_size, world_size=nproc)
         tokens = cfg.max_iters * cfg.batch_size * cfg.block_size
         seed_noise = 1 + 0.01 * (cfg.seed - 1337)  # another seed, another loss: +1% a seed above the default's
         record("eval", cfg.max_iters, val_loss=law(n, tokens, cfg.learning_rate, cfg.optimizer) * seed_noise)
@@ -1011,6 +1012,17 @@ def test_one_sweep_setting_holds_for_every_size(tmp_path, fake_train):
     assert len(result["recipes"]["a"]["runs"]) == 3  # one run a size
 
 
+def test_plan_refuses_a_ladder_config_too_small_and_a_train_config_in_one_line(tmp_path):
+    """plan.py --ladder_plan reads the ladder config as scripts/ladder.py does: fewer than 3 sizes, or a train.py
+    config, is one line, not a traceback from the pricing."""
+    cfg = configurator.load_config([FAST])
+    plan_ = plan.make_plan(cfg, "h200", 0.4, 2.0, 1)
+    with pytest.raises(SystemExit, match="has 2 sizes, a fit needs at least 3: add sizes$"):
+        plan.ladder_cost(ladder_config(tmp_path, [16, 32]), plan_, 0.4, 2.0, 1)
+    with pytest.raises(SystemExit, match=r"NameError: .* \(is it a ladder config\? those set sizes, base and common"):
+        plan.ladder_cost("config/train_gpt3_125m.py", plan_, 0.4, 2.0, 1)
+
+
 def test_too_few_sizes_and_a_ladder_of_other_data_are_refused_in_one_line(tmp_path):
     result = run_here(["scripts/ladder.py", ladder_config(tmp_path, [16, 32]), "--out", str(tmp_path / "o"),
                        "--recipe", "a: --optimizer=adamw"])
@@ -1118,6 +1130,8 @@ def test_the_forecast_inverts_its_fits_and_says_never_when_a_target_is_past_them
     assert never.startswith("never, by this fit")
     assert plan.ladder_forecast(cfg, plan_, path, target="hellaswag=90")["recipes"]["adamw"]["target"].startswith(
         "never, by this fit")
+    assert plan.ladder_forecast(cfg, plan_, path, target="hellaswag=20")["recipes"]["adamw"]["target"] == (
+        "at once, by this fit: its score is never below 0.250, and the target is 0.200")  # below chance
 
 
 def test_plan_gives_no_interval_where_three_sizes_could_not_judge_the_form(tmp_path):
@@ -1414,6 +1428,38 @@ def test_nproc_runs_each_run_under_torchrun(tmp_path, fake_train):
     # torchrun as this interpreter's module: a torchrun on PATH may be another env's, or missing
     assert {tuple(c[:5]) for c in fake_train.commands} == {
         (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")}
+    fake_train.commands.clear()  # with steps each run's accumulation is its process count: the base's 1 is no bar
+    (tmp_path / "stepped").mkdir()
+    stepped = Path(ladder_config(tmp_path / "stepped", [16, 32, 48], steps=20))
+    ladder_script.main([str(stepped), "--out", str(tmp_path / "stepped_out"), "--nproc", "2", "--recipe",
+                        "a: --optimizer=adamw"])
+    assert fake_train.commands and all("--gradient_accumulation_steps=2" in c for c in fake_train.commands)
+
+
+def test_a_rerun_on_another_nproc_or_over_a_ladder_json_cut_short_says_what_to_do(tmp_path, fake_train):
+    """With steps, a run's batch follows --nproc, so a rerun on another count cannot reuse the runs: the line says
+    what they were trained with. A ladder.json cut short in OUT costs only itself: the line says to move it aside."""
+    config = ladder_config(tmp_path, [16, 32, 48], steps=20)
+    out = tmp_path / "out"
+    climb(config, out, "a: --optimizer=adamw")
+    with pytest.raises(SystemExit, match=r"\(with steps, a run's batch follows --nproc: it trained with --nproc 1\)$"):
+        ladder_script.main([config, "--out", str(out), "--nproc", "2", "--recipe", "a: --optimizer=adamw"])
+    (out / "ladder.json").write_text('{"recipes": {"a"')
+    with pytest.raises(SystemExit, match="; move it aside, and the same command reuses the runs in .* or use another"):
+        climb(config, out, "a: --optimizer=adamw")
+    trained = len(fake_train)
+    (out / "ladder.json").rename(out / "ladder.json.cut")
+    climb(config, out, "a: --optimizer=adamw")
+    assert len(fake_train) == trained  # every run reused
+
+
+def test_sizes_of_the_same_parameter_count_are_one_line_before_anything_trains(tmp_path, fake_train):
+    config = Path(ladder_config(tmp_path, [16, 32, 48]))
+    config.write_text(config.read_text() + "sizes['w32_one_head'] = dict(n_layer=2, n_head=1, n_embd=32)\n")
+    with pytest.raises(SystemExit, match="sizes 'w32' and 'w32_one_head' have the same number of parameters "
+                                         r"\(recipe a\): a fit needs sizes that differ; change or drop one"):
+        ladder_script.main([str(config), "--out", str(tmp_path / "out"), "--recipe", "a: --optimizer=adamw"])
+    assert not fake_train
 
 
 def test_a_fit_that_cannot_be_made_names_its_recipe():

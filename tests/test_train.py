@@ -349,13 +349,17 @@ def test_a_stop_with_checkpoint_interval_0_says_that_nothing_was_saved(tmp_path,
 
 
 @pytest.mark.e2e  # a signal during a real process's imports
-def test_a_sigint_while_torch_imports_is_one_line_even_where_it_started_ignored(tmp_path):
+@pytest.mark.parametrize("tool", ["train.py", "scripts/ladder.py"])
+def test_a_sigint_while_torch_imports_is_one_line_even_where_it_started_ignored(tmp_path, tool):
     """`python train.py ... &` in a script starts with SIGINT ignored, which Python keeps, so a kill -INT in the
     seconds torch takes to import was lost; in a terminal, Ctrl-C there was a KeyboardInterrupt traceback. Now
-    both are one line and exit status 130, and nothing is written. (sample.py's: test_sample.py.)"""
+    both are one line and exit status 130, and nothing is written; the ladder's too. (sample.py's: test_sample.py.)"""
     out = tmp_path / "out"
-    says = "train.py: stopped by SIGINT before training began, with nothing to save"
-    job = subprocess.Popen([sys.executable, "train.py", "config/train_tiny.py", f"--out_dir={out}"], cwd=REPO,
+    argv, says = {"train.py": (["config/train_tiny.py", f"--out_dir={out}"],
+                               "train.py: stopped by SIGINT before training began, with nothing to save"),
+                  "scripts/ladder.py": (["config/ladder_tiny.py", "--recipe", "a: --optimizer=adamw", "--out", out],
+                                        "ladder.py: stopped by SIGINT before any run began")}[tool]
+    job = subprocess.Popen([sys.executable, tool, *argv], cwd=REPO,
                            stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))

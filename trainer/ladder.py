@@ -501,9 +501,12 @@ def tokens_for_loss(loss_fit, n, target):
 
 def loss_for_score(task_fit, score):
     """The loss at which a task's sigmoid reaches score (Bhagia et al.'s step 2 inverted), or a one-line
-    reason it never does: the sigmoid lies between b (chance) and a + b (its ceiling)."""
+    reason there is none: the sigmoid lies between b (chance) and a + b (its ceiling), so a score at or below b
+    is reached at once and one at or above a + b never."""
     named = task_fit.named()
     a, k, l0, b = named["a"], named["k"], named["L0"], named["b"]
+    if score <= b:  # chance, or the level the sigmoid starts from: a model scores it at any loss
+        return f"at once, by this fit: its score is never below {b:.3f}, and the target is {score:.3f}"
     if not b < score < a + b:
         return f"never, by this fit: its score lies between {b:.3f} and {a + b:.3f}, and the target is {score:.3f}"
     return float(l0 - math.log(a / (score - b) - 1) / k)
