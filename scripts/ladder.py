@@ -682,8 +682,8 @@ def check_sizes(lad, recipes, path):
                 raise SystemExit(f"error: {path}: size {size!r} (recipe {name}): {found}")
             sizes.setdefault(lad.params(configurator.load_config(built)), []).append(size)
         if alike := next((names for names in sizes.values() if len(names) > 1), None):
-            raise SystemExit(f"error: {path}: sizes {' and '.join(map(repr, alike))} have the same number of parameters "
-                             f"(recipe {name}): a fit needs sizes that differ; change or drop one")
+            raise SystemExit(f"error: {path}: sizes {' and '.join(map(repr, alike))} have the same number of "
+                             f"parameters (recipe {name}): a fit needs sizes that differ; change or drop one")
 
 
 def eval_options(args):
