@@ -348,6 +348,26 @@ def test_a_checkpoint_whose_weights_are_not_finite_is_damaged_and_the_one_before
     assert any("falling back to an older checkpoint" in line for line in logs)
 
 
+@pytest.mark.parametrize("damage", ["zeroed", "random"])
+def test_a_checkpoint_damaged_in_the_middle_fails_its_checksums_and_the_one_before_loads(tmp_path, damage):
+    """Bytes damaged inside a tensor (an optimizer moment here, which no finiteness check reads) load without an
+    error from torch: the checksums the save wrote name the tensor, and the newest whole checkpoint loads."""
+    save(tmp_path, 1)
+    state = make_state(2)
+    state['optimizer'] = {'state': {'w': {'exp_avg': torch.full((256,), 0.375)}}}
+    save_checkpoint(state, str(tmp_path), 2, 0, log=quiet)
+    path = tmp_path / 'ckpt_2.pt'
+    data = bytearray(path.read_bytes())
+    start = data.index(torch.full((256,), 0.375).numpy().tobytes()) + 512
+    data[start:start + 64] = bytes(64) if damage == "zeroed" else bytes(range(7, 71))
+    path.write_bytes(data)
+    with pytest.raises(CheckpointError, match=r"ckpt_2.pt: the bytes of optimizer/state/w/exp_avg/0 are not those its "
+                                              r"save wrote \(their checksum differs\): the file is damaged"):
+        load_checkpoint(str(path), log=quiet)
+    assert load_newest(str(tmp_path), log=quiet)[1] == checkpoint_path(str(tmp_path), 1)
+    assert checkpoint.CHECKSUMS not in load_checkpoint(str(tmp_path / 'ckpt_1.pt'), log=quiet)  # what callers see
+
+
 def test_roll_back_from_inside_out_dir(tmp_path, monkeypatch):
     for n in [1, 2]:
         save(tmp_path, n)

@@ -14,6 +14,8 @@ A checkpoint is out_dir/ckpt_<N>.pt, N = completed optimizer steps, no zero padd
   np.random.get_state(). save_checkpoint checks this before it publishes a file.
 - Every save writes what stage() makes of the live state: plain tensors, whatever wraps them in
   training (torchao's fp8 weights under FSDP2), so the file holds the values and loads without torchao.
+- A .pt file holds a checksum of every tensor's bytes ("checksums"), which every load checks: bytes damaged on
+  disk in the middle of a file load without an error from torch, and would be trained on.
 Only the process that saves (rank 0) should call the functions that change out_dir.
 
 Under FSDP a checkpoint is a folder out_dir/ckpt_<N>/ instead (save_sharded): model and optimizer
@@ -196,6 +198,45 @@ def _write_and_sync(state, tmp, path):
             f"Free space (or move out_dir to a larger disk) and rerun the same command to resume.") from e
 
 
+CHECKSUMS = 'checksums'  # a .pt file's key: {tensor's path in the state: its checksum}
+
+
+def _checksum(t):
+    """t's bytes summed as 32-bit words (16 or 8 where its size is not a multiple), in an int64 that wraps: any
+    damage but one whose change sums to zero shows. Computed where t lives (a GPU: in milliseconds), in chunks
+    that bound the int64 copy. torch has no tensor hash, and zlib's crc32 runs no faster here and on the CPU
+    only."""
+    words = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    for wide in (torch.int32, torch.int16):
+        if words.numel() % wide.itemsize == 0:
+            words = words.view(wide)
+            break
+    chunk = 1 << 26
+    return sum(int(torch.sum(words[i:i + chunk], dtype=torch.int64)) for i in range(0, words.numel(), chunk)) \
+        & ((1 << 63) - 1)
+
+
+def _checksums(obj, prefix=""):
+    """{path: checksum} of every tensor obj holds (a wrapper's by its plain component tensors, _parts)."""
+    if isinstance(obj, dict):
+        return {k: v for key, value in obj.items() for k, v in _checksums(value, f"{prefix}{key}/").items()}
+    if isinstance(obj, (list, tuple)):
+        return {k: v for i, value in enumerate(obj) for k, v in _checksums(value, f"{prefix}{i}/").items()}
+    if isinstance(obj, torch.Tensor):
+        return {f"{prefix}{i}": _checksum(t) for i, t in enumerate(_parts(obj)[0])}
+    return {}
+
+
+def _damaged_tensor(state):
+    """The path of the first tensor of a loaded .pt state whose bytes do not match the checksum its save wrote
+    (popped from state), or None; a file older than the checksums is not judged."""
+    saved = state.pop(CHECKSUMS, None)
+    if saved is None:
+        return None
+    found = _checksums(state)
+    return next((k for k in sorted(set(saved) | set(found)) if saved.get(k) != found.get(k)), None)
+
+
 def _one_line(e):
     """torch's load errors run to many lines; keep the clause that says what is wrong."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()] or ['']
@@ -324,7 +365,7 @@ def write_checkpoint(state, out_dir, iter_num, keep_last_n, log=print):
     log(f"saving {path} ...")
     t0 = time.time()
     try:
-        _write_and_sync(state, tmp, path)
+        _write_and_sync({**state, CHECKSUMS: _checksums(state)}, tmp, path)
         _check_loads(tmp, path)
         _fault('kill_after_temp_write')
         os.replace(tmp, path)  # atomic: the name shows the old file (or none) or the complete new one
@@ -421,6 +462,9 @@ def load_checkpoint(path, log=print):
         raise CheckpointError(f"cannot load {path}: {_one_line(e)}") from e
     if not isinstance(state, dict):
         raise CheckpointError(f"cannot load {path}: it holds a {type(state).__name__}, not a dict")
+    if not sharded and (damaged := _damaged_tensor(state)):
+        raise CheckpointError(f"cannot load {path}: the bytes of {damaged} are not those its save wrote (their "
+                              "checksum differs): the file is damaged")
     if sharded:
         state["sharded_path"] = path  # the model and optimizer stay on disk until restore()
     missing = [k for k in REQUIRED_KEYS if k not in state and not (sharded and k in ("model", "optimizer"))]
