@@ -267,6 +267,7 @@ if cfg.eval_only or (iter_num == 0 and cfg.eval_interval > 0):
 checkpoints.step_start()
 stop_vote = elastic.StopVote(stop_signal, timeout)
 stop_now = parallel.agree(stop_signal.received, device)
+stop_signal.training_begins()  # a launcher's death from here on saves before the run stops
 while iter_num < cfg.max_iters and not stop_now:
     lr = schedule.learning_rate(iter_num, cfg, start.cooldown_from)
     optim.set_lr(optimizer, lr)

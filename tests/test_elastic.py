@@ -58,7 +58,7 @@ def test_a_rank_killed_with_sigkill_is_named_at_the_restart(tmp_path, data_dir):
 
 @pytest.mark.e2e
 def test_the_workers_stop_and_save_when_torchrun_itself_is_killed(tmp_path, data_dir):
-    """kill -9 of torchrun: the kernel sends its workers SIGTERM (elastic.term_when_launcher_dies), so they stop
+    """kill -9 of torchrun: the kernel sends its workers SIGTERM (elastic.on_launcher_death), so they stop
     and save as at any signal, where they used to train on holding the out_dir's lock."""
     import psutil
     from test_distributed import ARGS, ENV
@@ -76,6 +76,33 @@ def test_the_workers_stop_and_save_when_torchrun_itself_is_killed(tmp_path, data
         stop = metrics.read(out, "stop")
         assert stop and stop[-1]["signal"] == "SIGTERM"
         assert checkpoint.list_checkpoints(str(out))[0][0] == stop[-1]["iter"]
+    finally:
+        for p in psutil.Process().children(recursive=True):
+            p.kill()
+
+
+@pytest.mark.e2e
+def test_workers_whose_torchrun_is_killed_during_start_up_exit_and_free_the_out_dir(tmp_path, data_dir):
+    """kill -9 of torchrun while its workers start: one already in init_process_group waited there, in C++ with the
+    GIL held, for the dead launcher's store (half an hour), holding the out_dir's lock; one still importing torch
+    had not yet asked the kernel for a signal. Both now exit at once (elastic.on_launcher_death), with nothing to
+    save, and the same command can run."""
+    import psutil
+    from test_distributed import ARGS, ENV
+    out = tmp_path / "run"
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                            "train.py", "config/train_tiny.py", *ARGS, f"--data_dir={data_dir}", f"--out_dir={out}"],
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        deadline = time.time() + 120
+        while "CPU: " not in ((out / "train.log").read_text() if (out / "train.log").exists() else ""):
+            assert time.time() < deadline and job.poll() is None
+            time.sleep(0.01)
+        workers = psutil.Process(job.pid).children(recursive=True)
+        job.send_signal(signal.SIGKILL)
+        gone, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, f"{len(alive)} worker(s) left 30 s after torchrun was killed in their start-up"
+        assert not (out / metrics.FILE).exists() or not metrics.read(out, "step")
     finally:
         for p in psutil.Process().children(recursive=True):
             p.kill()

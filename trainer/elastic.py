@@ -167,7 +167,14 @@ class StopSignal:
         self.signum = None
         for sig in interrupt.stop_signals():
             signal.signal(sig, self._request)
-        term_when_launcher_dies()
+        # until training begins there is nothing to save: a worker still in init_process_group waits in C++ for
+        # a dead launcher's store (half an hour, the GIL held: no Python handler or thread runs), holding the
+        # out_dir's lock, so the kernel kills it outright
+        on_launcher_death(signal.SIGKILL)
+
+    def training_begins(self):
+        """From now on a launcher's death stops the run as any signal does: it saves first."""
+        on_launcher_death(signal.SIGTERM)
 
     def _request(self, signum, frame):
         if self.signum is not None:  # heard: say so, since nothing else visibly happens until the save ends
@@ -183,13 +190,17 @@ class StopSignal:
         return signal.Signals(self.signum).name if self.signum else "a signal to another rank"
 
 
-def term_when_launcher_dies():
-    """Under torchrun, a SIGTERM from the kernel when torchrun itself dies (kill -9, the OOM killer). Without it its
-    workers train on with no one to stop them, holding the GPUs and the out_dir's lock, and a rerun is refused; with
-    it they stop and save as at any signal. Linux's prctl(PR_SET_PDEATHSIG); elsewhere nothing."""
+def on_launcher_death(sig):
+    """Under torchrun, sig from the kernel when torchrun itself dies (kill -9, the OOM killer). Without one its
+    workers train on with no one to stop them, holding the GPUs and the out_dir's lock, and a rerun is refused;
+    with SIGTERM they stop and save as at any signal. Linux's prctl(PR_SET_PDEATHSIG), and sig at once where the
+    launcher died while this process imported (its parent is no longer the one it started with); elsewhere
+    nothing."""
     if "TORCHELASTIC_RUN_ID" in os.environ and sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, sig)
+        if os.getppid() != interrupt.PARENT:  # it died before: the kernel sends nothing for a death in the past
+            os.kill(os.getpid(), sig)
 
 
 def hear_sigint():

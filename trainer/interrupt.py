@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 
+PARENT = os.getppid()  # the launcher (torchrun) as the process started, before seconds of imports: elastic.py
+
 
 def stop_signals():
     """The signals a long job stops on (train.py, a ladder, a prepare job): SIGINT and SIGTERM always, though a shell
