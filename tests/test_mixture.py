@@ -81,6 +81,19 @@ def test_val_windows_do_not_depend_on_the_seed(folders):
     assert all(np.array_equal(more[name].ravel()[:one[name].size], one[name].ravel()) for name in one)
 
 
+def test_a_folder_renamed_since_the_checkpoint_is_a_new_source_and_the_note_says_so(folders, tmp_path):
+    """Sources are known by their folder's name (a volume mounted elsewhere keeps it): a renamed one is read from
+    its start, which the note says where the new folder has the windows of the dropped one, and how to go on."""
+    mix = open_mix({folders["books"]: 1.0})
+    mix.next_windows(20)
+    renamed = tmp_path / "library"
+    shutil.copytree(folders["books"], renamed)
+    notes = open_mix({str(renamed): 1.0}).load_state_dict(json.loads(json.dumps(mix.state_dict())))
+    assert notes == ["library added (weight 1), as many windows as books: if it is the folder books renamed, its "
+                     "data starts over here; name it books again to go on from its position",
+                     "books dropped (its position is kept)"]
+
+
 def test_state_round_trip_and_a_change_of_weights_repeats_nothing(folders):
     shares = {folders["web"]: 0.5, folders["books"]: 0.5}
     mix = open_mix(shares)

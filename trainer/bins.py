@@ -597,7 +597,14 @@ class Mixture:
             s.sampler.load_state_dict(saved.get(s.name, {"epoch": 0, "position": 0}))
         live = {s.name for s in self.sources}
         self.dormant = {name: st for name, st in saved.items() if name not in live}
-        changes = [f"{s.name} added (weight {s.share:.3g})" for s in self.sources if s.name not in saved]
+        gone = {saved[name]["windows"]: name for name in state["shares"] if name not in live}
+
+        def added(s):  # a folder renamed (a volume mounted elsewhere) is another source, read from its start
+            twin = gone.get(s.sampler.num_windows)
+            return f"{s.name} added (weight {s.share:.3g})" + (
+                f", as many windows as {twin}: if it is the folder {twin} renamed, its data starts over here; name it "
+                f"{twin} again to go on from its position" if twin else "")
+        changes = [added(s) for s in self.sources if s.name not in saved]
         changes += [f"{s.name} back (weight {s.share:.3g}) from its kept position" for s in kept
                     if s.name not in state["shares"]]
         changes += [f"{name} dropped (its position is kept)" for name in state["shares"] if name not in live]
