@@ -52,6 +52,12 @@ def test_an_architecture_conflict_names_where_it_was_set(tmp_path):
     wider.write_text("n_embd = 48\n")
     with pytest.raises(StartError, match=rf"n_embd=48 \(set in {wider}\) conflicts"):
         start_point(f"--out_dir={out}", str(wider))
+    # the default, asked for on the command line, is asked for: it used to give way to the checkpoint's silently
+    with pytest.raises(StartError, match=r"n_layer=12 \(set on the command line\) conflicts with the checkpoint's "):
+        start_point(f"--out_dir={out}", "--n_layer=12")
+    default = tmp_path / "default.py"  # a config file's architecture at the default gives way, as a base's does
+    default.write_text("n_layer = 12\n")
+    assert start_point(f"--out_dir={out}", str(default))[0].n_layer == 2
 
 
 def test_init_from_a_path_rolls_back_the_newer_checkpoints(tmp_path):

@@ -435,13 +435,17 @@ def encoding_problem(start, encoding, data):
 def take_architecture(cfg, defaults, saved_args, origin):
     """Set cfg's architecture keys to saved_args' (a checkpoint's or imported weights' model_args). A key the
     config set to a value other than both its default and the saved one is a mistake, named with where it
-    was set (cfg.sources, configurator.py's record)."""
+    was set (cfg.sources, configurator.py's record); so is one the command line set to another value than the
+    saved one, the default too (--n_layer=12 against a 2-layer checkpoint). A config file's own architecture
+    (config/train_tiny.py's bias=False, say) gives way to the saved one where it is the default."""
     sources = getattr(cfg, "sources", {})
     for key in ARCHITECTURE_KEYS:
         saved, wanted = saved_args.get(key, getattr(GPTConfig, key)), getattr(cfg, key)
-        if wanted != saved and wanted != defaults[key]:
-            raise StartError(f"{key}={wanted!r} (set {sources.get(key, 'in the config')}) conflicts with {origin}'s {key}={saved!r}: the "
-                             f"architecture comes from {origin}, so leave {key} out, or train a new model in a new out_dir")
+        set_here = wanted != defaults[key] or sources.get(key) == "on the command line"
+        if wanted != saved and set_here:
+            raise StartError(f"{key}={wanted!r} (set {sources.get(key, 'in the config')}) conflicts with {origin}'s "
+                             f"{key}={saved!r}: the architecture comes from {origin}, so leave {key} out, or train a "
+                             "new model in a new out_dir")
         setattr(cfg, key, saved)
         if wanted != saved:
             sources[key] = f"from {origin}"
