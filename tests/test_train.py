@@ -326,6 +326,11 @@ def test_the_tokens_count_carries_on_across_a_resume_with_another_batch(tmp_path
     same = train(out, data_dir, "--max_iters=8", "--eval_interval=0", "--batch_size=8",
                  "--gradient_accumulation_steps=3").stdout
     assert "note: micro-batch" not in same and "note: the val set" not in same
+    # what the steps compute with, changed: said, as the run is then not the one that never stopped
+    numerics = train(out, data_dir, "--max_iters=9", "--eval_interval=0", "--batch_size=8",
+                     "--gradient_accumulation_steps=3", "--dropout=0.0", "--weight_decay=0.0").stdout
+    assert ("note: dropout 0.1 -> 0.0, weight_decay 0.1 -> 0.0 since the checkpoint: the run goes on, no longer as "
+            "one that never stopped would") in numerics
 
 
 @pytest.mark.e2e  # a signal to a real process

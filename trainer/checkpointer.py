@@ -30,6 +30,8 @@ from trainer import RunError, checkpoint, faults, hf, optim, parallel, precision
 # The learning-rate schedule may change at a resume (a longer run, a lower peak): logged, not refused.
 SCHEDULE_KEYS = ("learning_rate", "min_lr", "warmup_iters", "lr_decay_iters", "decay_lr", "max_iters", "lr_schedule",
                  "lr_decay_fraction", "lr_decay_shape")
+# So may what the steps compute in and with: logged too, as the run is then not the one that never stopped.
+NUMERICS_KEYS = ("dtype", "dropout", "weight_decay", "beta1", "beta2", "grad_clip")
 
 
 @dataclasses.dataclass
@@ -201,6 +203,10 @@ class Checkpointer:
         if self.cfg.optimizer == "muon" and split != self.cfg.muon_split_qkv:
             self.log(f"note: muon_split_qkv {split} -> {self.cfg.muon_split_qkv} since the checkpoint: from here on "
                      f"Muon orthogonalises q, k and v {'apart' if self.cfg.muon_split_qkv else 'as one matrix'}")
+        if numerics := [f"{k} {saved[k]} -> {getattr(self.cfg, k)}" for k in NUMERICS_KEYS
+                        if k in saved and saved[k] != getattr(self.cfg, k)]:
+            self.log(f"note: {', '.join(numerics)} since the checkpoint: the run goes on, no longer as one that never "
+                     "stopped would")
         changed = [f"{k} {saved[k]} -> {getattr(self.cfg, k)}" for k in SCHEDULE_KEYS
                    if k in saved and saved[k] != getattr(self.cfg, k)]
         if changed:
