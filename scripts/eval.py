@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from trainer import interrupt  # noqa: E402
 
 if __name__ == "__main__":  # until scoring takes SIGINT over (elastic.hear_sigint): results land whole, at the end
-    interrupt.stop_at_once("eval.py", "before writing anything")
+    interrupt.stop_at_once("eval.py", "with nothing half-written (a checkpoint half scored is scored again)")
 
 # before datasets is imported: never the hub, and none of its progress bars for files of a few MB
 os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")

@@ -354,16 +354,18 @@ def test_a_stop_with_checkpoint_interval_0_says_that_nothing_was_saved(tmp_path,
 
 
 @pytest.mark.e2e  # a signal during a real process's imports
-@pytest.mark.parametrize("tool", ["train.py", "scripts/ladder.py"])
-def test_a_sigint_while_torch_imports_is_one_line_even_where_it_started_ignored(tmp_path, tool):
+@pytest.mark.parametrize("tool, sig", [("train.py", signal.SIGINT), ("scripts/ladder.py", signal.SIGINT),
+                                       ("train.py", signal.SIGTERM)])
+def test_a_sigint_while_torch_imports_is_one_line_even_where_it_started_ignored(tmp_path, tool, sig):
     """`python train.py ... &` in a script starts with SIGINT ignored, which Python keeps, so a kill -INT in the
     seconds torch takes to import was lost; in a terminal, Ctrl-C there was a KeyboardInterrupt traceback. Now
-    both are one line and exit status 130, and nothing is written; the ladder's too. (sample.py's: test_sample.py.)"""
+    both are one line and exit status 130, and nothing is written; the ladder's too, and a SIGTERM's (143), which
+    ended the process without a word. (sample.py's: test_sample.py.)"""
     out = tmp_path / "out"
     argv, says = {"train.py": (["config/train_tiny.py", f"--out_dir={out}"],
-                               "train.py: stopped by SIGINT before training began, with nothing to save"),
+                               "train.py: stopped by {} before training began, with nothing to save"),
                   "scripts/ladder.py": (["config/ladder_tiny.py", "--recipe", "a: --optimizer=adamw", "--out", out],
-                                        "ladder.py: stopped by SIGINT before any run began")}[tool]
+                                        "ladder.py: stopped by {} before any run began")}[tool]
     job = subprocess.Popen([sys.executable, tool, *argv], cwd=REPO,
                            stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
@@ -373,9 +375,10 @@ def test_a_sigint_while_torch_imports_is_one_line_even_where_it_started_ignored(
         while not sigint_heard(job.pid):  # the tool's first lines ran: torch is still importing, for seconds
             assert time.time() < deadline and job.poll() is None, job.communicate()
             time.sleep(0.01)
-        job.send_signal(signal.SIGINT)
+        job.send_signal(sig)
         stdout, stderr = job.communicate(timeout=60)
     finally:
         job.kill()
-    assert job.returncode == 130 and len(stderr.splitlines()) == 1 and stderr.startswith(says), stderr
+    assert job.returncode == 128 + sig and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith(says.format(sig.name)), stderr
     assert not out.exists()

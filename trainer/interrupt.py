@@ -18,15 +18,17 @@ def stop_signals():
 
 
 def stop_at_once(tool, meaning):
-    """From now on a SIGINT prints `{tool}: stopped by SIGINT {meaning}` and exits 130, until the tool installs
-    handlers of its own (train.py's elastic.StopSignal, which saves). For work that nothing half-writes: the exit is
-    immediate (os._exit, after flushing what was printed), since a SystemExit raised in the middle of an import can
-    surface as another exception with a traceback (class creation wraps one raised in __set_name__)."""
+    """From now on a SIGINT (or SIGTERM, or SIGHUP: stop_signals) prints `{tool}: stopped by SIGINT {meaning}` and
+    exits 128 + the signal (130 for SIGINT), until the tool installs handlers of its own (train.py's
+    elastic.StopSignal, which saves). For work that nothing half-writes: the exit is immediate (os._exit, after
+    flushing what was printed), since a SystemExit raised in the middle of an import can surface as another
+    exception with a traceback (class creation wraps one raised in __set_name__)."""
 
     def stop(signum, frame):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more to tell it
             sys.stdout.flush()
-            print(f"{tool}: stopped by SIGINT {meaning}", file=sys.stderr, flush=True)
-        os._exit(130)
+            print(f"{tool}: stopped by {signal.Signals(signum).name} {meaning}", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
 
-    signal.signal(signal.SIGINT, stop)
+    for sig in stop_signals():
+        signal.signal(sig, stop)
