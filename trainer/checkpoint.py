@@ -208,9 +208,11 @@ def _checksum(t):
     only."""
     words = t.detach().contiguous().reshape(-1).view(torch.uint8)
     for wide in (torch.int32, torch.int16):
-        if words.numel() % wide.itemsize == 0:
+        try:  # a view into a larger storage may start at an offset the wider type cannot view
             words = words.view(wide)
             break
+        except RuntimeError:
+            continue
     chunk = 1 << 26
     return sum(int(torch.sum(words[i:i + chunk], dtype=torch.int64)) for i in range(0, words.numel(), chunk)) \
         & ((1 << 63) - 1)
