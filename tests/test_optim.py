@@ -179,6 +179,24 @@ def test_an_offload_checkpoint_resumes_into_fused_adamw_and_back(tmp_path):
         assert torch.equal(state["exp_avg_sq"], fused.state[q]["exp_avg_sq"])
 
 
+@pytest.mark.parametrize("name, offload", [("adamw", False), ("adamw", True), ("muon", False), ("adamw8bit", False)])
+def test_a_resume_steps_with_the_configs_weight_decay_and_betas(tmp_path, name, offload):
+    """A resume that changes weight_decay or the betas (its note says so) steps with the new ones: the loaded
+    optimizer state used to bring back the checkpoint's, whatever the config said."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=8, vocab_size=32))
+    before = optim.build(model, name, 0.1, 1e-2, (0.9, 0.95), "cpu", offload=offload)
+    x = torch.randint(0, 32, (2, 8))
+    model(x, x)[1].backward()
+    before.step()
+    state = dict(zip(("model", "optimizer"), checkpoint.full_state(model, before)), iter_num=1, model_args={})
+    saved = checkpoint.load_checkpoint(checkpoint.save_checkpoint(state, tmp_path, 1, 1, log=print), log=print)
+    after = optim.build(model, name, 0.0, 1e-2, (0.8, 0.99), "cpu", offload=offload)
+    checkpoint.restore(saved, model, after)
+    assert {g["weight_decay"] for g in after.param_groups} == {0.0}
+    assert {tuple(g["betas"]) for g in after.param_groups if "betas" in g} == {(0.8, 0.99)}
+
+
 def test_the_leanest_mode_composes_with_compile_and_full_checkpointing_and_resumes_exactly(tmp_path, data_dir):
     # compiled: the model per block, and torchao's 4-bit step over bf16 weights with its stochastic rounding
     leanest = [*MODEL, *flags("adamw4bit", "bfloat16"), "--compile=True", "--activation_checkpointing=full"]

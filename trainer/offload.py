@@ -18,6 +18,8 @@ import torch
 from torch.optim.adamw import adamw
 
 IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")  # how a torch optimizer runs, not state
+# the config's at every start, not the checkpoint's: a resume may change them, and its note says so (checkpointer.py)
+CONFIG_KEYS = ("weight_decay", "betas")
 
 # PCIe in practice: ~25 GB/s each way on a 4.0 x16 link, ~50 on 5.0; plan.py prices the copies at
 # this (both directions added, as if they did not overlap) and leaves out the host's arithmetic,
@@ -150,8 +152,8 @@ class HostAdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """Into the host buffers, in place and in fp32 (Optimizer's own would cast the state to the
         parameters' device and dtype). A state without masters (fp32 weights, or torch.optim.AdamW's)
-        takes them from the weights at the next step. The groups take the saved hyperparameters, not
-        how the saving optimizer ran (IMPLEMENTATION_KEYS)."""
+        takes them from the weights at the next step. The groups take the saved hyperparameters, but not
+        how the saving optimizer ran (IMPLEMENTATION_KEYS) nor what the config sets (CONFIG_KEYS)."""
         params = [p for group in self.param_groups for p in group["params"]]
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         if len(saved_ids) != len(params):
@@ -164,5 +166,6 @@ class HostAdamW(torch.optim.Optimizer):
                 self.state[p][key].copy_(value)
         self.masters_from_weights = any("master" not in state_dict["state"].get(i, {}) for i in saved_ids)
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
-            group.update({k: v for k, v in saved.items() if k != "params" and k not in IMPLEMENTATION_KEYS})
+            group.update({k: v for k, v in saved.items()
+                          if k != "params" and k not in IMPLEMENTATION_KEYS + CONFIG_KEYS})
 

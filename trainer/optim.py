@@ -39,7 +39,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.optim import _muon  # Muon's Newton-Schulz and lr adjustment, for MuonAdamW's step
 
-from trainer.offload import IMPLEMENTATION_KEYS, HostAdamW
+from trainer.offload import CONFIG_KEYS, IMPLEMENTATION_KEYS, HostAdamW
 
 OPTIMIZERS = ("adamw", "adamw8bit", "adamw4bit", "muon")
 MASTER_WEIGHTS = ("float32", "bfloat16")
@@ -234,8 +234,10 @@ def _keep_implementation(optimizer):
     """A loaded state dict brings the saving optimizer's way of running (a CPU run's foreach, offload's
     fused=None): keep this one's, fused on a GPU, whose step the memory estimate prices. Registered before
     the load, so that torch places `step` for the way it runs: on the parameters' device for fused or
-    capturable, else where it was saved (a CPU tensor after torch.load(map_location='cpu'))."""
-    running = [{k: group[k] for k in IMPLEMENTATION_KEYS if k in group} for group in optimizer.param_groups]
+    capturable, else where it was saved (a CPU tensor after torch.load(map_location='cpu')). So too the
+    config's weight decay and betas (CONFIG_KEYS): a resume that changes them means it."""
+    running = [{k: group[k] for k in IMPLEMENTATION_KEYS + CONFIG_KEYS if k in group}
+               for group in optimizer.param_groups]
 
     def run_as_built(_, state_dict):
         groups = [{**saved, **keys} for saved, keys in zip(state_dict["param_groups"], running)]
@@ -397,6 +399,7 @@ def build(model, name, weight_decay, learning_rate, betas, device_type, master_w
     else:
         cls = {"adamw8bit": AdamW8bit, "adamw4bit": AdamW4bit}[name]
         optimizer = cls(groups, lr=learning_rate, betas=betas, block_size=BLOCK, bf16_stochastic_round=rounding)
+    _keep_implementation(optimizer)
     make_state(optimizer)
     return optimizer
 
