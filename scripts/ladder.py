@@ -158,13 +158,6 @@ def parse_recipe(text, varied=VARIED):
     return name, overrides
 
 
-def recipe_settings(overrides):
-    """{key: value} of what a recipe's overrides set, which forecast_prior matches a run against
-    (ladder.recipe_for_run)."""
-    cfg = configurator.load_config(overrides)
-    return {k: getattr(cfg, k) for k, source in cfg.sources.items() if source != "by default"}
-
-
 class Stopped(Exception):
     """A climb stopped because another recipe's failed: that failure is the one to report."""
 
@@ -637,9 +630,10 @@ def main(argv=None):
     except ladder.FitError as e:
         raise SystemExit(f"error: {e}")
     for name, recipe in recipes.items():
-        result["recipes"][name] = {"overrides": recipe, "sets": recipe_settings(recipe),
-                                   "schedule": ladder.schedule(configs[f"recipe {name}"]), "runs": runs[name],
-                                   **analysis[name]}
+        trained = configs[f"recipe {name}"]  # base, common and the recipe's overrides
+        result["recipes"][name] = {"overrides": recipe, "schedule": ladder.schedule(trained),
+                                   "recipe_settings": {k: getattr(trained, k) for k in ladder.RECIPE_KEYS},
+                                   "runs": runs[name], **analysis[name]}
     out.mkdir(parents=True, exist_ok=True)
     bins.write_json_atomic(out / "ladder.json", result)
     plot(result, out / "ladder.png", target)

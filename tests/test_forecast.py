@@ -208,10 +208,12 @@ def test_the_fast_run_follows_its_ladders_schedule_and_the_gpt3_run_is_not_its_l
         settings = ladder_script.load_settings(str(REPO / "config" / f"{name}.py"))
         recipe = configurator.load_config([str(REPO / b) for b in settings["base"]] + settings["common"].split())
         result = {"tokens_per_param": list(settings["tokens_per_param"]), "settings": settings,
-                  "recipes": {"r": {"schedule": ladder.schedule(recipe)}}}
+                  "recipes": {"r": {"schedule": ladder.schedule(recipe),
+                                    "recipe_settings": {k: getattr(recipe, k) for k in ladder.RECIPE_KEYS}}}}
         run = configurator.load_config([str(REPO / "config" / f"{target}.py")])
         tokens = run.max_iters * run.batch_size * run.gradient_accumulation_steps * run.block_size
         problems[name] = ladder.shape_problem(result, "r", run, tokens / cost.meta_model(run, "none").get_num_params())
+        assert ladder.recipe_mismatch(result, "r", run) == {}  # each target follows its ladder's recipe
     assert problems["ladder_gpt3_fast"] is None
     assert problems["ladder_gpt3"].startswith("the ladder's runs trained 20 tokens per parameter and this run 45.1")
 
@@ -259,29 +261,31 @@ def test_a_prior_path_may_hold_a_colon_and_a_recipe_follows_the_last_one(tmp_pat
     assert forecast.prior(path + ":adamw", 1e6).predicted[0] == pytest.approx(20 * 1e6 ** -0.2, rel=1e-3)
 
 
-def test_the_prior_is_the_recipe_the_run_follows_and_a_run_of_none_or_a_named_other_is_refused(tmp_path):
+def test_the_prior_is_the_recipe_the_run_follows_and_none_where_it_follows_none_or_another(tmp_path):
     """A Muon run given a ladder of AdamW and Muon without a name gets Muon's curves, not the first recipe's; a
-    named recipe the run does not follow, or a ladder whose recipes the settings cannot tell apart, is one line."""
+    named recipe the run does not follow, or a ladder whose recipes the settings cannot tell apart, gives no prior
+    and says why (the run goes on, as where its shape differs). How a run is carried out (device, batch, fp8) is no
+    part of a recipe (ladder.RECIPE_KEYS)."""
     path = ladder_json(tmp_path / "ladder.json")
     result = json.loads(open(path).read())
     runs = result["recipes"]["adamw"]["runs"]
-    result["recipes"] = {"adamw": {"runs": runs, "sets": {"optimizer": "adamw", "learning_rate": 1e-2}},
-                         "muon": {"runs": runs, "sets": {"optimizer": "muon", "seed": 7}}}
+    trained = {k: configurator.DEFAULTS[k] for k in ladder.RECIPE_KEYS}
+    result["recipes"] = {"adamw": {"runs": runs, "recipe_settings": dict(trained, optimizer="adamw")},
+                         "muon": {"runs": runs, "recipe_settings": dict(trained, optimizer="muon")}}
     (tmp_path / "ladder.json").write_text(json.dumps(result))
     cfg = types.SimpleNamespace(**dict(configurator.DEFAULTS, dataset="quickstart", vocab_size=320,
-                                       data_dir=str(tmp_path), optimizer="muon", learning_rate=3e-3))
-    assert ladder.recipe_for_run(result, None, cfg, path) == "muon"  # its seed and rate are the run's own
-    cfg.forecast_prior = path
-    assert forecast.prior_problem(cfg) is None
-    cfg.forecast_prior = f"{path}:adamw"
-    assert forecast.prior_problem(cfg) == (f"forecast_prior: {path}: recipe 'adamw' trained with optimizer='adamw' "
-                                           "(this run 'muon'), so its curves are another recipe's: set those here, "
-                                           f"or name the recipe this run follows ({path}:NAME)")
+                                       data_dir=str(tmp_path), optimizer="muon", learning_rate=3e-3,
+                                       device="cuda", batch_size=1, fp8="tensorwise", forecast_prior=path))
+    assert ladder.recipe_for_run(result, None, cfg, path) == "muon"
+    assert isinstance(forecast.prior(path, 1e6), forecast.Prior) and forecast.prior_problem(cfg) is None
+    assert forecast.prior(f"{path}:adamw", 1e6, cfg, 2e6) == (
+        f"recipe 'adamw' of {path} trained with optimizer='adamw' (this run 'muon'), so its curves are another "
+        "recipe's: set those, or name the recipe this run follows (forecast_prior=PATH:NAME)")
     cfg.optimizer = "lion"
-    with pytest.raises(ladder.FitError, match="adamw, muon, and this run's settings match none of them: name"):
-        ladder.recipe_for_run(result, None, cfg, path)
+    assert forecast.prior(path, 1e6, cfg, 2e6).endswith("adamw, muon, and this run's settings match none of them: "
+                                                         "name the one it follows (forecast_prior=PATH:NAME)")
     for recipe in result["recipes"].values():  # a ladder.json from before the settings were recorded
-        del recipe["sets"]
+        del recipe["recipe_settings"]
     with pytest.raises(ladder.FitError, match="match each of adamw, muon: name the one it follows"):
         ladder.recipe_for_run(result, None, cfg, path)
     assert ladder.recipe_for_run(result, "muon", cfg, path) == "muon"

@@ -227,13 +227,16 @@ def prior(spec, n, cfg=None, tokens=None):
     (cfg: its config, training tokens in all: where given, the recipe is the one the run follows
     (ladder.recipe_for_run) and the ladder's curves must be its shape; else the named or first recipe); None when
     spec is ''; why there is none when the ladder cannot give one for this run (train.py logs it, and report at
-    each evaluation: the run goes on without it). prior_problem has checked the file and the recipe."""
+    each evaluation: the run goes on without it). prior_problem has checked the file."""
     if not spec:
         return None
     path, named = split_spec(spec)
     result, recipe = ladder.load(path, named)
     if cfg is not None:
-        recipe = ladder.recipe_for_run(result, named, cfg, ladder.ladder_file(path))
+        try:
+            recipe = ladder.recipe_for_run(result, named, cfg, ladder.ladder_file(path))
+        except ladder.FitError as e:
+            return str(e)
         if problem := ladder.shape_problem(result, recipe, cfg, tokens / n):
             return problem
     try:
@@ -250,12 +253,9 @@ def split_spec(spec):
 
 
 def prior_problem(cfg):
-    """One line when cfg's forecast_prior cannot be read for this run, or names no recipe this run follows
-    (configurator.check), else None."""
-    path, named = split_spec(cfg.forecast_prior)
+    """One line when cfg's forecast_prior cannot be read for this run (configurator.check), else None."""
     try:
-        result, _ = ladder.load(path, named, expected=ladder.identity(cfg))
-        ladder.recipe_for_run(result, named, cfg, ladder.ladder_file(path))
+        ladder.load(*split_spec(cfg.forecast_prior), expected=ladder.identity(cfg))
     except ladder.FitError as e:
         return f"forecast_prior: {e}"
     return None

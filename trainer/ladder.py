@@ -675,16 +675,18 @@ def shape_problem(result, recipe, cfg, tokens_per_param):
     return None
 
 
-RUN_OWN = ("learning_rate", "min_lr", "seed")  # a run may set these otherwise than its recipe: the ladder sweeps the
-# rate (and recommends one), and a seed is one draw of the same curve
+# What makes a recipe's curves, besides its data and schedule (shape_problem) and the sizes: its runs were trained
+# with these (base, common and the recipe's overrides), and a run given its prior must be too. Not how a run is
+# carried out (device, batch split, compile, fp8 or the master weights' dtype: chosen to fit and speed a machine).
+RECIPE_KEYS = ("optimizer", "muon_split_qkv", "weight_decay", "beta1", "beta2", "grad_clip", "dropout", "bias",
+               "activation", "position", "rope_theta", "norm", "qk_norm", "tie_embeddings", "logit_softcap")
 
 
 def recipe_mismatch(result, recipe, cfg):
-    """{key: (the recipe's value, cfg's)} for each setting the recipe's overrides made (ladder.json's "sets") that
-    cfg's run makes otherwise, but RUN_OWN; {} for a ladder.json older than the record."""
-    sets = result["recipes"][recipe].get("sets", {})
-    return {k: (v, getattr(cfg, k)) for k, v in sets.items()
-            if k not in RUN_OWN and by_folder_name(k, v) != by_folder_name(k, getattr(cfg, k))}
+    """{key: (the recipe's value, cfg's)} for each of RECIPE_KEYS the recipe's runs were trained with (ladder.json's
+    "recipe_settings") that cfg's run sets otherwise; {} for a ladder.json older than the record."""
+    trained = result["recipes"][recipe].get("recipe_settings", {})
+    return {k: (v, getattr(cfg, k)) for k, v in trained.items() if v != getattr(cfg, k)}
 
 
 def recipe_for_run(result, named, cfg, path):
@@ -695,15 +697,15 @@ def recipe_for_run(result, named, cfg, path):
     if len(recipes) == 1:
         if differs := recipe_mismatch(result, recipes[0], cfg):
             text = ", ".join(f"{k}={a!r} (this run {b!r})" for k, (a, b) in differs.items())
-            raise FitError(f"{path}: recipe {recipes[0]!r} trained with {text}, so its curves are another recipe's: "
-                           f"set those here, or name the recipe this run follows ({path}:NAME)")
+            raise FitError(f"recipe {recipes[0]!r} of {path} trained with {text}, so its curves are another "
+                           "recipe's: set those, or name the recipe this run follows (forecast_prior=PATH:NAME)")
         return recipes[0]
     kept = [r for r in recipes if not recipe_mismatch(result, r, cfg)]
     if len(kept) == 1:
         return kept[0]
     which = "none of them" if not kept else f"each of {', '.join(kept)}"
     raise FitError(f"{path} holds the recipes {', '.join(recipes)}, and this run's settings match {which}: name the "
-                   f"one it follows ({path}:NAME)")
+                   "one it follows (forecast_prior=PATH:NAME)")
 
 
 def by_folder_name(key, value):
