@@ -51,7 +51,8 @@ if cfg.strategy == "hsdp" and not cfg.hsdp_shard_size and distributed:  # one no
     cfg.hsdp_shard_size = parallel.node_size()
 if problem := configurator.check(cfg, world_size, distributed) or elastic.restart_problem():
     raise RunError(problem)
-# from here on a signal stops the run cleanly (elastic.py), so train.log's header always gets its ending line
+# from here on a signal stops the run cleanly (elastic.py), so train.log's header gets its ending line (but for
+# a launcher's death before training begins: the kernel kills the workers, with nothing to save)
 stop_signal = elastic.StopSignal()
 log(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} train.py {' '.join(sys.argv[1:])}"
     + (f" ({world_size} processes, {cfg.strategy})" if distributed else ""))

@@ -34,6 +34,7 @@ os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_DISAB
 import argparse  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 import zipfile  # noqa: E402
 from datetime import timedelta  # noqa: E402
@@ -323,15 +324,18 @@ def main(argv=None):
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", timeout=timedelta(minutes=30))
-    # one process: a stop unwinds, so that lm-eval's temporary task folder goes (with torchrun it exits at once)
-    heard = elastic.hear_sigint() if world_size == 1 else None
+    # one process: a stop (a Ctrl-C, or the ladder's SIGTERM) unwinds, so that lm-eval's temporary task folder
+    # goes (under torchrun it exits at once)
+    heard = elastic.hear_sigint((signal.SIGINT, signal.SIGTERM)) if world_size == 1 else None
     try:
         results, info, note = score(args, args.source, rank, world_size, local_rank)
         if heard is not None and heard.is_set():  # a library swallowed the KeyboardInterrupt
             raise KeyboardInterrupt
     except KeyboardInterrupt:
-        print("eval.py: stopped by SIGINT before writing anything", file=sys.stderr, flush=True)
-        sys.exit(130)
+        name = heard.name if heard else "SIGINT"
+        print(f"eval.py: stopped by {name} before writing anything", file=sys.stderr, flush=True)
+        sys.exit(128 + signal.Signals[name])
+    interrupt.stop_at_once("eval.py", "before its scores were written (its results file holds what it did): rerun")
     if rank == 0:
         if note:
             print(f"note: {note}", file=sys.stderr)

@@ -354,9 +354,10 @@ def task_folders(temporary):
 
 
 @pytest.mark.e2e
-def test_a_stop_while_one_checkpoint_is_scored_writes_nothing_and_leaves_no_temporary_folder(run, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])  # SIGTERM: how scripts/ladder.py stops its eval.py
+def test_a_stop_while_one_checkpoint_is_scored_writes_nothing_and_leaves_no_temporary_folder(run, tmp_path, sig):
     """Ctrl-C while lm-eval scores: one line, exit status 130, no result file, and its temporary task folder
-    (tempfile's, under TMPDIR) removed, as an immediate exit would not."""
+    (tempfile's, under TMPDIR) removed, as an immediate exit would not; a SIGTERM's alike, exit status 143."""
     temporary, out_dir = tmp_path / "tmp", tmp_path / "run"
     temporary.mkdir()
     out_dir.mkdir()
@@ -369,13 +370,13 @@ def test_a_stop_while_one_checkpoint_is_scored_writes_nothing_and_leaves_no_temp
                                  cwd=REPO, stdout=output, stderr=output, env={**os.environ, "TMPDIR": str(temporary)})
     try:
         wait_for(lambda: task_folders(temporary), "temporary task folder")
-        child.send_signal(signal.SIGINT)
+        child.send_signal(sig)
         child.wait(timeout=60)
     finally:
         child.kill()
     text = lines.read_text()
-    assert child.returncode == 130 and "Traceback" not in text, text
-    assert text.strip().splitlines()[-1] == "eval.py: stopped by SIGINT before writing anything"
+    assert child.returncode == 128 + sig and "Traceback" not in text, text
+    assert text.strip().splitlines()[-1] == f"eval.py: stopped by {sig.name} before writing anything"
     assert not task_folders(temporary) and [p.name for p in out_dir.iterdir()] == ["ckpt_20.pt"]
 
 

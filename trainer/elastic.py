@@ -203,18 +203,22 @@ def on_launcher_death(sig):
             os.kill(os.getpid(), sig)
 
 
-def hear_sigint():
+def hear_sigint(signals=(signal.SIGINT,)):
     """For a tool whose work may stop anywhere (scripts/eval.py --watch: a result is written only once it is
-    whole): SIGINT raises KeyboardInterrupt again, as Python's own handler does, even where the process
-    inherited it ignored (`cmd &` in a script), which Python otherwise keeps. Returns an Event every SIGINT
-    sets, for the tool to check between results: a library's bare `except:` can swallow the interrupt."""
+    whole): SIGINT (or each of signals) raises KeyboardInterrupt again, as Python's own handler does, even where
+    the process inherited it ignored (`cmd &` in a script), which Python otherwise keeps. Returns an Event each
+    sets, with the last one's name as .name, for the tool to check between results: a library's bare `except:`
+    can swallow the interrupt."""
     heard = threading.Event()
+    heard.name = "SIGINT"
 
     def interrupt(signum, frame):
+        heard.name = signal.Signals(signum).name
         heard.set()
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, interrupt)
+    for sig in signals:
+        signal.signal(sig, interrupt)
     return heard
 
 

@@ -18,7 +18,7 @@ def stop_signals():
 
 
 def stop_at_once(tool, meaning):
-    """From now on a SIGINT (or SIGTERM, or SIGHUP: stop_signals) prints `{tool}: stopped by SIGINT {meaning}` and
+    """From now on a SIGINT (or SIGTERM, or SIGHUP: stop_signals) prints `{tool}: stopped by SIG... {meaning}` and
     exits 128 + the signal (130 for SIGINT), until the tool installs handlers of its own (train.py's
     elastic.StopSignal, which saves). For work that nothing half-writes: the exit is immediate (os._exit, after
     flushing what was printed), since a SystemExit raised in the middle of an import can surface as another
