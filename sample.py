@@ -116,6 +116,7 @@ def load_model(args, local_rank=0):
         enc = tokenizer.get_encoding(encoding_name(args, state))
     except ValueError as e:
         fail(str(e))
+    check_encoding_fits(enc, state["model_args"].get("vocab_size", enc.n_vocab))
     with torch.device(device):  # the rows past the encoding's ids (a padded vocab) are masked: never sampled
         model = GPT(model_config(saved_args=state["model_args"], n_tokens=enc.n_vocab))
     if isinstance(autocast, torch.autocast):  # bf16: on the CPU the attention in fp32, as train.py runs it
@@ -125,6 +126,14 @@ def load_model(args, local_rank=0):
     except checkpoint.CheckpointError as e:
         fail(str(e))
     return model.eval(), state, enc, device, autocast
+
+
+def check_encoding_fits(enc, tokens):
+    """One line where the encoding has more tokens than the model's rows: its ids past them would be garbage
+    sampled, or an IndexError mid-scoring (eval.py)."""
+    if enc.n_vocab > tokens:
+        fail(f"{enc.name} has {enc.n_vocab} tokens but the model {tokens}: pass the --encoding it was trained with "
+             "(bytes, gpt2 or the run's .tiktoken file)")
 
 
 def prompt_ids(args, enc, vocab_size):

@@ -146,9 +146,7 @@ def hf_encoding(name, folder, tokens):
         found = tokenizer.FolderEncoding(folder) if has_own and not name else tokenizer.get_encoding(name or "gpt2")
     except ValueError as e:  # a rank file not there, tiktoken's gpt2 offline, a tokenizer.json that does not load
         sample.fail(str(e))
-    if found.n_vocab > tokens:  # its ids past the model's rows would be an IndexError mid-scoring
-        sample.fail(f"{found.name} has {found.n_vocab} tokens but the model {tokens}: pass the --encoding it was "
-                    "trained with (bytes, gpt2 or the run's .tiktoken file)")
+    sample.check_encoding_fits(found, tokens)
     return found
 
 
@@ -274,10 +272,13 @@ def watch(args, heard):
           "Ctrl-C (SIGINT) stops, and the same command carries on", flush=True)
     while True:
         done = evaluation.read_watch_log(log_path)
-        if any(record["iter"] >= record["max_iters"] for record in done.values()):
+        todo = [(n, path) for n, path in reversed(checkpoint.list_checkpoints(args.watch)) if n not in done]
+        # the newest scored step ends the watch where it was its run's last (a run extended since has steps after
+        # it), and nothing newer waits
+        newest = done[max(done)] if done else None
+        if newest and newest["iter"] >= newest["max_iters"] and not todo:
             print(f"watch: the run's last step is scored; {log_path} has {len(done)} checkpoint(s)")
             return
-        todo = [(n, path) for n, path in reversed(checkpoint.list_checkpoints(args.watch)) if n not in done]
         for n, path in todo:
             try:
                 t0, scored = time.time(), checkpoint.identity(path)

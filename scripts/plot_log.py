@@ -61,8 +61,10 @@ def curves(records):
         "speed": {r["iter"]: r["tokens_per_sec"] for r in of["step"] if r.get("tokens_per_sec") is not None},
         "val": {r["iter"]: r["val_loss"] for r in of["eval"] if r["val_loss"] is not None},
         "sources": sources,
-        "hellaswag": {r["iter"]: r["acc_norm"] for r in of["hellaswag"]},
-        "forecast": [(r["at_iter"], r["val_loss"], r.get("error")) for r in of["forecast"]],
+        "hellaswag": {r["iter"]: r["acc_norm"] for r in of["hellaswag"] if r["acc_norm"] is not None},
+        # a forecast's figures are numbers as train.py writes them; another writer's nulls are no point to draw
+        "forecast": [(r["at_iter"], r["val_loss"], r.get("error")) for r in of["forecast"]
+                     if r["at_iter"] is not None and r["val_loss"] is not None],
         "params": next((r["params"] for r in reversed(of["start"]) if r.get("params")), None),
         "events": {kind: [r["iter"] for r in of[kind] if kind != "start" or r["iter"] > 0] for kind in EVENTS},
     }

@@ -227,13 +227,23 @@ def test_watch_scores_each_checkpoint_once_resumes_and_plots(run, tmp_path, caps
     assert [r["iter"] for r in records] == [10, 20, 30] and log.read_text().count('"iter": 10') == 1
     assert records[0]["results"]["winogrande"]["n"] == 8 and records[2]["max_iters"] == 30
     assert "the run's last step is scored" in capsys.readouterr().out
+    save(out_dir, 40, max_iters=50)  # the run extended: its last step scored so far is no longer its last
+    eval_script.main(watch + ["--poll", "0"])
+    assert [json.loads(line)["iter"] for line in log.read_text().splitlines()[3:]] == [30, 40]
+    with open(log, "ab") as f:
+        f.write(b"\xff\n")  # a byte that is not UTF-8 spoils its line, not the log
+    assert sorted(evaluation.read_watch_log(str(log))) == [10, 20, 30, 40]
     record = metrics.Metrics(out_dir)
     record("start", 0, params=100)
     for i in range(1, 31):
         record("step", i, loss=4 - i / 20, tokens_per_sec=1000.0)
+    with open(out_dir / metrics.FILE, "ab") as f:
+        f.write(b"\xff\n")  # so does metrics.jsonl's, which a resumed train.py reads at each evaluation
+    assert len(metrics.read(out_dir, "step")) == 30
     plot_log = load_script("plot_log", "scripts/plot_log.py")
     curves, _ = plot_log.parse_evals(str(log))
-    assert sorted(curves) == [("hellaswag", "acc_norm"), ("winogrande", "acc")] and sorted(curves[("winogrande", "acc")]) == [10, 20, 30]
+    assert sorted(curves) == [("hellaswag", "acc_norm"), ("winogrande", "acc")]
+    assert sorted(curves[("winogrande", "acc")]) == [10, 20, 30, 40]
     plot_log.main([str(out_dir), "--out", str(tmp_path / "plot.png")])
     assert "lm-eval curves for 2 task metric(s)" in capsys.readouterr().out and (tmp_path / "plot.png").stat().st_size > 10_000
 
@@ -565,14 +575,19 @@ def test_watch_refuses_what_is_not_a_runs_folder_in_one_line(tmp_path, capsys, c
     assert e.value.code == 1 and len(err) == 1 and err[0].startswith(f"error: --watch {path}{expected}"), err
 
 
-def test_an_encoding_of_more_tokens_than_a_hf_folders_model_is_one_line(run, tmp_path, capsys, gpt2_rank_file):
-    folder = str(tmp_path / "hf")
-    hf.export(str(run / "run" / "ckpt_20.pt"), folder, dtype=torch.float32, log=lambda m: None)
+@pytest.mark.parametrize("kind", ["hf", "checkpoint"])
+def test_an_encoding_of_more_tokens_than_the_model_is_one_line(run, tmp_path, capsys, gpt2_rank_file, kind):
+    """A Hugging Face folder's model or a checkpoint's (whose scoring was an IndexError mid-way, and whose samples
+    were garbage with exit status 0): sample.check_encoding_fits, for eval.py and sample.py alike."""
+    folder = str(tmp_path / "hf") if kind == "hf" else str(run / "run" / "ckpt_20.pt")
+    if kind == "hf":
+        hf.export(str(run / "run" / "ckpt_20.pt"), folder, dtype=torch.float32, log=lambda m: None)
     with pytest.raises(SystemExit) as e:
         eval_script.main([folder, "--data_dir", str(run / "tasks"), "--tasks", "piqa", "--device", "cpu",
                           "--encoding", gpt2_rank_file])
+    rows = 257 if kind == "hf" else ARGS["vocab_size"]  # the export drops the padding rows
     assert e.value.code == 1 and capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"error: {gpt2_rank_file} has 50257 tokens but the model 257: pass the --encoding it was trained with "
+        f"error: {gpt2_rank_file} has 50257 tokens but the model {rows}: pass the --encoding it was trained with "
         "(bytes, gpt2 or the run's .tiktoken file)")
 
 

@@ -107,6 +107,9 @@ def test_plot_log_skips_malformed_records(tmp_path, capsys):
     for n in range(1, 5):
         record("step", n, loss=4 - n / 10)
     with open(tmp_path / metrics.FILE, "a") as f:
+        # nulls where train.py writes numbers (another writer's): not drawn, nor a TypeError in matplotlib
+        f.write('{"kind": "forecast", "iter": 4, "at_iter": 60, "val_loss": null, "error": null}\n'
+                '{"kind": "hellaswag", "iter": 4, "acc_norm": null}\n')
         f.write('{"kind": "step"}\n[1, 2]\n{"kind": "eval", "iter": 4}\n{"kind": "step", "iter": 5, "lo')
     plot_log.main([str(tmp_path / metrics.FILE)])
     out, err = capsys.readouterr()

@@ -31,7 +31,7 @@ def read_watch_log(path):
     a whole record (a crash mid-write tore it) is left out: the watcher scores that checkpoint again."""
     if not os.path.isfile(path):
         return {}
-    with open(path) as f:
+    with open(path, errors="replace") as f:  # a byte that is not UTF-8 spoils its line, as metrics.read's
         return {record["iter"]: record for record in map(checkpoint.scores_record, f) if record is not None}
 
 

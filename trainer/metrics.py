@@ -55,12 +55,12 @@ def _ends_with_newline(path):
 
 def read(path, kind=None):
     """The records of a metrics.jsonl (or of the one in an out_dir), oldest first, only `kind`'s if given.
-    A line torn by a kill is skipped. A resumed or rolled-back run appends, so an iteration can appear
-    twice: the later record is the one that stands."""
+    A line torn by a kill, or of bytes that are not UTF-8, is skipped. A resumed or rolled-back run appends, so an
+    iteration can appear twice: the later record is the one that stands."""
     if os.path.isdir(path):
         path = os.path.join(path, FILE)
     records = []
-    with open(path) as f:
+    with open(path, errors="replace") as f:  # a byte that is not UTF-8 spoils its line (not JSON), not the file
         for line in f:
             try:
                 record = json.loads(line)
