@@ -116,7 +116,6 @@ def load_model(args, local_rank=0):
         enc = tokenizer.get_encoding(encoding_name(args, state))
     except ValueError as e:
         fail(str(e))
-    check_encoding_fits(enc, state["model_args"].get("vocab_size", enc.n_vocab))
     with torch.device(device):  # the rows past the encoding's ids (a padded vocab) are masked: never sampled
         model = GPT(model_config(saved_args=state["model_args"], n_tokens=enc.n_vocab))
     if isinstance(autocast, torch.autocast):  # bf16: on the CPU the attention in fp32, as train.py runs it
@@ -129,8 +128,8 @@ def load_model(args, local_rank=0):
 
 
 def check_encoding_fits(enc, tokens):
-    """One line where the encoding has more tokens than the model's rows: its ids past them would be garbage
-    sampled, or an IndexError mid-scoring (eval.py)."""
+    """One line where an encoding given with --encoding has more tokens than the model's rows: its ids past them
+    would be garbage sampled, or an IndexError mid-scoring (eval.py)."""
     if enc.n_vocab > tokens:
         fail(f"{enc.name} has {enc.n_vocab} tokens but the model {tokens}: pass the --encoding it was trained with "
              "(bytes, gpt2 or the run's .tiktoken file)")
@@ -161,6 +160,8 @@ def main(argv=None):
         fail(f"--temperature must be a finite number > 0, e.g. 0.8; got {args.temperature}")
     torch.manual_seed(args.seed)
     model, state, enc, device, autocast = load_model(args)
+    if args.encoding:  # the user's, not the one the model was trained with
+        check_encoding_fits(enc, model.config.vocab_size)
     if device == "cpu":  # a decode step is many tiny ops: threads the machine lacks make each one wait (a 10x slowdown)
         log(machine.use_cpu_threads())
     dtype = "bfloat16" if isinstance(autocast, torch.autocast) else "float32"

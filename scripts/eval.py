@@ -126,6 +126,8 @@ def load(args, source, local_rank=0):
     check_tasks(args)
     where = SimpleNamespace(**vars(args), init_from=source if is_checkpoint else None, out_dir=source)
     model, state, encoding, device, autocast = sample.load_model(where, local_rank)
+    if args.encoding:  # the user's, not the one the model was trained with
+        sample.check_encoding_fits(encoding, model.config.vocab_size)
     step = state.get("iter_num")
     folder = os.path.dirname(source.rstrip("/")) if is_checkpoint else source
     path = source if is_checkpoint else next((p for n, p in checkpoint.list_checkpoints(folder) if n == step), None)

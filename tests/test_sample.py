@@ -195,13 +195,17 @@ def test_a_sharded_checkpoint_whose_weights_are_not_finite_is_one_line(run_dir, 
     ("ok", ["--temperature=nan"], "--temperature must be a finite number > 0, e.g. 0.8; got nan"),
     ("ok", ["--temperature=inf"], "--temperature must be a finite number > 0, e.g. 0.8; got inf"),
     ("ok", ["--top_k=-1"], "--top_k must be at least 0, got -1"),
+    # an encoding of more tokens than the model's 320 rows: garbage samples, exit 0, before
+    ("ok", ["--encoding={ranks}"], "has 50257 tokens but the model 320: pass the --encoding it was trained with"),
 ])
-def test_bad_input_is_one_line(run_dir, tmp_path, capsys, case, args, message):
+def test_bad_input_is_one_line(run_dir, tmp_path, capsys, case, args, message, request):
     if case == "corrupt":
         for p in run_dir.glob("ckpt_*.pt"):
             p.write_bytes(b"not a checkpoint")
     out_dir = {"empty": tmp_path / "empty", "a checkpoint": next(run_dir.glob("ckpt_*.pt"))}.get(case, run_dir)
     with pytest.raises(SystemExit) as e:
-        sample.main([f"--out_dir={out_dir}", "--device=cpu", *(a.format(ckpt=run_dir / "ckpt_3.pt") for a in args)])
+        ranks = request.getfixturevalue("gpt2_rank_file") if any("{ranks}" in a for a in args) else None
+        sample.main([f"--out_dir={out_dir}", "--device=cpu",
+                     *(a.format(ckpt=run_dir / "ckpt_3.pt", ranks=ranks) for a in args)])
     err = capsys.readouterr().err
     assert e.value.code == 1 and message in err and "Traceback" not in err
